@@ -1,0 +1,55 @@
+-- session-server schema, version 1 (PRAGMA user_version). The store executes this file
+-- on a new database; later versions add forward migrations in session_server/store/migrations.py.
+
+CREATE TABLE IF NOT EXISTS sessions (
+  id TEXT PRIMARY KEY NOT NULL,
+  agent_id TEXT NOT NULL,
+  created_at INTEGER NOT NULL,              -- ms since epoch
+  updated_at INTEGER NOT NULL,              -- ms since epoch, moves on every append
+  metadata TEXT,                            -- JSON object or NULL
+  last_seq INTEGER NOT NULL DEFAULT 0,      -- highest seq ever assigned: never reused
+  last_turn INTEGER NOT NULL DEFAULT 0,     -- highest turn number ever assigned
+  strategy TEXT,                            -- persisted compaction strategy (JSON) or NULL
+  compaction_required INTEGER NOT NULL DEFAULT 0,
+  mirror_seq INTEGER NOT NULL DEFAULT 0     -- JSONL mirror cursor: last seq written to files
+);
+
+CREATE TABLE IF NOT EXISTS events (
+  id TEXT PRIMARY KEY NOT NULL,
+  session_id TEXT NOT NULL,
+  seq INTEGER NOT NULL,                     -- 1, 2, 3 ... per session
+  action TEXT NOT NULL,
+  content TEXT,
+  metadata TEXT,                            -- compact JSON object or NULL
+  created_at INTEGER NOT NULL,              -- ms since epoch
+  turn INTEGER NOT NULL DEFAULT 0,          -- turn number within the session
+  turn_start_seq INTEGER NOT NULL DEFAULT 0,-- seq of the user message that opened the turn
+  token_count INTEGER NOT NULL DEFAULT 0    -- tokens of the event's message, counted on write
+);
+
+CREATE UNIQUE INDEX IF NOT EXISTS idx_events_session_seq ON events(session_id, seq);
+CREATE INDEX IF NOT EXISTS idx_events_session_created ON events(session_id, created_at);
+
+-- tool call id -> turn, so a late tool result joins the turn of its call
+CREATE TABLE IF NOT EXISTS tool_calls (
+  session_id TEXT NOT NULL,
+  call_id TEXT NOT NULL,
+  turn INTEGER NOT NULL,
+  turn_start_seq INTEGER NOT NULL,
+  PRIMARY KEY (session_id, call_id)
+) WITHOUT ROWID;
+
+-- results of writes made with an idempotency key, returned again on retry
+CREATE TABLE IF NOT EXISTS idempotency (
+  session_id TEXT NOT NULL,
+  key TEXT NOT NULL,
+  result TEXT NOT NULL,
+  created_at INTEGER NOT NULL,
+  PRIMARY KEY (session_id, key)
+) WITHOUT ROWID;
+
+-- compaction counters and other agent-level settings
+CREATE TABLE IF NOT EXISTS agent_settings (
+  key TEXT PRIMARY KEY NOT NULL,
+  value TEXT NOT NULL
+) WITHOUT ROWID;

@@ -1,0 +1,42 @@
+"""Agent id validation (pure): an agent id names a folder, so it must not escape it."""
+
+from __future__ import annotations
+
+from typing import Final
+
+from .errors import InvalidAgentIdError
+
+__all__ = ["MAX_AGENT_ID_BYTES", "validate_agent_id"]
+
+MAX_AGENT_ID_BYTES: Final = 128
+
+
+def validate_agent_id(agent_id: object) -> str:
+    """Return ``agent_id`` if it is safe as one path component, else raise.
+
+    Allowed: 1..128 UTF-8 bytes of printable characters, spaces included. Refused:
+    ``/`` and ``\\``, ``.`` and ``..`` and any id containing ``..``, NUL and other control
+    characters, leading or trailing whitespace.
+    """
+    if not isinstance(agent_id, str):
+        raise InvalidAgentIdError(
+            f"agent_id: must be a string, got {type(agent_id).__name__}", data={"field": "agent_id"}
+        )
+    problem = None
+    if not agent_id:
+        problem = "must not be empty"
+    elif len(agent_id.encode("utf-8")) > MAX_AGENT_ID_BYTES:
+        problem = f"must be at most {MAX_AGENT_ID_BYTES} bytes in UTF-8"
+    elif "/" in agent_id or "\\" in agent_id:
+        problem = "must not contain a path separator"
+    elif ".." in agent_id or agent_id == ".":
+        problem = "must not contain '..' or be '.'"
+    elif any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 for c in agent_id):
+        problem = "must not contain NUL or control characters"
+    elif agent_id != agent_id.strip():
+        problem = "must not start or end with whitespace"
+    if problem:
+        raise InvalidAgentIdError(
+            f"agent_id {agent_id[:64]!r}: {problem}", data={"field": "agent_id"}
+        )
+    return agent_id

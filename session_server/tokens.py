@@ -1,0 +1,114 @@
+"""Token counting with tiktoken, degrading to an estimate (pure apart from the cache load).
+
+``get_counter(model)`` picks the encoding for a model (default ``o200k_base``). When the
+encoding cannot be loaded (no network and no ``TIKTOKEN_CACHE_DIR`` copy), the counter
+estimates (about 4 bytes per token), sets ``estimated=True`` on every result and logs one
+warning per encoding; it never raises.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+from collections.abc import Iterable
+from typing import Any, Final, NamedTuple
+
+from .codec import encode_json
+from .events import ContextMessage
+
+__all__ = [
+    "DEFAULT_ENCODING",
+    "MESSAGE_OVERHEAD",
+    "TokenCount",
+    "TokenCounter",
+    "count_messages",
+    "count_text",
+    "get_counter",
+]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_ENCODING: Final = "o200k_base"
+# Per-message framing tokens in the chat format (role, separators), as OpenAI counts them.
+MESSAGE_OVERHEAD: Final = 4
+
+
+class TokenCount(NamedTuple):
+    tokens: int
+    estimated: bool
+
+
+class TokenCounter:
+    """Counts tokens of text and messages with one encoding (or an estimate)."""
+
+    def __init__(self, encoding_name: str = DEFAULT_ENCODING) -> None:
+        self.encoding_name = encoding_name
+        self._encoding: Any = None
+        try:
+            import tiktoken
+
+            self._encoding = tiktoken.get_encoding(encoding_name)
+        except Exception as exc:  # any failure to load means: estimate instead
+            log.warning(
+                "tiktoken encoding %s unavailable (%s); token counts are estimates",
+                encoding_name,
+                exc.__class__.__name__,
+            )
+
+    @property
+    def estimated(self) -> bool:
+        return self._encoding is None
+
+    def count(self, text: str) -> int:
+        if not text:
+            return 0
+        if self._encoding is None:
+            return math.ceil(len(text.encode("utf-8")) / 4)
+        return len(self._encoding.encode(text, disallowed_special=()))
+
+    def count_message(self, message: ContextMessage) -> int:
+        total = MESSAGE_OVERHEAD + self.count(message.content)
+        if message.name:
+            total += self.count(message.name)
+        for call in message.tool_calls or ():
+            total += self.count(call.name) + self.count(encode_json(call.arguments)) + 3
+        return total
+
+    def count_messages(
+        self, messages: Iterable[ContextMessage], system_instructions: Iterable[str] = ()
+    ) -> TokenCount:
+        total = sum(self.count_message(m) for m in messages)
+        total += sum(MESSAGE_OVERHEAD + self.count(s) for s in system_instructions)
+        return TokenCount(total, self.estimated)
+
+
+@functools.cache
+def _counter_for_encoding(encoding_name: str) -> TokenCounter:
+    return TokenCounter(encoding_name)
+
+
+def get_counter(model: str | None = None) -> TokenCounter:
+    """The (cached) counter for ``model``'s encoding; unknown models use ``o200k_base``."""
+    name = DEFAULT_ENCODING
+    if model:
+        try:
+            import tiktoken
+
+            name = tiktoken.encoding_name_for_model(model)
+        except Exception:
+            name = DEFAULT_ENCODING
+    return _counter_for_encoding(name)
+
+
+def count_text(text: str, model: str | None = None) -> TokenCount:
+    counter = get_counter(model)
+    return TokenCount(counter.count(text), counter.estimated)
+
+
+def count_messages(
+    messages: Iterable[ContextMessage],
+    system_instructions: Iterable[str] = (),
+    model: str | None = None,
+) -> TokenCount:
+    return get_counter(model).count_messages(messages, system_instructions)

@@ -1,0 +1,94 @@
+"""Validation of caller-supplied messages and events (pure).
+
+Every refusal is an ``InvalidParamsError`` whose message names the offending field with
+its path (``messages[2].tool_call_id``) and says what was wrong. Callers validate a whole
+batch before writing anything, so a refused batch writes nothing.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any, TypeVar
+
+import msgspec
+
+from .errors import InvalidParamsError
+from .events import ContextMessage, SessionEvent
+
+__all__ = ["parse_event", "parse_events", "parse_message", "parse_messages"]
+
+T = TypeVar("T")
+_PATH = re.compile(r" - at `\$(.*)`$")
+
+
+def _convert(obj: Any, kind: type[T], where: str) -> T:
+    if not isinstance(obj, dict):
+        raise InvalidParamsError(f"{where}: must be an object, got {type(obj).__name__}")
+    try:
+        return msgspec.convert(obj, kind, strict=True)
+    except msgspec.ValidationError as exc:
+        text = str(exc)
+        match = _PATH.search(text)
+        if match:
+            path = where + match.group(1)
+            text = text[: match.start()]
+        else:
+            path = where
+        # msgspec says "Object contains unknown field `x`" or "Expected `str`, got `int`".
+        raise InvalidParamsError(f"{path}: {text}", data={"field": path}) from exc
+
+
+def _require(cond: bool, field: str, problem: str) -> None:
+    if not cond:
+        raise InvalidParamsError(f"{field}: {problem}", data={"field": field})
+
+
+def _check_tool_calls(calls: Sequence[Any] | None, where: str) -> None:
+    for i, call in enumerate(calls or ()):
+        _require(bool(call.id), f"{where}.tool_calls[{i}].id", "must be a non-empty string")
+        _require(bool(call.name), f"{where}.tool_calls[{i}].name", "must be a non-empty string")
+
+
+def parse_message(obj: Any, where: str = "message") -> ContextMessage:
+    """Validate one message given as a JSON object; return it as a ``ContextMessage``."""
+    msg = _convert(obj, ContextMessage, where)
+    if msg.role == "tool":
+        _require(bool(msg.tool_call_id), f"{where}.tool_call_id", "required for role 'tool'")
+    if msg.tool_calls is not None:
+        _require(
+            msg.role == "assistant",
+            f"{where}.tool_calls",
+            "only assistant messages carry tool calls",
+        )
+        _check_tool_calls(msg.tool_calls, where)
+    return msg
+
+
+def parse_messages(objs: Any, where: str = "messages") -> list[ContextMessage]:
+    _require(isinstance(objs, list), where, "must be a list of message objects")
+    return [parse_message(o, f"{where}[{i}]") for i, o in enumerate(objs)]
+
+
+def parse_event(obj: Any, where: str = "event") -> SessionEvent:
+    """Validate one event given as a JSON object (server-assigned fields may be omitted)."""
+    ev = _convert(obj, SessionEvent, where)
+    if ev.action == "tool_result":
+        _require(
+            bool(ev.tool_call_id), f"{where}.tool_call_id", "required for action 'tool_result'"
+        )
+    if ev.action == "tool_call_request":
+        _require(
+            bool(ev.tool_calls),
+            f"{where}.tool_calls",
+            "required (non-empty) for 'tool_call_request'",
+        )
+        _check_tool_calls(ev.tool_calls, where)
+    elif ev.tool_calls:
+        _require(False, f"{where}.tool_calls", "only 'tool_call_request' events carry tool calls")
+    return ev
+
+
+def parse_events(objs: Any, where: str = "events") -> list[SessionEvent]:
+    _require(isinstance(objs, list), where, "must be a list of event objects")
+    return [parse_event(o, f"{where}[{i}]") for i, o in enumerate(objs)]
