@@ -9,6 +9,7 @@ CREATE TABLE IF NOT EXISTS sessions (
   metadata TEXT,                            -- JSON object or NULL
   last_seq INTEGER NOT NULL DEFAULT 0,      -- highest seq ever assigned: never reused
   last_turn INTEGER NOT NULL DEFAULT 0,     -- highest turn number ever assigned
+  last_turn_start_seq INTEGER NOT NULL DEFAULT 0, -- seq of the user message opening last_turn
   strategy TEXT,                            -- persisted compaction strategy (JSON) or NULL
   compaction_required INTEGER NOT NULL DEFAULT 0,
   mirror_seq INTEGER NOT NULL DEFAULT 0     -- JSONL mirror cursor: last seq written to files

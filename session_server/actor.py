@@ -1,0 +1,353 @@
+"""``AgentActor``: the single writer of one agent's memory (I/O shell).
+
+Every write of an agent goes through the actor's mailbox (an ``asyncio.Lock`` taken in
+FIFO order), so writes never interleave and seqs come out contiguous. A write runs in its
+own task and the caller awaits it through ``asyncio.shield``: once started it completes
+(committed or rolled back) even when the caller is cancelled or disconnects. An answer is
+given only after the commit returned, that is after the data is durable at the configured
+``synchronous`` level. Reads use a separate read-only connection and see the last
+committed state without waiting for a write in progress.
+
+The actor opens its store lazily and may be hibernated by the registry (store closed);
+the next call re-opens it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+
+import msgspec
+
+from .codec import event_to_message, message_to_event, new_event_id
+from .context import WorkingContext, build_working_context
+from .errors import ConflictError, InvalidParamsError, NotFoundError
+from .events import SessionEvent
+from .store import AgentStore, AppendResult, Synchronous
+from .tokens import get_counter
+
+if TYPE_CHECKING:
+    from .registry import ActorRegistry
+
+__all__ = ["AgentActor", "Subscriber"]
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+Subscriber = Callable[[list[SessionEvent]], None]
+
+
+class AgentActor:
+    """One agent's memory. Obtain it with ``await registry.get(agent_id)``."""
+
+    def __init__(
+        self,
+        registry: ActorRegistry,
+        agent_id: str,
+        path: Path,
+        *,
+        synchronous: Synchronous,
+        busy_timeout_ms: int,
+        context_limit: int,
+    ) -> None:
+        self.registry = registry
+        self.agent_id = agent_id
+        self.path = path
+        self.synchronous: Synchronous = synchronous
+        self.busy_timeout_ms = busy_timeout_ms
+        self.context_limit = context_limit
+        self._store: AgentStore | None = None
+        self._open_lock = asyncio.Lock()
+        self._write_lock = asyncio.Lock()
+        self._inflight = 0
+        self._pending: set[asyncio.Task[Any]] = set()
+        self._subscribers: dict[str, list[Subscriber]] = {}
+        self.last_used = time.monotonic()
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    @property
+    def is_open(self) -> bool:
+        return self._store is not None
+
+    @property
+    def busy(self) -> bool:
+        return self._inflight > 0 or bool(self._pending)
+
+    async def _ensure_store(self) -> AgentStore:
+        if self._store is not None:
+            return self._store
+        async with self._open_lock:
+            if self._store is None:
+                self._store = await AgentStore.open(
+                    self.path,
+                    self.agent_id,
+                    synchronous=self.synchronous,
+                    busy_timeout_ms=self.busy_timeout_ms,
+                )
+                self.registry._opened(self)
+            return self._store
+
+    async def hibernate(self) -> None:
+        """Close the store (after in-flight writes finish); the next call re-opens it."""
+        async with self._write_lock:
+            if self._inflight > 0:
+                return  # a read is using the store; the next sweep tries again
+            store, self._store = self._store, None
+            if store is not None:
+                await store.close()
+                self.registry._closed(self)
+
+    async def close(self) -> None:
+        """Wait for writes in flight, then close the store."""
+        while self._pending:
+            await asyncio.gather(*list(self._pending), return_exceptions=True)
+        await self.hibernate()
+
+    @contextlib.asynccontextmanager
+    async def _activity(self) -> AsyncIterator[AgentStore]:
+        self._inflight += 1
+        self.last_used = time.monotonic()
+        try:
+            store = await self._ensure_store()
+            self.registry._touched(self)
+            yield store
+        finally:
+            self._inflight -= 1
+            self.last_used = time.monotonic()
+
+    async def _read(self, fn: Callable[[AgentStore], Awaitable[T]]) -> T:
+        async with self._activity() as store:
+            return await fn(store)
+
+    async def _write(self, fn: Callable[[AgentStore], Awaitable[T]]) -> T:
+        """Run ``fn`` under the write lock in a task that survives caller cancellation."""
+
+        async def run() -> T:
+            async with self._write_lock, self._activity() as store:
+                return await fn(store)
+
+        task = asyncio.ensure_future(run())
+        self._pending.add(task)
+        task.add_done_callback(self._write_done)
+        return await asyncio.shield(task)
+
+    def _write_done(self, task: asyncio.Task[Any]) -> None:
+        self._pending.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            # Retrieved here so an abandoned write's error is not reported as unhandled;
+            # the caller (if still waiting) gets it through the shield.
+            log.debug("write on agent %r failed: %r", self.agent_id, task.exception())
+
+    # -- sessions --------------------------------------------------------------------
+
+    async def create_session(
+        self, metadata: dict[str, Any] | None = None, session_id: str | None = None
+    ) -> str:
+        """Create a session and return its id (``ConflictError`` if the id exists)."""
+        if session_id is not None and (not isinstance(session_id, str) or not session_id):
+            raise InvalidParamsError("session_id: must be a non-empty string")
+        if metadata is not None and not isinstance(metadata, dict):
+            raise InvalidParamsError("metadata: must be an object")
+        sid = session_id or str(uuid.uuid4())
+        return await self._write(lambda s: s.create_session(metadata, sid))
+
+    async def get_session(self, session_id: str) -> dict[str, Any] | None:
+        return await self._read(lambda s: s.get_session(session_id))
+
+    async def list_sessions(self) -> list[dict[str, Any]]:
+        """Sessions, most recently updated first."""
+        return await self._read(lambda s: s.list_sessions())
+
+    async def delete_session(self, session_id: str) -> bool:
+        """Delete a session and its events in one transaction; False if it did not exist."""
+        return await self._write(lambda s: s.delete_session(session_id))
+
+    # -- events ----------------------------------------------------------------------
+
+    async def append_events(
+        self,
+        session_id: str,
+        events: Sequence[SessionEvent],
+        *,
+        expected_last_seq: int | None = None,
+        idempotency_key: str | None = None,
+    ) -> AppendResult:
+        """Append events atomically (all or none); the callers' seq and session_id are ignored.
+
+        Ids and timestamps are kept when given, assigned otherwise. An empty list is a
+        no-op (even for an unknown session). A repeated ``idempotency_key`` returns the
+        first call's result without writing; an ``expected_last_seq`` that is not the
+        session's last seq raises ``ConflictError`` with ``data["last_seq"]``.
+        """
+        return await self._append(
+            session_id,
+            list(events),
+            expected_last_seq=expected_last_seq,
+            idempotency_key=idempotency_key,
+        )
+
+    async def _append(
+        self,
+        session_id: str,
+        events: list[SessionEvent],
+        *,
+        expected_last_seq: int | None = None,
+        idempotency_key: str | None = None,
+        compaction_required: bool | None = None,
+    ) -> AppendResult:
+        if (
+            not events
+            and compaction_required is None
+            and idempotency_key is None
+            and expected_last_seq is None
+        ):
+            return AppendResult(seqs=[], last_seq=await self._last_seq_or_zero(session_id))
+        prepared = [e if e.id else msgspec.structs.replace(e, id=new_event_id()) for e in events]
+        counter = get_counter()
+        tokens = [_event_tokens(counter, e) for e in prepared]
+
+        async def write(store: AgentStore) -> AppendResult:
+            result, stored, replay = await store.append_events(
+                session_id,
+                prepared,
+                tokens,
+                expected_last_seq=expected_last_seq,
+                idempotency_key=idempotency_key,
+                compaction_required=compaction_required,
+            )
+            if stored and not replay:
+                self._publish(session_id, stored)
+            return result
+
+        return await self._write(write)
+
+    async def _last_seq_or_zero(self, session_id: str) -> int:
+        state = await self._read(lambda s: s.session_state(session_id))
+        return 0 if state is None else int(state["last_seq"])
+
+    async def load_events(
+        self,
+        session_id: str,
+        *,
+        limit: int | None = 50,
+        tail: bool = True,
+        since: int | None = None,
+        after_seq: int | None = None,
+        actions: Iterable[str] | None = None,
+    ) -> list[SessionEvent]:
+        """Events oldest first; ``tail`` picks the last ``limit``; filters apply first."""
+        return await self._read(
+            lambda s: s.load_events(
+                session_id,
+                limit=limit,
+                tail=tail,
+                since=since,
+                after_seq=after_seq,
+                actions=actions,
+            )
+        )
+
+    async def delete_events(self, session_id: str, event_ids: Sequence[str]) -> int:
+        """Delete events of this session by id (unknown ids ignored); returns how many."""
+        return await self._write(lambda s: s.delete_events(session_id, list(event_ids)))
+
+    # -- subscriptions -----------------------------------------------------------------
+
+    def subscribe(self, session_id: str, callback: Subscriber) -> Callable[[], None]:
+        """Call ``callback(events)`` after every committed append to ``session_id``.
+
+        Calls happen on the event loop, in seq order, while the write lock is still held,
+        so no append can be missed or reordered. Returns the unsubscribe function.
+        """
+        subs = self._subscribers.setdefault(session_id, [])
+        subs.append(callback)
+
+        def unsubscribe() -> None:
+            with contextlib.suppress(ValueError):
+                subs.remove(callback)
+            if not subs:
+                self._subscribers.pop(session_id, None)
+
+        return unsubscribe
+
+    def _publish(self, session_id: str, events: list[SessionEvent]) -> None:
+        for callback in list(self._subscribers.get(session_id, ())):
+            try:
+                callback(events)
+            except Exception:
+                log.exception("subscriber of %r/%r failed", self.agent_id, session_id)
+
+    # -- working contexts ----------------------------------------------------------------
+
+    async def build_working_context(
+        self,
+        session_id: str,
+        *,
+        system_instructions: Iterable[str] | None = None,
+        limit: int | None = None,
+        strategy: dict[str, Any] | None = None,
+    ) -> WorkingContext:
+        """Build the context for the next model call (local use: no RPC involved).
+
+        Reads the last ``limit`` events (default: the registry's ``context_limit``) in one
+        snapshot, moved so that no tool call is split from its results; ``base_seq`` is the
+        session's last seq at that snapshot, ``token_count`` the sum of the stored
+        per-event counts plus the system instructions.
+        """
+        if limit is not None and (not isinstance(limit, int) or limit < 1):
+            raise InvalidParamsError("limit: must be a positive integer")
+        instructions = list(system_instructions or [])
+        window_limit = limit or self.context_limit
+        window = await self._read(lambda s: s.context_window(session_id, limit=window_limit))
+        counter = get_counter()
+        tokens = sum(e.token_count or 0 for e in window.events)
+        tokens += sum(4 + counter.count(s) for s in instructions)
+        return build_working_context(
+            window.events,
+            system_instructions=instructions,
+            base_seq=window.last_seq,
+            token_count=tokens,
+        )
+
+    async def persist_working_context(
+        self,
+        session_id: str,
+        ctx: WorkingContext,
+        *,
+        idempotency_key: str | None = None,
+        usage: dict[str, Any] | None = None,
+        on_conflict: Literal["append", "reject"] = "append",
+    ) -> AppendResult:
+        """Write exactly ``ctx.get_new_messages()`` as events, in one transaction.
+
+        ``on_conflict="reject"`` fails with ``ConflictError`` (writing nothing) when the
+        session moved past ``ctx.base_seq``; ``"append"`` appends after whatever is there.
+        """
+        if on_conflict not in ("append", "reject"):
+            raise InvalidParamsError("on_conflict: must be 'append' or 'reject'")
+        events = [message_to_event(session_id, m) for m in ctx.get_new_messages()]
+        expected = ctx.base_seq if on_conflict == "reject" else None
+        if not events:
+            state = await self._read(lambda s: s.session_state(session_id))
+            if state is None:
+                raise NotFoundError(f"session_id: session {session_id!r} not found")
+            if expected is not None and int(state["last_seq"]) != expected:
+                raise ConflictError(
+                    f"base_seq: session {session_id!r} is at seq {state['last_seq']}",
+                    data={"last_seq": int(state["last_seq"])},
+                )
+            return AppendResult(seqs=[], last_seq=int(state["last_seq"]))
+        return await self._append(
+            session_id, events, expected_last_seq=expected, idempotency_key=idempotency_key
+        )
+
+
+def _event_tokens(counter: Any, event: SessionEvent) -> int:
+    message = event_to_message(event)
+    return 0 if message is None else int(counter.count_message(message))
