@@ -1,16 +1,27 @@
-"""Provider format adapters and their registry: ``adapters.get(name)``."""
+"""Provider format adapters and their registry: ``adapters.get(name)``.
+
+Registered: ``workers-ai``, ``openai-chat``, ``openai-responses`` and ``anthropic``.
+:func:`render_context` renders system instructions and context messages with the adapter
+of a given name (the pure core of the ``context.render`` RPC).
+"""
 
 from __future__ import annotations
 
-from session_server.errors import InvalidParamsError
+from collections.abc import Mapping, Sequence
+from typing import Any
 
-from . import workers_ai
+from session_server.errors import InvalidParamsError
+from session_server.events import ContextMessage
+from session_server.validation import parse_message
+
+from . import anthropic, openai_chat, openai_responses, workers_ai
 from .base import ModelFormatAdapter
 
-__all__ = ["ModelFormatAdapter", "get", "names"]
+__all__ = ["ModelFormatAdapter", "get", "names", "render_context"]
 
 _REGISTRY: dict[str, ModelFormatAdapter] = {
-    workers_ai.adapter.name: workers_ai.adapter,
+    a.name: a
+    for a in (workers_ai.adapter, openai_chat.adapter, openai_responses.adapter, anthropic.adapter)
 }
 
 
@@ -28,3 +39,39 @@ def get(name: str) -> ModelFormatAdapter:
             f"adapter: unknown adapter {name!r}; known adapters: {', '.join(names())}",
             data={"field": "adapter"},
         ) from None
+
+
+def render_context(
+    adapter_name: str,
+    system_instructions: Sequence[str] | None,
+    messages: Sequence[ContextMessage | Mapping[str, Any]],
+) -> dict[str, Any]:
+    """Render a working context in the format of the adapter named ``adapter_name``.
+
+    ``system_instructions`` is a list of strings (``None`` for none); ``messages`` are
+    ``ContextMessage``s or JSON objects of that shape (validated with
+    ``session_server.validation.parse_message``, errors naming ``messages[i]``). Pure: the
+    result is plain JSON-compatible data. Raises ``InvalidParamsError`` for an unknown
+    adapter or invalid input, and its subclass ``RenderError`` for a context the format
+    cannot express.
+    """
+    adapter = get(adapter_name)
+    if isinstance(system_instructions, str) or not isinstance(system_instructions, Sequence | None):
+        raise InvalidParamsError(
+            "system_instructions: must be a list of strings",
+            data={"field": "system_instructions"},
+        )
+    instructions = list(system_instructions or ())
+    for i, text in enumerate(instructions):
+        if not isinstance(text, str):
+            field = f"system_instructions[{i}]"
+            raise InvalidParamsError(
+                f"{field}: must be a string, got {type(text).__name__}", data={"field": field}
+            )
+    parsed = [
+        msg
+        if isinstance(msg, ContextMessage)
+        else parse_message(dict(msg) if isinstance(msg, Mapping) else msg, f"messages[{i}]")
+        for i, msg in enumerate(messages)
+    ]
+    return adapter.to_model_messages(instructions, parsed)

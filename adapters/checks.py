@@ -1,0 +1,101 @@
+"""Checks shared by the provider adapters: what no provider format can express (pure).
+
+Every adapter except ``workers-ai`` (which keeps its historical pass-through behaviour)
+runs :func:`check_tool_pairing` before rendering, so the rules are the same everywhere:
+
+- a ``tool`` message must carry a ``tool_call_id`` and answer a call of the assistant
+  message it follows; only ``tool`` messages may sit between an assistant message with
+  ``tool_calls`` and the last of its results;
+- each call id appears once in the whole context (providers pair calls and results by
+  id; a reused id would make the pairing ambiguous, and Anthropic refuses it) and each
+  call is answered at most once;
+- a call may stay unanswered only in the last assistant message, with nothing but results
+  of that same message after it (the model or the tool runner answers it next); a call
+  whose result is missing, followed by any other message, is refused;
+- only assistant messages carry ``tool_calls``.
+
+:func:`check_images` refuses images on roles a format cannot attach them to. Refusals
+are ``RenderError``s whose message starts with the offending ``messages[i]`` path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+
+from session_server.errors import RenderError
+from session_server.events import ContextMessage
+
+__all__ = ["check_images", "check_tool_pairing", "render_error"]
+
+
+def render_error(index: int, problem: str, *, field: str | None = None) -> RenderError:
+    """A ``RenderError`` for ``messages[index]`` (``messages[index].field`` when given)."""
+    path = f"messages[{index}]" if field is None else f"messages[{index}].{field}"
+    return RenderError(f"{path}: {problem}", data={"field": path, "index": index})
+
+
+def check_tool_pairing(messages: Sequence[ContextMessage]) -> None:
+    """Raise ``RenderError`` unless every tool call and tool result pair up (rules above)."""
+    first_seen: dict[str, int] = {}  # call id -> index of the assistant message
+    answered: set[str] = set()
+    pending: dict[str, int] = {}  # calls of the open assistant message still unanswered
+    for i, msg in enumerate(messages):
+        if msg.role == "tool":
+            call_id = msg.tool_call_id
+            if not call_id:
+                raise render_error(i, "tool result has no tool_call_id", field="tool_call_id")
+            if call_id in pending:
+                del pending[call_id]
+            elif call_id in answered:
+                raise render_error(i, f"duplicate tool result for call_id {call_id!r}")
+            else:
+                raise render_error(
+                    i, f"tool result for call_id {call_id!r} has no preceding tool call"
+                )
+            answered.add(call_id)
+            continue
+        if pending:
+            call_id, at = next(iter(pending.items()))
+            raise render_error(
+                at,
+                f"tool call {call_id!r} has no result before messages[{i}] ({msg.role}); "
+                "a call may stay unanswered only in the last assistant message",
+            )
+        if not msg.tool_calls:
+            continue
+        if msg.role != "assistant":
+            raise render_error(
+                i, f"only assistant messages carry tool calls, not {msg.role}", field="tool_calls"
+            )
+        for k, call in enumerate(msg.tool_calls):
+            where = f"tool_calls[{k}].id"
+            if not call.id:
+                raise render_error(i, "tool call id must be a non-empty string", field=where)
+            if call.id in first_seen:
+                raise render_error(
+                    i,
+                    f"tool call id {call.id!r} is already used by messages[{first_seen[call.id]}]",
+                    field=where,
+                )
+            first_seen[call.id] = i
+            pending[call.id] = i
+
+
+def check_images(
+    messages: Sequence[ContextMessage], *, adapter: str, roles: Collection[str]
+) -> None:
+    """Raise ``RenderError`` for images on a role outside ``roles`` or an empty image URL."""
+    allowed = ", ".join(sorted(roles))
+    for i, msg in enumerate(messages):
+        if not msg.images:
+            continue
+        if msg.role not in roles:
+            raise render_error(
+                i,
+                f"{adapter} cannot attach images to a {msg.role} message "
+                f"(images are accepted on: {allowed})",
+                field="images",
+            )
+        for k, url in enumerate(msg.images):
+            if not url:
+                raise render_error(i, "image URL must be a non-empty string", field=f"images[{k}]")
