@@ -31,6 +31,7 @@ from .errors import ConflictError, InvalidParamsError, NotFoundError
 from .events import SessionEvent
 from .store import AgentStore, AppendResult, Synchronous
 from .tokens import get_counter
+from .validation import parse_event, parse_message
 
 if TYPE_CHECKING:
     from .registry import ActorRegistry
@@ -208,7 +209,11 @@ class AgentActor:
             and expected_last_seq is None
         ):
             return AppendResult(seqs=[], last_seq=await self._last_seq_or_zero(session_id))
-        prepared = [e if e.id else msgspec.structs.replace(e, id=new_event_id()) for e in events]
+        # Structs are not validated on construction: check every event before writing any.
+        checked = [
+            parse_event(msgspec.to_builtins(e), f"events[{i}]") for i, e in enumerate(events)
+        ]
+        prepared = [e if e.id else msgspec.structs.replace(e, id=new_event_id()) for e in checked]
         counter = get_counter()
         tokens = [_event_tokens(counter, e) for e in prepared]
 
@@ -331,7 +336,11 @@ class AgentActor:
         """
         if on_conflict not in ("append", "reject"):
             raise InvalidParamsError("on_conflict: must be 'append' or 'reject'")
-        events = [message_to_event(session_id, m) for m in ctx.get_new_messages()]
+        new = ctx.get_new_messages()
+        checked = [
+            parse_message(msgspec.to_builtins(m), f"messages[{i}]") for i, m in enumerate(new)
+        ]
+        events = [message_to_event(session_id, m) for m in checked]
         expected = ctx.base_seq if on_conflict == "reject" else None
         if not events:
             state = await self._read(lambda s: s.session_state(session_id))

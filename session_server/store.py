@@ -535,7 +535,12 @@ class AgentStore:
                 prefix: list[sqlite3.Row] = []
                 if rows and limit is not None and len(rows) >= limit:
                     first = rows[0]
-                    start = int(first["turn_start_seq"])
+                    # Widen to the turn of the first event and of any result whose call is older.
+                    start = min(
+                        int(r["turn_start_seq"])
+                        for r in rows
+                        if r is first or r["action"] == "tool_result"
+                    )
                     lower = start if from_seq is None else max(start, from_seq)
                     if lower < int(first["seq"]):
                         prefix = list(
