@@ -1,0 +1,405 @@
+"""RPC methods: one pydantic params model and one async handler per method.
+
+Adding a method is one entry::
+
+    class EchoParams(RpcParams):
+        text: str
+
+    @rpc_method("debug.echo", EchoParams)              # agent endpoint (default)
+    async def debug_echo(ctx: CallContext, p: EchoParams) -> dict[str, Any]:
+        return {"text": p.text}
+
+Modules that add methods must be imported before the server starts (this package's
+``__init__`` imports the built-in ones). Handlers take ``(ctx, params)``: ``ctx.actor()``
+gives the ``AgentActor`` of the connection's agent (agent endpoint), ``ctx.registry`` the
+registry, ``ctx.permits(agent_id)`` says whether the connection's token may address an
+agent, ``ctx.connection`` the connection (subscriptions). Results are plain JSON values
+(``msgspec.Struct`` values inside them are encoded as objects).
+
+``dispatch`` validates params (nothing is written when validation fails), runs the handler
+and turns every outcome into a response dict (``None`` for notifications). This module does
+no I/O itself; it never imports ``asyncio`` or ``websockets``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol, TypeVar
+
+import pydantic
+from pydantic import ConfigDict, Field, PlainValidator
+
+from ..auth import Grant
+from ..context import WorkingContext
+from ..errors import (
+    InternalError,
+    InvalidParamsError,
+    MethodNotFoundError,
+    NotFoundError,
+    SessionServerError,
+)
+from ..events import Action, ContextMessage, SessionEvent
+from ..validation import parse_events, parse_messages
+from .protocol import (
+    Invalid,
+    Request,
+    error_response,
+    format_validation_error,
+    result_response,
+    validation_error_field,
+)
+
+if TYPE_CHECKING:
+    from ..actor import AgentActor
+    from ..registry import ActorRegistry
+
+__all__ = [
+    "AGENT",
+    "METHODS",
+    "SERVER",
+    "CallContext",
+    "ConnectionLike",
+    "Endpoint",
+    "MethodSpec",
+    "RpcParams",
+    "dispatch",
+    "rpc_method",
+]
+
+log = logging.getLogger("session_server.rpc")
+
+Endpoint = Literal["agent", "server"]
+AGENT: Endpoint = "agent"
+SERVER: Endpoint = "server"
+
+P = TypeVar("P", bound="RpcParams")
+Handler = Callable[["CallContext", Any], Awaitable[Any]]
+
+
+class RpcParams(pydantic.BaseModel):
+    """Base of every params model: unknown fields are refused, values are not coerced
+    across JSON types (``"5"`` is not an integer)."""
+
+    model_config = ConfigDict(
+        extra="forbid", strict=True, frozen=True, arbitrary_types_allowed=True
+    )
+
+
+class ConnectionLike(Protocol):
+    """What handlers may ask of the connection a request arrived on."""
+
+    async def subscribe(self, ctx: CallContext, actor: AgentActor, session_id: str) -> int:
+        """Start ``events.appended`` notifications for ``session_id``; return its last seq."""
+        ...
+
+    def unsubscribe(self, session_id: str) -> bool:
+        """Stop notifications for ``session_id``; false when there was no subscription."""
+        ...
+
+
+@dataclass(slots=True)
+class CallContext:
+    """Per-request context handed to handlers.
+
+    ``grant`` is the token grant of the connection (``None`` when auth is off);
+    ``after_response`` callbacks run right after the response is queued for sending.
+    """
+
+    registry: ActorRegistry
+    agent_id: str | None
+    connection: ConnectionLike
+    grant: Grant | None = None
+    after: list[Callable[[], None]] = field(default_factory=list)
+
+    async def actor(self) -> AgentActor:
+        if self.agent_id is None:
+            raise MethodNotFoundError("this method needs an agent endpoint (/v1/agents/<id>)")
+        return await self.registry.get(self.agent_id)
+
+    def permits(self, agent_id: str) -> bool:
+        return self.grant is None or self.grant.permits(agent_id)
+
+    def after_response(self, callback: Callable[[], None]) -> None:
+        self.after.append(callback)
+
+
+@dataclass(frozen=True, slots=True)
+class MethodSpec:
+    name: str
+    params: type[RpcParams]
+    handler: Handler
+    endpoint: Endpoint
+
+
+METHODS: dict[str, MethodSpec] = {}
+
+
+def rpc_method(
+    name: str, params: type[P], *, endpoint: Endpoint = AGENT
+) -> Callable[
+    [Callable[[CallContext, P], Awaitable[Any]]], Callable[[CallContext, P], Awaitable[Any]]
+]:
+    """Register ``handler`` as method ``name``; a name may be registered once."""
+
+    def register(
+        handler: Callable[[CallContext, P], Awaitable[Any]],
+    ) -> Callable[[CallContext, P], Awaitable[Any]]:
+        if name in METHODS:
+            raise ValueError(f"RPC method {name!r} is already registered")
+        METHODS[name] = MethodSpec(name, params, handler, endpoint)
+        return handler
+
+    return register
+
+
+async def dispatch(
+    item: Request | Invalid,
+    ctx: CallContext,
+    endpoint: Endpoint,
+    methods: dict[str, MethodSpec] | None = None,
+) -> dict[str, Any] | None:
+    """Run one request; return its response dict, or ``None`` for a notification."""
+    if isinstance(item, Invalid):
+        return None if item.notification else error_response(item.id, item.error)
+    table = METHODS if methods is None else methods
+    try:
+        result = await _call(item, ctx, endpoint, table)
+    except SessionServerError as exc:
+        if item.notification:
+            return None
+        return error_response(item.id, exc)
+    except Exception:
+        log.exception("internal error in %s (request id %r)", item.method, item.id)
+        if item.notification:
+            return None
+        return error_response(item.id, InternalError("Internal error"))
+    return None if item.notification else result_response(item.id, result)
+
+
+async def _call(
+    req: Request, ctx: CallContext, endpoint: Endpoint, table: dict[str, MethodSpec]
+) -> Any:
+    spec = table.get(req.method)
+    if spec is None:
+        raise MethodNotFoundError(f"Method not found: {req.method!r}")
+    if spec.endpoint != endpoint:
+        where = "/v1" if spec.endpoint == SERVER else "/v1/agents/<agent_id>"
+        raise MethodNotFoundError(
+            f"Method not found: {req.method!r} is not available on this endpoint (use {where})"
+        )
+    try:
+        params = spec.params.model_validate(req.params)
+    except pydantic.ValidationError as exc:
+        raise InvalidParamsError(
+            format_validation_error(exc), data={"field": validation_error_field(exc)}
+        ) from exc
+    return await spec.handler(ctx, params)
+
+
+# ---------------------------------------------------------------------------- params types
+
+SessionId = Annotated[str, Field(min_length=1, max_length=256)]
+Events = Annotated[list[SessionEvent], PlainValidator(lambda v: parse_events(v, "params.events"))]
+Messages = Annotated[
+    list[ContextMessage], PlainValidator(lambda v: parse_messages(v, "params.messages"))
+]
+JsonObject = dict[str, Any]
+
+
+def _instructions(value: Any) -> list[str] | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return list(value)
+    raise InvalidParamsError(
+        "params.system_instructions: must be a string or a list of strings",
+        data={"field": "params.system_instructions"},
+    )
+
+
+Instructions = Annotated[list[str] | None, PlainValidator(_instructions)]
+
+
+class SessionParams(RpcParams):
+    session_id: SessionId
+
+
+class CreateSessionParams(RpcParams):
+    metadata: JsonObject | None = None
+    session_id: SessionId | None = None
+
+
+class NoParams(RpcParams):
+    pass
+
+
+class AppendParams(RpcParams):
+    session_id: SessionId
+    events: Events
+    expected_last_seq: Annotated[int, Field(ge=0)] | None = None
+    idempotency_key: Annotated[str, Field(min_length=1, max_length=256)] | None = None
+
+
+class LoadParams(RpcParams):
+    session_id: SessionId
+    limit: Annotated[int, Field(ge=1)] | None = 50
+    tail: bool = True
+    since: Annotated[int, Field(ge=0)] | None = None
+    after_seq: Annotated[int, Field(ge=0)] | None = None
+    actions: list[Action] | None = None
+
+
+class DeleteEventsParams(RpcParams):
+    session_id: SessionId
+    event_ids: list[Annotated[str, Field(min_length=1)]]
+
+
+class BuildParams(RpcParams):
+    session_id: SessionId
+    system_instructions: Instructions = None
+    limit: Annotated[int, Field(ge=1)] | None = None
+    strategy: JsonObject | None = None
+
+
+class PersistParams(RpcParams):
+    session_id: SessionId
+    messages: Messages
+    base_seq: Annotated[int, Field(ge=0)] | None = None
+    idempotency_key: Annotated[str, Field(min_length=1, max_length=256)] | None = None
+    usage: JsonObject | None = None
+
+
+# ---------------------------------------------------------------------------- handlers
+
+
+def _append_result(result: Any) -> dict[str, Any]:
+    return {
+        "seqs": list(result.seqs),
+        "last_seq": result.last_seq,
+        "compaction_required": bool(getattr(result, "compaction_required", False)),
+    }
+
+
+async def _session_row(actor: AgentActor, session_id: str) -> dict[str, Any]:
+    row = await actor.get_session(session_id)
+    if row is None:
+        raise NotFoundError(f"session {session_id!r} not found", data={"session_id": session_id})
+    return row
+
+
+@rpc_method("session.create", CreateSessionParams)
+async def session_create(ctx: CallContext, p: CreateSessionParams) -> dict[str, Any]:
+    """Create a session; answer the session object plus ``session_id``."""
+    actor = await ctx.actor()
+    sid = await actor.create_session(metadata=p.metadata, session_id=p.session_id)
+    row = await actor.get_session(sid)
+    return {**(row or {"id": sid}), "session_id": sid}
+
+
+@rpc_method("session.get", SessionParams)
+async def session_get(ctx: CallContext, p: SessionParams) -> dict[str, Any]:
+    return await _session_row(await ctx.actor(), p.session_id)
+
+
+@rpc_method("session.list", NoParams)
+async def session_list(ctx: CallContext, p: NoParams) -> dict[str, Any]:
+    return {"sessions": await (await ctx.actor()).list_sessions()}
+
+
+@rpc_method("session.delete", SessionParams)
+async def session_delete(ctx: CallContext, p: SessionParams) -> dict[str, Any]:
+    deleted = await (await ctx.actor()).delete_session(p.session_id)
+    if deleted:
+        ctx.connection.unsubscribe(p.session_id)
+    return {"deleted": deleted}
+
+
+@rpc_method("events.append", AppendParams)
+async def events_append(ctx: CallContext, p: AppendParams) -> dict[str, Any]:
+    for i, ev in enumerate(p.events):
+        if ev.session_id and ev.session_id != p.session_id:
+            raise InvalidParamsError(
+                f"params.events[{i}].session_id: differs from params.session_id",
+                data={"field": f"params.events[{i}].session_id"},
+            )
+    result = await (await ctx.actor()).append_events(
+        p.session_id,
+        p.events,
+        expected_last_seq=p.expected_last_seq,
+        idempotency_key=p.idempotency_key,
+    )
+    return _append_result(result)
+
+
+@rpc_method("events.load", LoadParams)
+async def events_load(ctx: CallContext, p: LoadParams) -> dict[str, Any]:
+    """Events oldest first."""
+    events = await (await ctx.actor()).load_events(
+        p.session_id,
+        limit=p.limit,
+        tail=p.tail,
+        since=p.since,
+        after_seq=p.after_seq,
+        actions=p.actions,
+    )
+    return {"events": events}
+
+
+@rpc_method("events.delete", DeleteEventsParams)
+async def events_delete(ctx: CallContext, p: DeleteEventsParams) -> dict[str, Any]:
+    return {"deleted": await (await ctx.actor()).delete_events(p.session_id, p.event_ids)}
+
+
+@rpc_method("context.build", BuildParams)
+async def context_build(ctx: CallContext, p: BuildParams) -> dict[str, Any]:
+    wc = await (await ctx.actor()).build_working_context(
+        p.session_id, system_instructions=p.system_instructions, limit=p.limit, strategy=p.strategy
+    )
+    return {
+        "system_instructions": wc.system_instructions,
+        "messages": wc.messages,
+        "base_seq": wc.base_seq,
+        "token_count": wc.token_count,
+    }
+
+
+@rpc_method("turn.persist", PersistParams)
+async def turn_persist(ctx: CallContext, p: PersistParams) -> dict[str, Any]:
+    """Persist the messages of one turn atomically. With ``base_seq`` the session must not
+    have moved past it (conflict otherwise); without it the turn is appended."""
+    wc = WorkingContext(base_seq=p.base_seq or 0)
+    wc.add_messages(p.messages)
+    result = await (await ctx.actor()).persist_working_context(
+        p.session_id,
+        wc,
+        idempotency_key=p.idempotency_key,
+        usage=p.usage,
+        on_conflict="reject" if p.base_seq is not None else "append",
+    )
+    return _append_result(result)
+
+
+@rpc_method("events.subscribe", SessionParams)
+async def events_subscribe(ctx: CallContext, p: SessionParams) -> dict[str, Any]:
+    """Notifications (``events.appended``) follow for every event with seq > ``last_seq``."""
+    last_seq = await ctx.connection.subscribe(ctx, await ctx.actor(), p.session_id)
+    return {"session_id": p.session_id, "last_seq": last_seq}
+
+
+@rpc_method("events.unsubscribe", SessionParams)
+async def events_unsubscribe(ctx: CallContext, p: SessionParams) -> dict[str, Any]:
+    return {"unsubscribed": ctx.connection.unsubscribe(p.session_id)}
+
+
+@rpc_method("agents.list", NoParams, endpoint=SERVER)
+async def agents_list(ctx: CallContext, p: NoParams) -> dict[str, Any]:
+    """Agent ids with a folder on disk, sorted; a restricted token sees only its agents."""
+    agents = ctx.registry.list_agents()
+    if inspect.isawaitable(agents):
+        agents = await agents
+    return {"agents": [a for a in agents if ctx.permits(a)]}

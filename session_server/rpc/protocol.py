@@ -1,0 +1,215 @@
+"""JSON-RPC 2.0 framing (pure): parse a frame into requests, build responses.
+
+``parse_frame`` turns one WebSocket text (or binary, read as UTF-8) frame into a ``Frame``:
+a single item or a batch, each item either a valid ``Request`` or an ``Invalid`` envelope
+carrying the error to answer with. A frame that is not JSON raises ``ParseError``; an empty
+batch raises ``InvalidRequestError`` (both answered with ``id: null``).
+
+Responses are plain dicts (results may contain ``msgspec.Struct`` values);
+``encode_message`` serialises one response, a batch or a notification with msgspec.
+``format_validation_error`` turns a pydantic ``ValidationError`` into one message that names
+each field by its path, e.g. ``params.events[0].content: Input should be a valid string``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import msgspec
+import pydantic
+
+from ..errors import (
+    InvalidParamsError,
+    InvalidRequestError,
+    ParseError,
+    SessionServerError,
+)
+
+__all__ = [
+    "Frame",
+    "Invalid",
+    "Request",
+    "RequestId",
+    "encode_message",
+    "error_response",
+    "format_validation_error",
+    "notification",
+    "parse_frame",
+    "result_response",
+    "validation_error_field",
+]
+
+RequestId = str | int | None
+
+_DECODER: Final = msgspec.json.Decoder()
+_ENCODER: Final = msgspec.json.Encoder()
+_MISSING: Final = object()
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """A well-formed request or notification (``notification`` is true when ``id`` was absent).
+
+    ``params`` is always a dict: absent params become ``{}`` (parameters are by name).
+    """
+
+    method: str
+    params: dict[str, Any]
+    id: RequestId = None
+    notification: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Invalid:
+    """An item that is not a valid request; answer ``error`` with ``id`` (``None`` if unknown).
+
+    ``notification`` is true when the item had no ``id`` but was otherwise a request whose
+    params were unusable; such an item gets no answer.
+    """
+
+    id: RequestId
+    error: SessionServerError
+    notification: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    """The parsed content of one frame: ``batch`` tells whether to answer with an array."""
+
+    items: list[Request | Invalid] = field(default_factory=list)
+    batch: bool = False
+
+
+def _decode(data: str | bytes) -> Any:
+    if isinstance(data, str):
+        try:
+            raw = data.encode("utf-8")
+        except UnicodeEncodeError as exc:  # lone surrogates
+            raise ParseError("Parse error: frame is not valid UTF-8") from exc
+    else:
+        raw = bytes(data)
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ParseError(f"Parse error: frame is not valid UTF-8 (byte {exc.start})") from exc
+    try:
+        return _DECODER.decode(raw)
+    except msgspec.DecodeError as exc:
+        raise ParseError(f"Parse error: {exc}") from exc
+
+
+def _valid_id(value: Any) -> bool:
+    return value is None or isinstance(value, str) or (type(value) is int)
+
+
+def _parse_item(obj: Any) -> Request | Invalid:
+    if not isinstance(obj, dict):
+        return Invalid(
+            None,
+            InvalidRequestError(f"Invalid Request: expected a JSON object, got {_json_type(obj)}"),
+        )
+    raw_id = obj.get("id", _MISSING)
+    notification = raw_id is _MISSING
+    rid: RequestId = None if notification or not _valid_id(raw_id) else raw_id
+    if not notification and not _valid_id(raw_id):
+        return Invalid(
+            None, InvalidRequestError("Invalid Request: id must be a string, an integer or null")
+        )
+    if obj.get("jsonrpc") != "2.0":
+        return Invalid(rid, InvalidRequestError('Invalid Request: jsonrpc must be "2.0"'))
+    method = obj.get("method", _MISSING)
+    if method is _MISSING:
+        return Invalid(rid, InvalidRequestError("Invalid Request: method is missing"))
+    if not isinstance(method, str) or not method:
+        return Invalid(
+            rid, InvalidRequestError("Invalid Request: method must be a non-empty string")
+        )
+    extra = sorted(set(obj) - {"jsonrpc", "method", "params", "id"})
+    if extra:
+        return Invalid(rid, InvalidRequestError(f"Invalid Request: unknown member {extra[0]!r}"))
+    params = obj.get("params", _MISSING)
+    if params is _MISSING or params is None:
+        params = {}
+    elif not isinstance(params, dict):
+        return Invalid(
+            rid,
+            InvalidParamsError(
+                f"params: must be an object (parameters are passed by name), got {_json_type(params)}",
+                data={"field": "params"},
+            ),
+            notification,
+        )
+    return Request(method, params, rid, notification)
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    return "object"
+
+
+def parse_frame(data: str | bytes) -> Frame:
+    """Parse one frame. Raises ``ParseError`` (not JSON / not UTF-8) or
+    ``InvalidRequestError`` (empty batch); every other problem is an ``Invalid`` item."""
+    obj = _decode(data)
+    if isinstance(obj, list):
+        if not obj:
+            raise InvalidRequestError("Invalid Request: empty batch")
+        return Frame([_parse_item(o) for o in obj], batch=True)
+    return Frame([_parse_item(obj)], batch=False)
+
+
+def result_response(request_id: RequestId, result: Any) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": request_id, "result": result}
+
+
+def error_response(request_id: RequestId, error: SessionServerError) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": request_id, "error": error.to_jsonrpc()}
+
+
+def notification(method: str, params: dict[str, Any]) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "method": method, "params": params}
+
+
+def encode_message(message: dict[str, Any] | Sequence[dict[str, Any]]) -> str:
+    """Serialise a response, a batch of responses or a notification to JSON text."""
+    return _ENCODER.encode(message).decode("utf-8")
+
+
+def _loc_path(prefix: str, loc: Sequence[int | str]) -> str:
+    path = prefix
+    for part in loc:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        else:
+            path += f".{part}" if path else part
+    return path
+
+
+def validation_error_field(exc: pydantic.ValidationError, prefix: str = "params") -> str:
+    """The path of the first field a ``ValidationError`` names."""
+    errors = exc.errors(include_url=False)
+    return _loc_path(prefix, errors[0]["loc"]) if errors else prefix
+
+
+def format_validation_error(exc: pydantic.ValidationError, prefix: str = "params") -> str:
+    """One line per problem, ``; ``-joined: ``params.limit: Input should be greater than 0``."""
+    parts = []
+    for err in exc.errors(include_url=False):
+        msg = err["msg"]
+        if err["type"] == "missing":
+            msg = "Field required"
+        elif err["type"] == "extra_forbidden":
+            msg = "Unknown field"
+        parts.append(f"{_loc_path(prefix, err['loc'])}: {msg}")
+    return "; ".join(parts) or f"{prefix}: invalid"

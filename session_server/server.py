@@ -1,0 +1,399 @@
+"""The WebSocket JSON-RPC 2.0 server (I/O shell around ``session_server.rpc``).
+
+Endpoints: ``/v1/agents/<url-encoded agent_id>`` (agent methods) and ``/v1`` (server
+methods). The handshake refuses, before any actor is touched: a missing or unknown token
+when tokens are configured (401), an unknown path (404), an invalid agent id (400), a
+token not allowed for the agent (403).
+
+Each connection reads frames in one task and handles each frame in its own task, so
+requests may be pipelined; answers carry their request ids. Everything sent on a
+connection (answers and ``events.appended`` notifications) goes through one ordered
+outgoing queue. ``stop()`` is graceful: stop accepting, stop reading, let in-flight
+requests finish and their answers go out, then close the connections (1001).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import http
+import logging
+import weakref
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final
+from urllib.parse import unquote, urlsplit
+
+from websockets.asyncio.server import Server, ServerConnection, serve
+from websockets.datastructures import Headers
+from websockets.exceptions import ConnectionClosed
+from websockets.http11 import Request, Response
+from websockets.typing import Subprotocol
+
+from .agent_ids import validate_agent_id
+from .auth import BEARER_SUBPROTOCOL_PREFIX, Grant, TokenSet, token_from_headers
+from .errors import InvalidAgentIdError, NotFoundError, SessionServerError
+from .events import SessionEvent
+from .rpc.methods import AGENT, SERVER, CallContext, Endpoint, dispatch
+from .rpc.protocol import encode_message, error_response, notification, parse_frame
+
+if TYPE_CHECKING:
+    from .actor import AgentActor
+    from .registry import ActorRegistry
+
+__all__ = ["DEFAULT_MAX_FRAME_BYTES", "JSONRPC_SUBPROTOCOL", "SessionServer"]
+
+log = logging.getLogger("session_server.server")
+
+DEFAULT_MAX_FRAME_BYTES: Final = 16 * 1024 * 1024
+JSONRPC_SUBPROTOCOL: Final = "jsonrpc"
+AGENT_PREFIX: Final = "/v1/agents/"
+
+
+@dataclass(frozen=True, slots=True)
+class _Route:
+    endpoint: Endpoint
+    agent_id: str | None
+    grant: Grant | None
+
+
+class _Subscription:
+    """Buffers events until the subscribe answer is queued, then forwards events with
+    seq > ``last_seq`` as ``events.appended`` notifications."""
+
+    __slots__ = ("buffer", "conn", "last_seq", "live", "session_id", "unsubscribe")
+
+    def __init__(self, conn: _Connection, session_id: str) -> None:
+        self.conn = conn
+        self.session_id = session_id
+        self.last_seq: int | None = None
+        self.live = False
+        self.buffer: list[SessionEvent] = []
+        self.unsubscribe: Callable[[], None] = lambda: None
+
+    def on_events(self, events: list[SessionEvent]) -> None:
+        if self.live:
+            self.conn.notify(self.session_id, events)
+        else:
+            self.buffer.extend(events)
+
+    def go_live(self) -> None:
+        if self.live or self.last_seq is None:
+            return
+        floor = self.last_seq
+        pending = [e for e in self.buffer if e.seq > floor]
+        self.buffer = []
+        self.live = True
+        if pending:
+            self.conn.notify(self.session_id, pending)
+
+
+class _Connection:
+    """One client connection: reader, per-frame tasks, ordered writer, subscriptions."""
+
+    def __init__(self, server: SessionServer, ws: ServerConnection, route: _Route) -> None:
+        self.server = server
+        self.ws = ws
+        self.route = route
+        self.outgoing: asyncio.Queue[str | None] = asyncio.Queue()
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.subscriptions: dict[str, _Subscription] = {}
+        self.slots = asyncio.Semaphore(server.max_inflight)
+        self.reader: asyncio.Task[None] | None = None
+        self.stop_requested = False
+        self.closed = False
+
+    # -- sending (everything goes through one queue, in order) ------------------------
+    def send(self, message: dict[str, Any] | list[dict[str, Any]]) -> None:
+        if not self.closed:
+            self.outgoing.put_nowait(encode_message(message))
+
+    def notify(self, session_id: str, events: list[SessionEvent]) -> None:
+        self.send(notification("events.appended", {"session_id": session_id, "events": events}))
+
+    async def _write(self) -> None:
+        while True:
+            text = await self.outgoing.get()
+            if text is None:
+                return
+            try:
+                await self.ws.send(text)
+            except ConnectionClosed:
+                self.closed = True  # keep draining so producers never block
+
+    # -- subscriptions (ConnectionLike) ------------------------------------------------
+    async def subscribe(self, ctx: CallContext, actor: AgentActor, session_id: str) -> int:
+        existing = self.subscriptions.get(session_id)
+        if existing is not None:
+            row = await actor.get_session(session_id)
+            if row is None:
+                raise NotFoundError(f"session {session_id!r} not found")
+            return int(row["last_seq"])
+        sub = _Subscription(self, session_id)
+        self.subscriptions[session_id] = sub
+        try:
+            sub.unsubscribe = actor.subscribe(session_id, sub.on_events)
+            row = await actor.get_session(session_id)
+            if row is None:
+                raise NotFoundError(
+                    f"session {session_id!r} not found", data={"session_id": session_id}
+                )
+        except BaseException:
+            self._drop(sub)
+            raise
+        sub.last_seq = int(row["last_seq"])
+        ctx.after_response(sub.go_live)
+        return sub.last_seq
+
+    def unsubscribe(self, session_id: str) -> bool:
+        sub = self.subscriptions.get(session_id)
+        if sub is None:
+            return False
+        self._drop(sub)
+        return True
+
+    def _drop(self, sub: _Subscription) -> None:
+        if self.subscriptions.get(sub.session_id) is sub:
+            del self.subscriptions[sub.session_id]
+        sub.live = False
+        sub.buffer = []
+        try:
+            sub.unsubscribe()
+        except Exception:
+            log.exception("unsubscribe from %r failed", sub.session_id)
+
+    # -- requests -----------------------------------------------------------------------
+    def _context(self) -> CallContext:
+        return CallContext(self.server.registry, self.route.agent_id, self, self.route.grant)
+
+    async def _handle(self, data: str | bytes) -> None:
+        try:
+            try:
+                frame = parse_frame(data)
+            except SessionServerError as exc:
+                self.send(error_response(None, exc))
+                return
+            endpoint = self.route.endpoint
+            if not frame.batch:
+                ctx = self._context()
+                response = await dispatch(frame.items[0], ctx, endpoint)
+                if response is not None:
+                    self.send(response)
+                contexts = [ctx]
+            else:
+                contexts = [self._context() for _ in frame.items]
+                answers = await asyncio.gather(
+                    *(dispatch(i, c, endpoint) for i, c in zip(frame.items, contexts, strict=True))
+                )
+                responses = [a for a in answers if a is not None]
+                if responses:
+                    self.send(responses)
+            for ctx in contexts:
+                for callback in ctx.after:
+                    callback()
+        except Exception:  # dispatch answers every error; this is a last resort
+            log.exception("unexpected failure handling a frame")
+        finally:
+            self.slots.release()
+
+    async def _read(self) -> None:
+        try:
+            async for data in self.ws:
+                await self.slots.acquire()
+                task = asyncio.create_task(self._handle(data))
+                self.tasks.add(task)
+                task.add_done_callback(self.tasks.discard)
+        except ConnectionClosed:
+            pass
+
+    async def run(self) -> None:
+        writer = asyncio.create_task(self._write())
+        self.reader = asyncio.create_task(self._read())
+        if self.stop_requested:
+            self.reader.cancel()
+        try:
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.reader
+        finally:
+            for sub in list(self.subscriptions.values()):
+                self._drop(sub)
+            await self._drain()
+            self.outgoing.put_nowait(None)
+            with contextlib.suppress(Exception):
+                await writer
+            if self.server.stopping:
+                await self.ws.close(1001, "server shutting down")
+
+    async def _drain(self) -> None:
+        if not self.tasks:
+            return
+        _done, pending = await asyncio.wait(set(self.tasks), timeout=self.server.drain_timeout)
+        for task in pending:
+            log.warning("cancelling a request still running after %ss", self.server.drain_timeout)
+            task.cancel()
+        if pending:
+            await asyncio.wait(pending)
+
+    def stop_reading(self) -> None:
+        self.stop_requested = True
+        if self.reader is not None:
+            self.reader.cancel()
+
+
+class SessionServer:
+    """Serve ``registry`` over WebSocket JSON-RPC 2.0.
+
+    The caller owns the registry (and closes it after ``stop()``). ``tokens`` empty means
+    no authentication. ``port=0`` lets the system choose; ``port``/``url`` tell which.
+    Usable as ``async with SessionServer(...) as server:`` (start/stop).
+    """
+
+    def __init__(
+        self,
+        registry: ActorRegistry,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 8765,
+        tokens: TokenSet | None = None,
+        max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+        max_inflight: int = 64,
+        drain_timeout: float = 30.0,
+    ) -> None:
+        self.registry = registry
+        self.host = host
+        self.port = port
+        self.tokens = tokens or TokenSet()
+        self.max_frame_bytes = max_frame_bytes
+        self.max_inflight = max_inflight
+        self.drain_timeout = drain_timeout
+        self.stopping = False
+        self._ws: Server | None = None
+        self._routes: weakref.WeakKeyDictionary[ServerConnection, _Route] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._connections: set[_Connection] = set()
+        self._stopped = asyncio.Event()
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"ws://{host}:{self.port}"
+
+    async def start(self) -> None:
+        """Listen; when this returns, connections are accepted and ``port`` is the real one."""
+        self._ws = await serve(
+            self._handler,
+            self.host,
+            self.port,
+            process_request=self._process_request,
+            select_subprotocol=_select_subprotocol,
+            max_size=self.max_frame_bytes,
+        )
+        sockets = self._ws.sockets
+        if sockets:
+            self.port = int(sockets[0].getsockname()[1])
+
+    async def stop(self) -> None:
+        """Graceful stop: refuse new connections and requests, finish in-flight ones,
+        send their answers, close every connection with 1001. Idempotent."""
+        if self._ws is None or self.stopping:
+            await self._stopped.wait()
+            return
+        self.stopping = True
+        self._ws.close(close_connections=False)
+        for conn in list(self._connections):
+            conn.stop_reading()
+        await self._ws.wait_closed()
+        self._stopped.set()
+
+    async def wait_stopped(self) -> None:
+        await self._stopped.wait()
+
+    async def __aenter__(self) -> SessionServer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    # -- handshake ---------------------------------------------------------------------
+    def _process_request(self, connection: ServerConnection, request: Request) -> Response | None:
+        if self.stopping:
+            return _refuse(connection, http.HTTPStatus.SERVICE_UNAVAILABLE, "server shutting down")
+        grant: Grant | None = None
+        if self.tokens:
+            token = token_from_headers(
+                request.headers.get("Authorization"), _offered(request.headers)
+            )
+            grant = self.tokens.lookup(token)
+            if grant is None:
+                response = _refuse(
+                    connection,
+                    http.HTTPStatus.UNAUTHORIZED,
+                    "a valid token is required (Authorization: Bearer <token>, or a "
+                    "Sec-WebSocket-Protocol entry bearer.<token>)",
+                )
+                response.headers["WWW-Authenticate"] = 'Bearer realm="session-server"'
+                return response
+        path = urlsplit(request.path).path
+        if path in ("/v1", "/v1/"):
+            self._routes[connection] = _Route(SERVER, None, grant)
+            return None
+        if not path.startswith(AGENT_PREFIX):
+            return _refuse(
+                connection,
+                http.HTTPStatus.NOT_FOUND,
+                f"unknown path {path[:200]!r}; use /v1/agents/<url-encoded agent_id> or /v1",
+            )
+        try:
+            agent_id = validate_agent_id(unquote(path[len(AGENT_PREFIX) :], errors="strict"))
+        except UnicodeDecodeError:
+            return _refuse(connection, http.HTTPStatus.BAD_REQUEST, "agent_id: not valid UTF-8")
+        except InvalidAgentIdError as exc:
+            return _refuse(connection, http.HTTPStatus.BAD_REQUEST, exc.message)
+        if grant is not None and not grant.permits(agent_id):
+            return _refuse(
+                connection, http.HTTPStatus.FORBIDDEN, "this token may not address this agent"
+            )
+        self._routes[connection] = _Route(AGENT, agent_id, grant)
+        return None
+
+    async def _handler(self, ws: ServerConnection) -> None:
+        route = self._routes.pop(ws, None)
+        if route is None:  # cannot happen: process_request accepted it
+            await ws.close(1011, "no route")
+            return
+        conn = _Connection(self, ws, route)
+        self._connections.add(conn)
+        try:
+            if self.stopping:
+                conn.stop_reading()
+            await conn.run()
+        finally:
+            self._connections.discard(conn)
+
+
+def _refuse(connection: ServerConnection, status: http.HTTPStatus, text: str) -> Response:
+    return connection.respond(status, f"{status.value} {status.phrase}: {text}\n")
+
+
+def _offered(headers: Headers) -> list[str]:
+    return [
+        p.strip()
+        for value in headers.get_all("Sec-WebSocket-Protocol")
+        for p in value.split(",")
+        if p.strip()
+    ]
+
+
+def _select_subprotocol(
+    connection: ServerConnection, offered: Sequence[Subprotocol]
+) -> Subprotocol | None:
+    """Answer ``jsonrpc`` when offered; otherwise echo a ``bearer.*`` entry (browsers fail
+    a handshake whose answer names no offered subprotocol); otherwise none."""
+    if JSONRPC_SUBPROTOCOL in offered:
+        return Subprotocol(JSONRPC_SUBPROTOCOL)
+    for proto in offered:
+        if proto.startswith(BEARER_SUBPROTOCOL_PREFIX):
+            return proto
+    return None
