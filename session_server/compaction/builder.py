@@ -1,0 +1,141 @@
+"""Build the working context with the latest compaction record applied (pure).
+
+This is the one entry point the actor calls for every request:
+
+1. ``load_from_seq(record)`` says which events to load (``None``: the whole session,
+   or whatever window the caller chose);
+2. ``build_compacted_context(events, record=..., ...)`` maps them to messages.
+
+``compaction`` events are never messages. With a summarize record (or a compact record
+carrying summarize ``memory``) events before ``tail_start_seq`` are dropped and the
+memory block is appended to the system instructions; with a compact record, tool
+payloads of events with ``seq < boundary_seq`` become placeholders (see
+``placeholders``). Tool results whose call is not in the window are dropped (no provider
+accepts them; they stay in storage). The output depends only on the events and the
+record, so the messages for a given prefix of events are identical from one request to
+the next until a new record is written: provider prompt caches keep working.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..codec import event_to_message
+from ..context import WorkingContext
+from ..events import ContextMessage, SessionEvent
+from ..tokens import count_messages
+from ..turns import drop_orphan_results
+from .config import StrategyConfig
+from .memory import memory_block
+from .placeholders import PlaceholderParams, call_name_index, compact_message
+from .records import record_memory
+
+__all__ = ["BuiltContext", "build_compacted_context", "build_parts", "load_from_seq"]
+
+
+@dataclass(frozen=True)
+class BuiltContext:
+    """Messages and extra system instructions (the memory block) for a record."""
+
+    system_extra: list[str]
+    messages: list[ContextMessage]
+    placeholders: int
+
+
+def load_from_seq(record: Mapping[str, Any] | None) -> int | None:
+    """The first seq the builder needs: ``tail_start_seq`` of the record's memory.
+
+    ``None`` means no lower bound (no record, or a compact record without memory: its
+    placeholders replace payloads but every message stays).
+    """
+    memory = record_memory(record)
+    return None if memory is None else int(memory["tail_start_seq"])
+
+
+def build_parts(
+    events: Sequence[SessionEvent],
+    record: Mapping[str, Any] | None,
+    *,
+    max_episodic_items: int = 3,
+    max_semantic_items: int = 20,
+) -> BuiltContext:
+    """The messages (placeholders applied) and memory block for ``events`` and ``record``."""
+    evs = [e for e in events if e.action != "compaction"]
+    extra: list[str] = []
+    memory = record_memory(record)
+    if memory is not None:
+        tail_start = memory["tail_start_seq"]
+        evs = [e for e in evs if e.seq >= tail_start]
+        extra.append(
+            memory_block(
+                memory["episodic"],
+                memory["semantic"],
+                max_episodic_items=max_episodic_items,
+                max_semantic_items=max_semantic_items,
+                tail_start_turn=memory["tail_start_turn"],
+            )
+        )
+    evs = drop_orphan_results(evs)
+    params = (
+        PlaceholderParams.from_record(record)
+        if record is not None and record.get("strategy") == "compact"
+        else None
+    )
+    names = call_name_index(evs) if params is not None else {}
+    messages: list[ContextMessage] = []
+    removed = 0
+    for ev in evs:
+        msg = event_to_message(ev)
+        if msg is None:
+            continue
+        if params is not None:
+            msg, n = compact_message(ev, msg, params, names)
+            removed += n
+        messages.append(msg)
+    return BuiltContext(extra, messages, removed)
+
+
+def build_compacted_context(
+    events: Sequence[SessionEvent],
+    *,
+    record: Mapping[str, Any] | None,
+    system_instructions: Iterable[str] | None = None,
+    base_seq: int | None = None,
+    config: StrategyConfig | None = None,
+    metadata: dict[str, Any] | None = None,
+    count_tokens: bool = False,
+    model: str | None = None,
+) -> WorkingContext:
+    """The ``WorkingContext`` for ``events`` (oldest first) under ``record``.
+
+    ``record`` is the latest compaction record (the ``compaction`` dict of the latest
+    compaction event) or ``None``; it is honoured whatever ``config.mode`` is (the mode
+    decides whether new compactions are planned, not whether old ones apply).
+    ``config`` supplies ``max_episodic_items``/``max_semantic_items`` (defaults when
+    ``None``). ``base_seq`` defaults to the highest seq among ``events``. With
+    ``count_tokens`` the context's ``token_count`` is set (``model`` picks the encoding).
+    The memory block is the last system instruction, after ``system_instructions``.
+    """
+    cfg = config or StrategyConfig()
+    parts = build_parts(
+        events,
+        record,
+        max_episodic_items=cfg.max_episodic_items,
+        max_semantic_items=cfg.max_semantic_items,
+    )
+    system = [*(system_instructions or ()), *parts.system_extra]
+    if base_seq is None:
+        base_seq = max((e.seq for e in events), default=0)
+    meta = dict(metadata or {})
+    if record is not None:
+        meta["compaction"] = {
+            "strategy": record.get("strategy"),
+            "boundary_seq": record.get("boundary_seq"),
+            "placeholders": parts.placeholders,
+        }
+    token_count = (
+        count_messages(parts.messages, system, model=model).tokens if count_tokens else None
+    )
+    return WorkingContext(system, parts.messages, meta, base_seq=base_seq, token_count=token_count)

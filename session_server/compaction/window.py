@@ -1,0 +1,31 @@
+"""Turn numbers and turn starts of a loaded window of events (pure)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..events import SessionEvent
+from ..turns import assign_turns
+
+__all__ = ["event_turns", "user_turn_starts"]
+
+
+def event_turns(events: Sequence[SessionEvent], *, last_turn: int = 0) -> list[int]:
+    """The turn of each event: the stored ``turn`` when every event has one, else computed.
+
+    Computed turns (``session_server.turns.assign_turns``) continue after ``last_turn``,
+    for a window that starts just before turn ``last_turn + 1``.
+    """
+    if all(e.turn is not None for e in events):
+        return [e.turn for e in events if e.turn is not None]
+    numbers, _ = assign_turns(events, last_turn=last_turn)
+    return numbers
+
+
+def user_turn_starts(events: Sequence[SessionEvent], turns: Sequence[int]) -> list[tuple[int, int]]:
+    """``(turn, index)`` of every user message (each starts a turn), oldest first."""
+    return [
+        (t, i)
+        for i, (e, t) in enumerate(zip(events, turns, strict=True))
+        if e.action == "user_message"
+    ]
