@@ -1,0 +1,142 @@
+"""Import a reference memory folder into events for a new session (synchronous file I/O).
+
+A reference folder is ``<root>/agents/<name>/`` (or the same files in the folder given):
+``raw_traces_archive.jsonl`` then ``raw_traces.jsonl`` (read in that order: the archive
+holds the older turns), ``episodic.jsonl``, ``semantic.jsonl`` and
+``working_context_snapshot.json`` (returned only as a validated cache; never needed).
+Reading is lenient: blank or malformed lines are skipped with a warning naming the file
+and line, ``ts`` may be an int, ids are opaque.
+
+When the folder has archived traces or episodic/semantic items, one ``summarize``
+compaction event is inserted right after the events of the archived lines, with the
+record ``{strategy: "summarize", turn_ids, seq_range, tail_start_seq, episodic,
+semantic, source: "import"}``; appending the events then recreates the same files.
+``seq`` values are set assuming the events are appended from ``first_seq`` on (1 for a
+new session); the store may reassign them, but the compaction record refers to them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from ..codec import new_event_id
+from ..errors import InvalidParamsError
+from ..events import SessionEvent
+from .from_traces import TraceEntry, traces_to_events
+from .jsonl import read_jsonl, read_jsonl_numbered
+from .snapshot import SNAPSHOT_FILE, read_snapshot
+from .traces import ms_from_ts
+from .writer import ACTIVE_FILE, ARCHIVE_FILE, EPISODIC_FILE, MIRROR_FILES, SEMANTIC_FILE
+
+__all__ = ["ImportResult", "find_reference_folder", "import_reference_folder"]
+
+
+@dataclass(slots=True)
+class ImportResult:
+    """What a reference folder holds, as events ready to append to a new session."""
+
+    name: str
+    events: list[SessionEvent] = field(default_factory=list)
+    compaction: dict[str, Any] | None = None
+    snapshot: dict[str, Any] | None = None
+    trace_count: int = 0
+
+
+def _has_reference_files(folder: Path) -> bool:
+    return any((folder / name).is_file() for name in (*MIRROR_FILES, SNAPSHOT_FILE))
+
+
+def find_reference_folder(path: str | Path) -> Path:
+    """The folder holding the reference files: ``path`` itself, or its single agent.
+
+    Accepts ``<root>``/``<root>/agents`` with exactly one agent folder, or the agent
+    folder. Raises ``InvalidParamsError`` naming the path otherwise.
+    """
+    folder = Path(path)
+    if not folder.is_dir():
+        raise InvalidParamsError(f"path {str(folder)!r}: not a folder", data={"field": "path"})
+    if _has_reference_files(folder):
+        return folder
+    agents = folder / "agents" if (folder / "agents").is_dir() else folder
+    candidates = sorted(p for p in agents.iterdir() if p.is_dir() and _has_reference_files(p))
+    if len(candidates) == 1:
+        return candidates[0]
+    problem = (
+        "holds no reference memory files"
+        if not candidates
+        else (f"holds {len(candidates)} agent folders; give one of them")
+    )
+    raise InvalidParamsError(f"path {str(folder)!r}: {problem}", data={"field": "path"})
+
+
+def _entries(folder: Path) -> list[TraceEntry]:
+    entries: list[TraceEntry] = []
+    for name, archived in ((ARCHIVE_FILE, True), (ACTIVE_FILE, False)):
+        path = folder / name
+        entries.extend(
+            TraceEntry(f"{path}:{number}", line, archived)
+            for number, line in read_jsonl_numbered(path)
+        )
+    return entries
+
+
+def import_reference_folder(
+    path: str | Path,
+    *,
+    session_id: str = "",
+    first_seq: int = 1,
+    progress: bool | None = None,
+) -> ImportResult:
+    """Read a reference folder into events (see the module doc).
+
+    ``progress``: ``None`` shows a bar only on a terminal and only for a long import;
+    ``False`` never.
+    """
+    folder = find_reference_folder(path)
+    entries = _entries(folder)
+    bar = tqdm(
+        entries,
+        desc=f"import {folder.name}",
+        unit="line",
+        disable=None if progress is None else not progress,
+        delay=0.5,
+        leave=False,
+    )
+    imported = traces_to_events(bar, session_id=session_id)
+    bar.close()
+    events = imported.events
+    episodic = read_jsonl(folder / EPISODIC_FILE)
+    semantic = read_jsonl(folder / SEMANTIC_FILE)
+    result = ImportResult(name=folder.name, trace_count=len(entries))
+    if imported.archived_turn_ids or episodic or semantic:
+        k = imported.archived_until
+        record: dict[str, Any] = {
+            "strategy": "summarize",
+            "turn_ids": imported.archived_turn_ids,
+            "seq_range": [first_seq, first_seq + k - 1] if k else None,
+            "tail_start_seq": first_seq + k + 1,
+            "episodic": episodic,
+            "semantic": semantic,
+            "source": "import",
+        }
+        stamp = events[k - 1].timestamp if k else (events[0].timestamp if events else 0)
+        last_item_ms = ms_from_ts(episodic[-1].get("ts")) if episodic else None
+        event = SessionEvent(
+            id=new_event_id(),
+            session_id=session_id,
+            timestamp=max(stamp, last_item_ms or 0),
+            action="compaction",
+            compacted_event_count=k,
+            compaction=record,
+        )
+        events.insert(k, event)
+        result.compaction = record
+    for i, event in enumerate(events):
+        event.seq = first_seq + i
+    result.events = events
+    result.snapshot = read_snapshot(folder / SNAPSHOT_FILE)
+    return result
