@@ -9,8 +9,10 @@ and line, ``ts`` may be an int, ids are opaque.
 
 When the folder has archived traces or episodic/semantic items, one ``summarize``
 compaction event is inserted right after the events of the archived lines, with the
-record ``{strategy: "summarize", turn_ids, seq_range, tail_start_seq, episodic,
-semantic, source: "import"}``; appending the events then recreates the same files.
+record in the compaction engine's format (``strategy: "summarize"``, ``turn_ids``,
+``seq_range``, ``tail_start_seq``, ``tail_start_turn``, ``episodic``, ``semantic``, ...);
+appending the events then recreates the same files, and the context builder shows the
+archived turns as the memory block.
 ``seq`` values are set assuming the events are appended from ``first_seq`` on (1 for a
 new session); the store may reassign them, but the compaction record refers to them.
 """
@@ -26,6 +28,7 @@ from tqdm import tqdm
 from ..codec import new_event_id
 from ..errors import InvalidParamsError
 from ..events import SessionEvent
+from ..turns import assign_turns
 from .from_traces import TraceEntry, traces_to_events
 from .jsonl import read_jsonl, read_jsonl_numbered
 from .snapshot import SNAPSHOT_FILE, read_snapshot
@@ -113,30 +116,70 @@ def import_reference_folder(
     semantic = read_jsonl(folder / SEMANTIC_FILE)
     result = ImportResult(name=folder.name, trace_count=len(entries))
     if imported.archived_turn_ids or episodic or semantic:
-        k = imported.archived_until
-        record: dict[str, Any] = {
-            "strategy": "summarize",
-            "turn_ids": imported.archived_turn_ids,
-            "seq_range": [first_seq, first_seq + k - 1] if k else None,
-            "tail_start_seq": first_seq + k + 1,
-            "episodic": episodic,
-            "semantic": semantic,
-            "source": "import",
-        }
-        stamp = events[k - 1].timestamp if k else (events[0].timestamp if events else 0)
-        last_item_ms = ms_from_ts(episodic[-1].get("ts")) if episodic else None
-        event = SessionEvent(
-            id=new_event_id(),
+        result.compaction = _insert_compaction(
+            events,
+            imported.archived_until,
+            imported.archived_turn_ids,
+            episodic,
+            semantic,
             session_id=session_id,
-            timestamp=max(stamp, last_item_ms or 0),
-            action="compaction",
-            compacted_event_count=k,
-            compaction=record,
+            first_seq=first_seq,
         )
-        events.insert(k, event)
-        result.compaction = record
     for i, event in enumerate(events):
         event.seq = first_seq + i
     result.events = events
     result.snapshot = read_snapshot(folder / SNAPSHOT_FILE)
     return result
+
+
+def _ids(items: list[dict[str, Any]]) -> list[Any]:
+    return [item["id"] for item in items if "id" in item]
+
+
+def _insert_compaction(
+    events: list[SessionEvent],
+    k: int,
+    turn_ids: list[str],
+    episodic: list[dict[str, Any]],
+    semantic: list[dict[str, Any]],
+    *,
+    session_id: str,
+    first_seq: int,
+) -> dict[str, Any]:
+    """Insert the summarize compaction event after the first ``k`` events; its record."""
+    turns, _ = assign_turns(events)
+    tail_start_seq = first_seq + k + 1  # the event after the compaction event
+    tail_start_turn = turns[k] if k < len(turns) else (turns[-1] + 1 if turns else 1)
+    stamp = events[k - 1].timestamp if k else (events[0].timestamp if events else 0)
+    last_item_ms = ms_from_ts(episodic[-1].get("ts")) if episodic else None
+    created = max(stamp, last_item_ms or 0)
+    record: dict[str, Any] = {
+        "version": 1,
+        "strategy": "summarize",
+        "boundary_seq": tail_start_seq,
+        "boundary_turn": tail_start_turn,
+        "tail_start_seq": tail_start_seq,
+        "tail_start_turn": tail_start_turn,
+        "turn_ids": turn_ids,
+        "seq_range": [first_seq, first_seq + k - 1] if k else None,
+        "episodic": episodic,
+        "semantic": semantic,
+        "added": {"episodic": _ids(episodic), "semantic": _ids(semantic)},
+        "triggers": ["import"],
+        "summarizer": "import",
+        "source": "import",
+        "created_at": created,
+    }
+    events.insert(
+        k,
+        SessionEvent(
+            id=new_event_id(),
+            session_id=session_id,
+            timestamp=created,
+            action="compaction",
+            content=f"summarize compaction: {k} imported events before seq {tail_start_seq}",
+            compacted_event_count=k,
+            compaction=record,
+        ),
+    )
+    return record
