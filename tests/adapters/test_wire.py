@@ -28,8 +28,9 @@ def server() -> Iterator[FakeOpenAIServer]:
 
 
 @pytest.fixture
-def client(server: FakeOpenAIServer) -> openai.OpenAI:
-    return openai.OpenAI(base_url=server.base_url, api_key="test", max_retries=0)
+def client(server: FakeOpenAIServer) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(base_url=server.base_url, api_key="test", max_retries=0) as c:
+        yield c
 
 
 @pytest.mark.parametrize("name", sorted(CONTEXTS))
@@ -85,10 +86,12 @@ def _anthropic_reply(path: str, body: dict[str, Any]) -> tuple[int, dict[str, An
 def test_anthropic_payload_arrives_unchanged(name: str) -> None:
     system, messages = CONTEXTS[name]
     payload = anthropic_adapter.adapter.to_model_messages(system, messages)
-    with FakeOpenAIServer(reply=_anthropic_reply) as srv:
-        client = anthropic.Anthropic(
+    with (
+        FakeOpenAIServer(reply=_anthropic_reply) as srv,
+        anthropic.Anthropic(
             base_url=srv.base_url.removesuffix("/v1"), api_key="test", max_retries=0
-        )
+        ) as client,
+    ):
         if "system" in payload:
             message = client.messages.create(
                 model="m", max_tokens=16, system=payload["system"], messages=payload["messages"]
@@ -135,8 +138,10 @@ def test_custom_reply_json_and_raw_text() -> None:
         payload["choices"][0]["message"]["content"] = "custom"
         return status, payload
 
-    with FakeOpenAIServer(reply=reply) as srv:
-        client = openai.OpenAI(base_url=srv.base_url, api_key="test", max_retries=0)
+    with (
+        FakeOpenAIServer(reply=reply) as srv,
+        openai.OpenAI(base_url=srv.base_url, api_key="test", max_retries=0) as client,
+    ):
         out = client.chat.completions.create(
             model="m", messages=[{"role": "user", "content": "hi"}]
         )
@@ -154,6 +159,8 @@ def test_close_is_idempotent_and_releases_the_port() -> None:
     srv = FakeOpenAIServer()
     srv.close()
     srv.close()
-    client = openai.OpenAI(base_url=srv.base_url, api_key="test", max_retries=0, timeout=5)
-    with pytest.raises(openai.APIConnectionError):
+    with (
+        openai.OpenAI(base_url=srv.base_url, api_key="test", max_retries=0, timeout=5) as client,
+        pytest.raises(openai.APIConnectionError),
+    ):
         client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
