@@ -66,10 +66,22 @@ def summarize_record(
 
 
 def ep(n: int, turns: list[str]) -> dict[str, Any]:
-    return {"id": f"ep_{n:04d}", "ts": 1770000100.0 + n, "turn_ids": turns,
-            "summary": f"summary {n}", "tags": ["t"], "salience": 0.5}
+    return {
+        "id": f"ep_{n:04d}",
+        "ts": 1770000100.0 + n,
+        "turn_ids": turns,
+        "summary": f"summary {n}",
+        "tags": ["t"],
+        "salience": 0.5,
+    }
 
 
 def sem(n: int) -> dict[str, Any]:
-    return {"id": f"sem_{n:04d}", "ts": 1770000100.0 + n, "fact": f"fact {n}",
-            "tags": ["t"], "confidence": 0.8, "salience": 0.6}
+    return {
+        "id": f"sem_{n:04d}",
+        "ts": 1770000100.0 + n,
+        "fact": f"fact {n}",
+        "tags": ["t"],
+        "confidence": 0.8,
+        "salience": 0.6,
+    }

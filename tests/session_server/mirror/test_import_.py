@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -98,7 +99,10 @@ def test_pending_call_and_int_ts_fixture() -> None:
 
 
 def test_find_reference_folder_accepts_root_or_agent(tmp_path: Path) -> None:
-    assert find_reference_folder(FIXTURES / "agents" / "Worker_Worker_7782").name == "Worker_Worker_7782"
+    assert (
+        find_reference_folder(FIXTURES / "agents" / "Worker_Worker_7782").name
+        == "Worker_Worker_7782"
+    )
     single = tmp_path / "one" / "agents" / "a b"
     single.mkdir(parents=True)
     (single / "raw_traces.jsonl").write_text("")
@@ -112,16 +116,26 @@ def test_find_reference_folder_accepts_root_or_agent(tmp_path: Path) -> None:
         find_reference_folder(tmp_path / "missing")
 
 
-def _write_jsonl(path: Path, rows: list[object]) -> None:
+def _write_jsonl(path: Path, rows: Sequence[object]) -> None:
     path.write_text("".join(json.dumps(r, separators=(",", ":")) + "\n" for r in rows))
 
 
-def _line(tid: str, ts: float, turn: str, seq: int, kind: str, **kw: object) -> dict[str, object]:
-    src = {"user": "LLMUserMessageReadyEvent", "assistant": "LLMCompleteResponseReceivedEvent",
-           "tool_call": "PendingToolInvocationEvent", "tool_result": "ToolResultEvent"}[kind]
-    line: dict[str, object] = {"id": tid, "ts": ts, "turn_id": turn, "seq": seq,
-                               "trace_type": kind, "content": kw.pop("content", ""),
-                               "source_event": src}
+def _line(tid: str, ts: object, turn: str, seq: int, kind: str, **kw: object) -> dict[str, object]:
+    src = {
+        "user": "LLMUserMessageReadyEvent",
+        "assistant": "LLMCompleteResponseReceivedEvent",
+        "tool_call": "PendingToolInvocationEvent",
+        "tool_result": "ToolResultEvent",
+    }[kind]
+    line: dict[str, object] = {
+        "id": tid,
+        "ts": ts,
+        "turn_id": turn,
+        "seq": seq,
+        "trace_type": kind,
+        "content": kw.pop("content", ""),
+        "source_event": src,
+    }
     line.update(kw)
     return line
 
@@ -131,21 +145,70 @@ def test_archive_episodic_semantic_round_trip(tmp_path: Path) -> None:
     folder.mkdir(parents=True)
     archive = [
         _line("r1", 1.0, "turn_0001", 1, "user", content="old", tags=["processed"]),
-        _line("r2", 2.0, "turn_0001", 2, "tool_call", tool_name="t", tool_call_id="c1",
-              tool_args={"a": 1}),
-        _line("r3", 2.0, "turn_0001", 3, "tool_call", tool_name="t", tool_call_id="c2",
-              tool_args={"a": 2}),
-        _line("r4", 3, "turn_0001", 4, "tool_result", tool_name="t", tool_call_id="c1",
-              tool_result={"ok": True}),
-        _line("r5", 3.5, "turn_0001", 5, "tool_result", tool_name="t", tool_call_id="c2",
-              tool_error="bad", correlation_id="x"),
+        _line(
+            "r2",
+            2.0,
+            "turn_0001",
+            2,
+            "tool_call",
+            tool_name="t",
+            tool_call_id="c1",
+            tool_args={"a": 1},
+        ),
+        _line(
+            "r3",
+            2.0,
+            "turn_0001",
+            3,
+            "tool_call",
+            tool_name="t",
+            tool_call_id="c2",
+            tool_args={"a": 2},
+        ),
+        _line(
+            "r4",
+            3,
+            "turn_0001",
+            4,
+            "tool_result",
+            tool_name="t",
+            tool_call_id="c1",
+            tool_result={"ok": True},
+        ),
+        _line(
+            "r5",
+            3.5,
+            "turn_0001",
+            5,
+            "tool_result",
+            tool_name="t",
+            tool_call_id="c2",
+            tool_error="bad",
+            correlation_id="x",
+        ),
     ]
     active = [
-        _line("r6", 4.0, "turn_0002", 1, "user", content="new", media={"images": ["i.png"],
-              "audio": [], "video": []}, tags=["processed"]),
+        _line(
+            "r6",
+            4.0,
+            "turn_0002",
+            1,
+            "user",
+            content="new",
+            media={"images": ["i.png"], "audio": [], "video": []},
+            tags=["processed"],
+        ),
         _line("r7", 5.0, "turn_0002", 2, "assistant", content="reply", tags=["final"]),
-        _line("r8", 6.0, "turn_0002", 3, "tool_result", tool_name="t", tool_call_id="zz",
-              tool_result="42"),
+        _line(
+            "r8",
+            6.0,
+            "turn_0002",
+            3,
+            "tool_result",
+            tool_name="t",
+            tool_call_id="zz",
+            tool_result="42",
+        ),
     ]
     episodic = [ep(1, ["turn_0001"])]
     semantic = [sem(1), sem(2)]
@@ -156,8 +219,14 @@ def test_archive_episodic_semantic_round_trip(tmp_path: Path) -> None:
     imported = import_reference_folder(tmp_path, session_id="s2", first_seq=1)
     actions = [e.action for e in imported.events]
     assert actions == [
-        "user_message", "tool_call_request", "tool_result", "tool_result", "compaction",
-        "user_message", "agent_message", "tool_result",
+        "user_message",
+        "tool_call_request",
+        "tool_result",
+        "tool_result",
+        "compaction",
+        "user_message",
+        "agent_message",
+        "tool_result",
     ]
     record = imported.compaction
     assert record is not None and imported.events[4].compaction == record
@@ -171,7 +240,12 @@ def test_archive_episodic_semantic_round_trip(tmp_path: Path) -> None:
 
     events = store_turns(imported.events)
     out = export_session(tmp_path / "out", "mem agent", events, progress=False)
-    for name in ("raw_traces.jsonl", "raw_traces_archive.jsonl", "episodic.jsonl", "semantic.jsonl"):
+    for name in (
+        "raw_traces.jsonl",
+        "raw_traces_archive.jsonl",
+        "episodic.jsonl",
+        "semantic.jsonl",
+    ):
         assert (out.folder / name).read_bytes() == (folder / name).read_bytes(), name
     snap = json.loads((out.folder / "working_context_snapshot.json").read_text())
     assert snap["epoch_id"] == 2 and snap["last_compaction_ts"] is not None
@@ -184,8 +258,10 @@ def test_malformed_lines_are_skipped_with_file_and_line(
     folder.mkdir()
     good = _line("r1", 1.0, "turn_0001", 1, "user", content="hi")
     (folder / "raw_traces.jsonl").write_bytes(
-        json.dumps(good).encode() + b"\n\n{broken\n[1,2]\n"
-        + json.dumps({"trace_type": "weird"}).encode() + b"\n\xff\xfe\n"
+        json.dumps(good).encode()
+        + b"\n\n{broken\n[1,2]\n"
+        + json.dumps({"trace_type": "weird"}).encode()
+        + b"\n\xff\xfe\n"
         + json.dumps(_line("r2", "soon", "turn_0001", 2, "assistant", content="yo")).encode()
     )
     with caplog.at_level(logging.WARNING):

@@ -67,7 +67,11 @@ def test_tool_calls_one_line_each_then_the_step_text() -> None:
     ]
     call1, call2, text = lines[1], lines[2], lines[3]
     assert call1["source_event"] == "PendingToolInvocationEvent"
-    assert (call1["tool_name"], call1["tool_call_id"], call1["tool_args"]) == ("read", "c1", {"p": "a"})
+    assert (call1["tool_name"], call1["tool_call_id"], call1["tool_args"]) == (
+        "read",
+        "c1",
+        {"p": "a"},
+    )
     assert call1["content"] == "" and "tags" not in call1
     assert call2["id"] != call1["id"] and text["id"] not in (call1["id"], call2["id"])
     assert text["content"] == "Let me look." and text["tags"] == ["final"]
@@ -88,7 +92,13 @@ def test_call_without_text_has_no_assistant_line() -> None:
 
 def test_result_keeps_turn_of_its_call_and_seq_continues_there() -> None:
     evs = committed(
-        [user("one"), calls(("c1", "slow", {})), user("two"), agent("ok"), result("c1", "slow", "done")]
+        [
+            user("one"),
+            calls(("c1", "slow", {})),
+            user("two"),
+            agent("ok"),
+            result("c1", "slow", "done"),
+        ]
     )
     lines = events_to_traces(evs)
     late = lines[-1]
@@ -97,12 +107,22 @@ def test_result_keeps_turn_of_its_call_and_seq_continues_there() -> None:
 
 
 def test_turn_computed_like_the_store_when_events_have_no_turn() -> None:
-    evs = [agent("greeting"), user("one"), calls(("c1", "t", {})), user("two"), result("c1", "t", "1")]
+    evs = [
+        agent("greeting"),
+        user("one"),
+        calls(("c1", "t", {})),
+        user("two"),
+        result("c1", "t", "1"),
+    ]
     for i, ev in enumerate(evs):
         ev.id, ev.seq, ev.timestamp = f"e{i}", i + 1, T0
     lines = events_to_traces(evs)
     assert [ln["turn_id"] for ln in lines] == [
-        "turn_0000", "turn_0001", "turn_0001", "turn_0002", "turn_0001",
+        "turn_0000",
+        "turn_0001",
+        "turn_0001",
+        "turn_0002",
+        "turn_0001",
     ]
 
 
@@ -122,12 +142,16 @@ def test_system_and_compaction_events_are_not_traced_but_keep_numbering() -> Non
 def test_state_rebuilt_from_events_continues_numbering() -> None:
     history = committed([user("a"), calls(("c1", "t", {"k": 1}))])
     state = TraceState.from_events(history)
-    (line,) = event_to_traces(committed([result("c1", "t", "r")], start=3, history=history)[0], state)
+    (line,) = event_to_traces(
+        committed([result("c1", "t", "r")], start=3, history=history)[0], state
+    )
     assert (line["seq"], line["tool_args"]) == (3, {"k": 1})
 
 
 def test_overrides_from_metadata_are_applied_in_key_order() -> None:
-    ev = user("x", metadata={"trace": {"id": "rt_1", "ts": 5, "tags": [], "extra": 1, "_omit": ["media"]}})
+    ev = user(
+        "x", metadata={"trace": {"id": "rt_1", "ts": 5, "tags": [], "extra": 1, "_omit": ["media"]}}
+    )
     (line,) = events_to_traces(committed([ev]))
     assert line["id"] == "rt_1" and line["ts"] == 5 and line["tags"] == []
     assert "media" not in line
