@@ -23,9 +23,15 @@ def validate_agent_id(agent_id: object) -> str:
             f"agent_id: must be a string, got {type(agent_id).__name__}", data={"field": "agent_id"}
         )
     problem = None
+    try:
+        size = len(agent_id.encode("utf-8"))
+    except UnicodeEncodeError:  # lone surrogates, e.g. from a JSON "\ud800" escape
+        size = -1
     if not agent_id:
         problem = "must not be empty"
-    elif len(agent_id.encode("utf-8")) > MAX_AGENT_ID_BYTES:
+    elif size < 0:
+        problem = "must be valid Unicode text (no lone surrogates)"
+    elif size > MAX_AGENT_ID_BYTES:
         problem = f"must be at most {MAX_AGENT_ID_BYTES} bytes in UTF-8"
     elif "/" in agent_id or "\\" in agent_id:
         problem = "must not contain a path separator"

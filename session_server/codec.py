@@ -36,7 +36,7 @@ _DECODER: Final = msgspec.json.Decoder()
 _OWN_KEYS: Final[dict[str, tuple[str, ...]]] = {
     "user_message": ("images", "reasoning"),
     "agent_message": ("model", "reasoning", "images"),
-    "tool_call_request": ("toolCalls", "reasoning", "model"),
+    "tool_call_request": ("toolCalls", "reasoning", "model", "images"),
     "tool_result": ("toolCallId", "toolName", "isSuccess", "images"),
     "system_instruction": (),
     "compaction": ("compactedEventCount", "compaction"),
@@ -69,6 +69,8 @@ def _decode_metadata(raw: Any, event_id: str) -> dict[str, Any]:
                 f"event {event_id!r}: field 'metadata' is not valid JSON ({exc})",
                 data={"event_id": event_id, "field": "metadata"},
             ) from exc
+        if value is None:
+            return {}  # JSON ``null``: no metadata, like SQL NULL
         if not isinstance(value, dict):
             raise CorruptRecordError(
                 f"event {event_id!r}: field 'metadata' must be a JSON object, "
@@ -83,6 +85,8 @@ def _decode_metadata(raw: Any, event_id: str) -> dict[str, Any]:
 
 
 def _tool_calls_from_json(raw: Any, event_id: str) -> list[ToolCall]:
+    if raw is None:
+        return []
     if not isinstance(raw, list):
         raise CorruptRecordError(
             f"event {event_id!r}: metadata 'toolCalls' must be a list",
@@ -104,18 +108,35 @@ def _tool_calls_from_json(raw: Any, event_id: str) -> list[ToolCall]:
                 args = {"_raw": args}
         if not isinstance(args, dict):
             args = {"_value": args}
+        call_id, name = item.get("id"), item.get("name")
         calls.append(
-            ToolCall(id=str(item.get("id", "")), name=str(item.get("name", "")), arguments=args)
+            ToolCall(
+                id="" if call_id is None else str(call_id),
+                name="" if name is None else str(name),
+                arguments=args,
+            )
         )
     return calls
+
+
+def _int_from_json(raw: Any, event_id: str, key: str) -> int | None:
+    if raw is None:
+        return None
+    if isinstance(raw, int | float) and not isinstance(raw, bool) and float(raw).is_integer():
+        return int(raw)
+    raise CorruptRecordError(
+        f"event {event_id!r}: metadata {key!r} must be an integer, got {raw!r}",
+        data={"event_id": event_id, "field": f"metadata.{key}"},
+    )
 
 
 def hydrate_event(row: dict[str, Any]) -> SessionEvent:
     """Turn a stored row into a ``SessionEvent``.
 
     NULL content reads as ``""``; an unknown action reads as ``user_message``; a
-    tool_result's ``is_success`` is true only when the key is absent (``false`` is kept).
-    Raises ``CorruptRecordError`` when the metadata is not a JSON object.
+    tool_result's ``is_success`` is true only when the key is absent (or JSON ``null``,
+    as the reference reads it); ``false`` is kept. Raises ``CorruptRecordError`` when the
+    metadata is not a JSON object or a reference key has a value of the wrong type.
     """
     event_id = str(row.get("id", ""))
     meta = _decode_metadata(row.get("metadata"), event_id)
@@ -143,10 +164,12 @@ def hydrate_event(row: dict[str, Any]) -> SessionEvent:
         tool_name = meta.get("toolName")
         event.tool_call_id = None if call_id is None else str(call_id)
         event.tool_name = None if tool_name is None else str(tool_name)
-        event.is_success = bool(meta["isSuccess"]) if "isSuccess" in meta else True
+        is_success = meta.get("isSuccess")
+        event.is_success = True if is_success is None else bool(is_success)
     elif action == "compaction":
-        count = meta.get("compactedEventCount")
-        event.compacted_event_count = None if count is None else int(count)
+        event.compacted_event_count = _int_from_json(
+            meta.get("compactedEventCount"), event_id, "compactedEventCount"
+        )
         record = meta.get("compaction")
         event.compaction = record if isinstance(record, dict) else None
     if "reasoning" in own and isinstance(meta.get("reasoning"), str):
@@ -233,6 +256,7 @@ def event_to_message(event: SessionEvent) -> ContextMessage | None:
             content=event.content,
             tool_calls=list(event.tool_calls) if event.tool_calls else None,
             reasoning=event.reasoning,
+            images=event.images,
             metadata=meta,
         )
     if action == "tool_result":
@@ -275,6 +299,7 @@ def message_to_event(session_id: str, message: ContextMessage) -> SessionEvent:
                 action="tool_call_request",
                 tool_calls=list(message.tool_calls),
                 reasoning=message.reasoning,
+                images=message.images,
                 **common,
             )
         return SessionEvent(

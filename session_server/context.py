@@ -18,26 +18,36 @@ __all__ = ["EventMapper", "WorkingContext", "build_working_context"]
 EventMapper = Callable[[SessionEvent], ContextMessage | None]
 
 
+def _instructions(value: str | Iterable[str] | None) -> list[str]:
+    # A lone string is one instruction, not a sequence of one-character instructions.
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    return list(value)
+
+
 class WorkingContext:
     """Messages and system instructions for one model call.
 
-    Construction copies its arguments (no shared mutable defaults). Messages given at
-    construction are history; ``get_new_messages()`` returns only those added later with
-    ``add_message``. ``base_seq`` is the session seq the context was built at (0 for a
-    context not built from a session); ``token_count`` is the token count of the built
-    history when the builder knew it.
+    Construction copies its arguments (no shared mutable defaults); a single string is
+    one system instruction. Messages given at construction are history;
+    ``get_new_messages()`` returns only those added later with ``add_message``.
+    ``base_seq`` is the session seq the context was built at (0 for a context not built
+    from a session); ``token_count`` is the token count of the built history when the
+    builder knew it.
     """
 
     def __init__(
         self,
-        system_instructions: Iterable[str] | None = None,
+        system_instructions: str | Iterable[str] | None = None,
         messages: Iterable[ContextMessage] | None = None,
         metadata: dict[str, Any] | None = None,
         *,
         base_seq: int = 0,
         token_count: int | None = None,
     ) -> None:
-        self.system_instructions: list[str] = list(system_instructions or [])
+        self.system_instructions: list[str] = _instructions(system_instructions)
         self.messages: list[ContextMessage] = list(messages or [])
         self.metadata: dict[str, Any] = dict(metadata or {})
         self.base_seq = base_seq
@@ -63,7 +73,7 @@ class WorkingContext:
 def build_working_context(
     events: Sequence[SessionEvent],
     *,
-    system_instructions: Iterable[str] | None = None,
+    system_instructions: str | Iterable[str] | None = None,
     event_to_message: EventMapper | None = None,
     metadata: dict[str, Any] | None = None,
     base_seq: int | None = None,

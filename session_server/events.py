@@ -3,7 +3,8 @@
 ``SessionEvent`` is one row of a session's log; ``ContextMessage`` is one entry of a
 working context, close to the OpenAI chat message shape. Both are ``msgspec.Struct``s
 that omit unset optional fields when encoded, so ``msgspec.to_builtins`` gives only the
-keys that are set.
+keys that are set; ``role``/``content`` of a message and ``action``/``content`` of an
+event are always present.
 """
 
 from __future__ import annotations
@@ -61,7 +62,9 @@ class ContextMessage(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=T
     """
 
     role: Role
-    content: str = ""
+    # A factory default (not ``= ""``) keeps ``content`` in the encoded form even when empty:
+    # ``omit_defaults`` drops only plain defaults, and ``content`` is never "unset".
+    content: str = msgspec.field(default_factory=str)
     name: str | None = None
     tool_call_id: str | None = None
     tool_calls: list[ToolCall] | None = None
@@ -86,8 +89,11 @@ class SessionEvent(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=Tru
     session_id: str = ""
     seq: int = 0
     timestamp: int = 0
-    action: Action = "user_message"
-    content: str = ""
+    # Factory defaults keep ``action`` and ``content`` in the encoded form even when they
+    # equal their defaults (``omit_defaults`` drops only plain defaults): a client reading
+    # an event always finds them.
+    action: Action = msgspec.field(default_factory=lambda: "user_message")
+    content: str = msgspec.field(default_factory=str)
     model: str | None = None
     tool_calls: list[ToolCall] | None = None
     tool_call_id: str | None = None

@@ -3,7 +3,7 @@
 ``get_counter(model)`` picks the encoding for a model (default ``o200k_base``). When the
 encoding cannot be loaded (no network and no ``TIKTOKEN_CACHE_DIR`` copy), the counter
 estimates (about 4 bytes per token), sets ``estimated=True`` on every result and logs one
-warning per encoding; it never raises.
+warning per encoding (per process, however many counters are built); it never raises.
 """
 
 from __future__ import annotations
@@ -29,6 +29,9 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+# Encodings already reported as unavailable: the warning is logged once per encoding.
+_WARNED: set[str] = set()
+
 DEFAULT_ENCODING: Final = "o200k_base"
 # Per-message framing tokens in the chat format (role, separators), as OpenAI counts them.
 MESSAGE_OVERHEAD: Final = 4
@@ -50,11 +53,13 @@ class TokenCounter:
 
             self._encoding = tiktoken.get_encoding(encoding_name)
         except Exception as exc:  # any failure to load means: estimate instead
-            log.warning(
-                "tiktoken encoding %s unavailable (%s); token counts are estimates",
-                encoding_name,
-                exc.__class__.__name__,
-            )
+            if encoding_name not in _WARNED:
+                _WARNED.add(encoding_name)
+                log.warning(
+                    "tiktoken encoding %s unavailable (%s); token counts are estimates",
+                    encoding_name,
+                    exc.__class__.__name__,
+                )
 
     @property
     def estimated(self) -> bool:

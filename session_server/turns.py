@@ -11,6 +11,7 @@ without its call (or a call without its results) moves to the nearest turn bound
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Mapping, Sequence
 
 import msgspec
@@ -101,6 +102,29 @@ def splits_tool_pair(events: Sequence[SessionEvent], start: int, end: int | None
     return False
 
 
+def _spans(events: Sequence[SessionEvent]) -> list[tuple[int, int]]:
+    """``(lo, hi)`` index spans of every call/result pair, ``lo < hi``."""
+    return [(min(c, r), max(c, r)) for c, r in _pairs(events)]
+
+
+def _cut_starts(spans: list[tuple[int, int]], n: int) -> list[bool]:
+    """For each start ``s`` in ``0..n``: whether the window ``[s, n)`` splits a pair.
+
+    It does exactly when some span has ``lo < s <= hi`` (computed with a difference array,
+    so one pass instead of one pass per candidate start).
+    """
+    diff = [0] * (n + 2)
+    for lo, hi in spans:
+        diff[lo + 1] += 1
+        diff[hi + 1] -= 1
+    out: list[bool] = []
+    depth = 0
+    for s in range(n + 1):
+        depth += diff[s]
+        out.append(depth > 0)
+    return out
+
+
 def _nearest(candidates: list[int], target: int) -> int:
     # Ties go to the earlier boundary: more context rather than less.
     return min(candidates, key=lambda c: (abs(c - target), c))
@@ -110,37 +134,90 @@ def safe_window_start(events: Sequence[SessionEvent], start: int) -> int:
     """The start index nearest to ``start`` that splits no tool pair.
 
     ``start`` itself when it splits nothing; otherwise the nearest turn boundary (a
-    user message, or 0) that splits nothing and leaves the window non-empty.
+    user message, or 0) that splits nothing and leaves the window non-empty. Ties go to
+    the earlier boundary.
     """
     n = len(events)
     start = max(0, min(start, n))
-    if start == 0 or not splits_tool_pair(events, start):
+    if start == 0:
         return start
-    candidates = [
-        i
-        for i, ev in enumerate(events)
-        if ev.action == "user_message" and i < n and not splits_tool_pair(events, i)
-    ]
+    cut = _cut_starts(_spans(events), n)
+    if not cut[start]:
+        return start
+    candidates = [i for i, ev in enumerate(events) if ev.action == "user_message" and not cut[i]]
     candidates.append(0)
     return _nearest(candidates, start)
 
 
+def _min_hi_covering(spans: list[tuple[int, int]], n: int) -> list[int]:
+    """For each ``s`` in ``0..n``: the smallest ``hi`` of the spans with ``lo < s <= hi``
+    (``n + 1`` when there is none)."""
+    by_lo = sorted(spans)
+    heap: list[int] = []
+    out: list[int] = []
+    k = 0
+    for s in range(n + 1):
+        while k < len(by_lo) and by_lo[k][0] < s:
+            heapq.heappush(heap, by_lo[k][1])
+            k += 1
+        while heap and heap[0] < s:
+            heapq.heappop(heap)
+        out.append(heap[0] if heap else n + 1)
+    return out
+
+
+def _max_lo_covering(spans: list[tuple[int, int]], n: int) -> list[int]:
+    """For each ``e`` in ``0..n``: the largest ``lo`` of the spans with ``lo < e <= hi``
+    (``-1`` when there is none)."""
+    by_lo = sorted(spans)
+    heap: list[tuple[int, int]] = []  # (-lo, hi)
+    out: list[int] = []
+    k = 0
+    for e in range(n + 1):
+        while k < len(by_lo) and by_lo[k][0] < e:
+            heapq.heappush(heap, (-by_lo[k][0], by_lo[k][1]))
+            k += 1
+        while heap and heap[0][1] < e:
+            heapq.heappop(heap)
+        out.append(-heap[0][0] if heap else -1)
+    return out
+
+
 def safe_window(events: Sequence[SessionEvent], start: int, end: int) -> tuple[int, int]:
-    """Bounds nearest to ``[start, end)`` that split no tool pair (a general window)."""
+    """Bounds nearest to ``[start, end)`` that split no tool pair (a general window).
+
+    The cost of candidate bounds (turn boundaries, 0, ``len(events)``, and the requested
+    bounds themselves) is the total distance moved; ties go to the longer window, then to
+    the earlier start.
+    """
     n = len(events)
     start, end = max(0, min(start, n)), max(0, min(end, n))
     if not splits_tool_pair(events, start, end):
         return start, end
-    boundaries = [i for i, ev in enumerate(events) if ev.action == "user_message"] + [0, n]
+    spans = _spans(events)
+    # A non-empty window [s, e) splits a pair exactly when a span has one end inside:
+    # lo < s <= hi < e (min_hi[s] < e) or s <= lo < e <= hi (max_lo[e] >= s).
+    min_hi = _min_hi_covering(spans, n)
+    max_lo = _max_lo_covering(spans, n)
+    boundaries = {i for i, ev in enumerate(events) if ev.action == "user_message"} | {0, n}
+    starts = sorted(boundaries | {start})
+    # Ends in the order that is best for any fixed start: nearest to ``end``, then longer.
+    ends = sorted(boundaries | {end}, key=lambda e: (abs(e - end), -e))
     best: tuple[int, int] = (0, n)
     best_cost: tuple[int, int] | None = None
-    for s in sorted(set(boundaries) | {start}):
-        for e in sorted(set(boundaries) | {end}):
-            if e <= s or splits_tool_pair(events, s, e):
+    for s in starts:
+        moved = abs(s - start)
+        if best_cost is not None and moved > best_cost[0]:
+            continue
+        for e in ends:
+            if best_cost is not None and moved + abs(e - end) > best_cost[0]:
+                break
+            if e <= s or min_hi[s] < e or max_lo[e] >= s:
                 continue
-            cost = (abs(s - start) + abs(e - end), -(e - s))
+            cost = (moved + abs(e - end), -(e - s))
             if best_cost is None or cost < best_cost:
                 best, best_cost = (s, e), cost
+            break  # the first valid end is the best one for this start
     return best
 
 

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from .errors import InvalidParamsError
-from .events import ContextMessage, SessionEvent
+from .events import ACTIONS, ROLES, ContextMessage, SessionEvent
 
 __all__ = ["parse_event", "parse_events", "parse_message", "parse_messages"]
 
@@ -22,9 +22,15 @@ T = TypeVar("T")
 _PATH = re.compile(r" - at `\$(.*)`$")
 
 
+_FIELD = re.compile(r"^Object (?:missing required|contains unknown) field `([^`]*)`$")
+_CHOICES = {"role": ROLES, "action": ACTIONS}
+
+
 def _convert(obj: Any, kind: type[T], where: str) -> T:
     if not isinstance(obj, dict):
-        raise InvalidParamsError(f"{where}: must be an object, got {type(obj).__name__}")
+        raise InvalidParamsError(
+            f"{where}: must be an object, got {type(obj).__name__}", data={"field": where}
+        )
     try:
         return msgspec.convert(obj, kind, strict=True)
     except msgspec.ValidationError as exc:
@@ -35,7 +41,14 @@ def _convert(obj: Any, kind: type[T], where: str) -> T:
             text = text[: match.start()]
         else:
             path = where
-        # msgspec says "Object contains unknown field `x`" or "Expected `str`, got `int`".
+        # msgspec says "Object contains unknown field `x`", "Object missing required field
+        # `x`" (the path then names the object: add the field) or "Expected `str`, got `int`".
+        named = _FIELD.match(text)
+        if named:
+            path = f"{path}.{named.group(1)}"
+        leaf = path.rsplit(".", 1)[-1]
+        if text.startswith("Invalid enum value") and leaf in _CHOICES:
+            text += f" (expected one of: {', '.join(_CHOICES[leaf])})"
         raise InvalidParamsError(f"{path}: {text}", data={"field": path}) from exc
 
 

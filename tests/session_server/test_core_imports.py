@@ -1,0 +1,115 @@
+"""The core is pure: it never imports asyncio, aiosqlite or websockets (DESIGN §2)."""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+FORBIDDEN = ("asyncio", "aiosqlite", "websockets")
+CORE_MODULES = (
+    "events",
+    "codec",
+    "context",
+    "turns",
+    "tokens",
+    "validation",
+    "agent_ids",
+    "errors",
+    "schema",
+)
+CORE_FILES = sorted(
+    [ROOT / "session_server" / f"{name}.py" for name in CORE_MODULES]
+    + list((ROOT / "adapters").glob("*.py")),
+)
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Every absolute module name an ``import`` statement anywhere in ``path`` names
+    (function bodies and ``if TYPE_CHECKING`` blocks included)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module)
+        elif isinstance(node, ast.Call):
+            # importlib.import_module("asyncio") / __import__("asyncio")
+            func = node.func
+            called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            if called in ("import_module", "__import__") and node.args:
+                arg = node.args[0]
+                if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+                    names.add(arg.value)
+    return names
+
+
+def test_every_core_file_exists() -> None:
+    for path in CORE_FILES:
+        assert path.is_file(), path
+    assert (ROOT / "adapters" / "workers_ai.py") in CORE_FILES
+
+
+@pytest.mark.parametrize("path", CORE_FILES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_core_file_imports_no_io_library(path: Path) -> None:
+    bad = sorted(
+        name
+        for name in imported_modules(path)
+        if any(name == f or name.startswith(f + ".") for f in FORBIDDEN)
+    )
+    assert bad == [], f"{path.relative_to(ROOT)} imports {bad}"
+
+
+def test_the_checker_sees_nested_imports(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    import aiosqlite\n"
+        "def f():\n    from asyncio import sleep\n    import websockets.client\n"
+        "import importlib\nimportlib.import_module('asyncio.tasks')\n"
+    )
+    assert {"aiosqlite", "asyncio", "websockets.client", "asyncio.tasks"} <= imported_modules(
+        sample
+    )
+
+
+def loaded_after_import(modules: str) -> list[str]:
+    code = (
+        f"import sys, json\nimport {modules}\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in "
+        f"{FORBIDDEN!r})))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    return list(json.loads(proc.stdout))
+
+
+@pytest.mark.parametrize(
+    "modules",
+    [
+        # The set the issue names.
+        "session_server.codec, session_server.context, session_server.turns, adapters",
+        # Every core module, the package root and every adapter (tiktoken and msgspec
+        # included: neither pulls asyncio in today, so all three names are checked).
+        ", ".join(
+            ["session_server"]
+            + [f"session_server.{m}" for m in CORE_MODULES]
+            + sorted(
+                f"adapters.{p.stem}"
+                for p in (ROOT / "adapters").glob("*.py")
+                if p.stem != "__init__"
+            )
+        ),
+    ],
+    ids=["issue-set", "all-core"],
+)
+def test_importing_the_core_loads_no_io_library(modules: str) -> None:
+    assert loaded_after_import(modules) == []

@@ -1,0 +1,53 @@
+"""The wheel ships schema.sql and the py.typed markers; schema_sql() finds the DDL."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+from session_server.schema import SCHEMA_VERSION, schema_sql
+
+ROOT = Path(__file__).resolve().parents[2]
+CREATE_EVENTS = re.compile(r"CREATE TABLE (IF NOT EXISTS )?events\b")
+
+
+def test_schema_sql_returns_the_ddl() -> None:
+    ddl = schema_sql()
+    assert CREATE_EVENTS.search(ddl)
+    assert re.search(r"CREATE TABLE (IF NOT EXISTS )?sessions\b", ddl)
+    assert ddl == (ROOT / "schema.sql").read_text(encoding="utf-8")
+    assert SCHEMA_VERSION >= 1
+
+
+def test_wheel_contains_schema_and_type_markers(tmp_path: Path) -> None:
+    """Build the wheel (a few seconds) and look inside it."""
+    cmd = [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path)]
+    if importlib.util.find_spec("hatchling") is not None:
+        # Offline-friendly: build with the hatchling installed in this environment.
+        cmd.append("--no-build-isolation")
+    proc = subprocess.run(
+        [*cmd, str(ROOT)], capture_output=True, text=True, timeout=300, cwd=tmp_path
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    wheels = list(tmp_path.glob("session_server-*.whl"))
+    assert len(wheels) == 1, list(tmp_path.iterdir())
+    with zipfile.ZipFile(wheels[0]) as whl:
+        names = set(whl.namelist())
+        for required in (
+            "session_server/schema.sql",
+            "session_server/py.typed",
+            "adapters/py.typed",
+            "session_server/__init__.py",
+            "session_server/codec.py",
+            "adapters/__init__.py",
+            "adapters/workers_ai.py",
+        ):
+            assert required in names, f"{required} missing from {wheels[0].name}"
+        packaged = whl.read("session_server/schema.sql").decode("utf-8")
+    assert packaged == (ROOT / "schema.sql").read_text(encoding="utf-8")
+    assert CREATE_EVENTS.search(packaged)
+    assert not any(n.startswith("tests/") for n in names)
