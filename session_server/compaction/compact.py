@@ -18,12 +18,11 @@ from typing import Any
 from ..codec import now_ms as _now_ms
 from ..events import SessionEvent
 from ..tokens import count_messages
-from ..turns import splits_tool_pair
 from .builder import BuiltContext, build_parts
 from .config import COMPACT_PARAM_NAMES, StrategyConfig
 from .records import RECORD_VERSION, CompactionPlan, record_memory
 from .triggers import check_compact_triggers, needs_token_count
-from .window import event_turns, user_turn_starts
+from .window import event_turns, safe_cuts, user_turn_starts
 
 __all__ = ["plan_compact"]
 
@@ -79,8 +78,8 @@ def plan_compact(
         boundary_seq = evs[-1].seq + 1
         boundary_turn = turns[-1] + 1
     else:
-        candidates = [(t, i) for t, i in starts[: len(starts) - keep + 1]]
-        safe = [(t, i) for t, i in candidates if not splits_tool_pair(evs, i)]
+        cuts = safe_cuts(evs)
+        safe = [(t, i) for t, i in starts[: len(starts) - keep + 1] if cuts[i]]
         if not safe:
             return _noop("nothing to compact: every turn boundary splits a tool call")
         boundary_turn, boundary_idx = safe[-1]

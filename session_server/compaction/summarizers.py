@@ -270,9 +270,15 @@ class OpenAISummarizer:
                 f"summarizer request failed: {exc.__class__.__name__}: {exc}",
                 data={"model": self.settings.model},
             ) from exc
-        if not response.choices:
+        choices = getattr(response, "choices", None)
+        if not isinstance(choices, list):
+            raise SummarizerError(
+                f"summarizer answer: not a chat completion (got {type(response).__name__})"
+            )
+        if not choices:
             raise SummarizerError("summarizer answer: no choices")
-        return parse_summary_json(response.choices[0].message.content)
+        message = getattr(choices[0], "message", None)
+        return parse_summary_json(getattr(message, "content", None))
 
     async def aclose(self) -> None:
         await self._client.close()

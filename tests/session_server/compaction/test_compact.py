@@ -2,12 +2,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from session_server.codec import encode_json
 from session_server.compaction.builder import build_parts
 from session_server.compaction.compact import plan_compact
 from session_server.compaction.config import StrategyConfig
 from session_server.compaction.placeholders import input_placeholder, output_placeholder
 from session_server.compaction.records import CompactionPlan
-from session_server.codec import encode_json
 
 from .sessions import SessionLog, tool_session
 
@@ -201,9 +201,7 @@ def test_boundary_never_splits_a_call_from_a_late_result() -> None:
         e.seq
         for e in log.events
         if e.tool_call_id == "late"
-        or e.action == "tool_call_request"
-        and e.tool_calls
-        and e.tool_calls[0].id == "late"
+        or (e.action == "tool_call_request" and e.tool_calls and e.tool_calls[0].id == "late")
     }
     assert all(s >= rec["boundary_seq"] for s in seqs)
 

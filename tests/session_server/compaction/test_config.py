@@ -3,6 +3,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from session_server.compaction.config import (
     DEFAULT_REMAINING_PCT,
@@ -179,8 +180,8 @@ def test_validate_strategy_returns_only_the_given_keys() -> None:
 
 def test_config_is_immutable() -> None:
     cfg = StrategyConfig()
-    with pytest.raises(Exception, match="frozen"):
-        cfg.compact_keep = 3  # type: ignore[misc]
+    with pytest.raises(ValidationError, match="frozen"):
+        cfg.compact_keep = 3
 
 
 def test_default_remaining_pct_applies_only_when_no_trigger_is_set() -> None:
