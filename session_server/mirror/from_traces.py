@@ -4,8 +4,9 @@ Mapping: ``user`` -> ``user_message`` (``media.images`` -> images); ``assistant`
 ``agent_message``; consecutive ``tool_call`` lines of one turn -> one
 ``tool_call_request`` with one ``ToolCall`` per line (``tool_args`` -> arguments); an
 ``assistant`` line right after them in the same turn is the text of that same model step
-and becomes the request's ``content`` (so the context has one assistant message with text
-and calls, which providers accept); ``tool_result`` -> ``tool_result`` (``is_success``
+and becomes the request's ``content``, so the context has one assistant message with
+text and calls, which providers accept (lines of the archive and of the active file are
+never joined); ``tool_result`` -> ``tool_result`` (``is_success``
 false when ``tool_error`` is set; content = the error, else the result as text).
 
 Event ids are fresh UUIDs; trace ids, source events, tags, media and any other line field
@@ -87,6 +88,7 @@ def traces_to_events(entries: Iterable[TraceEntry], *, session_id: str = "") -> 
     sources: list[list[dict[str, Any]]] = []
     open_request: SessionEvent | None = None  # a tool_call_request still taking lines
     open_turn: object = None
+    open_archived = False
     last_ms = 0
     for entry in entries:
         line = entry.line
@@ -101,10 +103,13 @@ def traces_to_events(entries: Iterable[TraceEntry], *, session_id: str = "") -> 
         last_ms = ms
         turn_id = line.get("turn_id")
         text = _text(line.get("content"))
-        if open_request is not None and open_turn == turn_id and trace_type == "tool_call":
+        joins = (
+            open_request is not None and open_turn == turn_id and open_archived == entry.archived
+        )
+        if joins and open_request is not None and trace_type == "tool_call":
             open_request.tool_calls = [*(open_request.tool_calls or ()), _call(line)]
             sources[-1].append(line)
-        elif open_request is not None and open_turn == turn_id and trace_type == "assistant":
+        elif joins and open_request is not None and trace_type == "assistant":
             open_request.content = text
             open_request.metadata = {ASSISTANT_TRACE_META: {}}
             sources[-1].append(line)
@@ -112,7 +117,7 @@ def traces_to_events(entries: Iterable[TraceEntry], *, session_id: str = "") -> 
         else:
             event = _new_event(line, trace_type, text, ms, session_id)
             open_request = event if trace_type == "tool_call" else None
-            open_turn = turn_id
+            open_turn, open_archived = turn_id, entry.archived
             out.events.append(event)
             sources.append([line])
         if entry.archived:
