@@ -25,7 +25,7 @@ from typing import Any
 from ..codec import event_to_message
 from ..context import WorkingContext
 from ..events import ContextMessage, SessionEvent
-from ..tokens import count_messages
+from ..tokens import MESSAGE_OVERHEAD, count_messages, get_counter
 from ..turns import drop_orphan_results
 from .config import StrategyConfig
 from .memory import memory_block
@@ -37,11 +37,28 @@ __all__ = ["BuiltContext", "build_compacted_context", "build_parts", "load_from_
 
 @dataclass(frozen=True)
 class BuiltContext:
-    """Messages and extra system instructions (the memory block) for a record."""
+    """Messages and extra system instructions (the memory block) for a record.
+
+    ``stored_tokens`` is the messages' token count taken from the events' stored
+    ``token_count`` (messages a placeholder changed are counted afresh); ``None`` when
+    an event has no stored count.
+    """
 
     system_extra: list[str]
     messages: list[ContextMessage]
     placeholders: int
+    stored_tokens: int | None = None
+
+    def token_count(self, system_instructions: Iterable[str] = (), model: str | None = None) -> int:
+        """Tokens of the messages plus ``system_instructions`` and the memory block.
+
+        Uses ``stored_tokens`` when known (no re-tokenising of unchanged messages).
+        """
+        system = [*system_instructions, *self.system_extra]
+        if self.stored_tokens is None:
+            return count_messages(self.messages, system, model=model).tokens
+        counter = get_counter(model)
+        return self.stored_tokens + sum(MESSAGE_OVERHEAD + counter.count(s) for s in system)
 
 
 def load_from_seq(record: Mapping[str, Any] | None) -> int | None:
@@ -60,8 +77,12 @@ def build_parts(
     *,
     max_episodic_items: int = 3,
     max_semantic_items: int = 20,
+    model: str | None = None,
 ) -> BuiltContext:
-    """The messages (placeholders applied) and memory block for ``events`` and ``record``."""
+    """The messages (placeholders applied) and memory block for ``events`` and ``record``.
+
+    ``model`` picks the encoding used to count messages a placeholder changed.
+    """
     evs = [e for e in events if e.action != "compaction"]
     extra: list[str] = []
     memory = record_memory(record)
@@ -86,15 +107,26 @@ def build_parts(
     names = call_name_index(evs) if params is not None else {}
     messages: list[ContextMessage] = []
     removed = 0
+    stored: int | None = 0
+    counter = None
     for ev in evs:
         msg = event_to_message(ev)
         if msg is None:
             continue
+        n = 0
         if params is not None:
             msg, n = compact_message(ev, msg, params, names)
             removed += n
+        if stored is not None:
+            if n:
+                counter = counter or get_counter(model)
+                stored += counter.count_message(msg)
+            elif ev.token_count is not None:
+                stored += ev.token_count
+            else:
+                stored = None
         messages.append(msg)
-    return BuiltContext(extra, messages, removed)
+    return BuiltContext(extra, messages, removed, stored)
 
 
 def build_compacted_context(
@@ -115,7 +147,8 @@ def build_compacted_context(
     decides whether new compactions are planned, not whether old ones apply).
     ``config`` supplies ``max_episodic_items``/``max_semantic_items`` (defaults when
     ``None``). ``base_seq`` defaults to the highest seq among ``events``. With
-    ``count_tokens`` the context's ``token_count`` is set (``model`` picks the encoding).
+    ``count_tokens`` the context's ``token_count`` is set (``model`` picks the encoding;
+    stored per-event counts are used when every event has one).
     The memory block is the last system instruction, after ``system_instructions``.
     """
     cfg = config or StrategyConfig()
@@ -125,7 +158,8 @@ def build_compacted_context(
         max_episodic_items=cfg.max_episodic_items,
         max_semantic_items=cfg.max_semantic_items,
     )
-    system = [*(system_instructions or ()), *parts.system_extra]
+    instructions = list(system_instructions or ())
+    system = [*instructions, *parts.system_extra]
     if base_seq is None:
         base_seq = max((e.seq for e in events), default=0)
     meta = dict(metadata or {})
@@ -135,7 +169,5 @@ def build_compacted_context(
             "boundary_seq": record.get("boundary_seq"),
             "placeholders": parts.placeholders,
         }
-    token_count = (
-        count_messages(parts.messages, system, model=model).tokens if count_tokens else None
-    )
+    token_count = parts.token_count(instructions, model) if count_tokens else None
     return WorkingContext(system, parts.messages, meta, base_seq=base_seq, token_count=token_count)

@@ -17,7 +17,6 @@ from typing import Any
 
 from ..codec import now_ms as _now_ms
 from ..events import SessionEvent
-from ..tokens import count_messages
 from .builder import BuiltContext, build_parts
 from .config import COMPACT_PARAM_NAMES, StrategyConfig
 from .records import RECORD_VERSION, CompactionPlan, record_memory
@@ -91,13 +90,14 @@ def plan_compact(
     system = list(system_instructions)
 
     def tokens_of(parts: BuiltContext) -> int:
-        return count_messages(parts.messages, [*system, *parts.system_extra], model=model).tokens
+        return parts.token_count(system, model)
 
     before = build_parts(
         evs,
         previous_record,
         max_episodic_items=config.max_episodic_items,
         max_semantic_items=config.max_semantic_items,
+        model=model,
     )
     tokens_before = token_count
     if tokens_before is None and needs_token_count(config):
@@ -130,6 +130,7 @@ def plan_compact(
         record,
         max_episodic_items=config.max_episodic_items,
         max_semantic_items=config.max_semantic_items,
+        model=model,
     )
     if after.placeholders == 0:
         return _noop(

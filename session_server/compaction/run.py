@@ -18,7 +18,6 @@ from typing import Any
 
 from ..errors import SummarizerError
 from ..events import SessionEvent
-from ..tokens import count_messages
 from .builder import build_parts
 from .compact import plan_compact
 from .config import StrategyConfig
@@ -84,12 +83,8 @@ async def run_compaction(
         "max_episodic_items": config.max_episodic_items,
         "max_semantic_items": config.max_semantic_items,
     }
-    before = build_parts(events, previous_record, **limits)
-    tokens_before = (
-        token_count
-        if token_count is not None
-        else count_messages(before.messages, [*system, *before.system_extra], model=model).tokens
-    )
+    before = build_parts(events, previous_record, model=model, **limits)
+    tokens_before = token_count if token_count is not None else before.token_count(system, model)
     triggers = [name for name, on in (("token_pressure", pressure), ("explicit", force)) if on]
     record = make_summary_record(
         plan.request,
@@ -100,10 +95,8 @@ async def run_compaction(
         tokens_before=tokens_before,
         now_ms=now_ms,
     )
-    after = build_parts(events, record, **limits)
-    tokens_after = count_messages(
-        after.messages, [*system, *after.system_extra], model=model
-    ).tokens
+    after = build_parts(events, record, model=model, **limits)
+    tokens_after = after.token_count(system, model)
     record["tokens_after"] = tokens_after
     return CompactionPlan(
         "summarize",

@@ -5,7 +5,7 @@ from typing import Any
 import pytest
 
 from adapters.workers_ai import adapter as workers_ai
-from session_server.codec import encode_json
+from session_server.codec import encode_json, event_to_message
 from session_server.compaction.builder import build_compacted_context, load_from_seq
 from session_server.compaction.compact import plan_compact
 from session_server.compaction.config import StrategyConfig
@@ -15,6 +15,7 @@ from session_server.compaction.records import latest_record, make_compaction_eve
 from session_server.context import build_working_context
 from session_server.errors import CorruptRecordError
 from session_server.events import SessionEvent
+from session_server.tokens import count_messages, get_counter
 
 from .sessions import SessionLog, tool_session
 
@@ -203,3 +204,25 @@ def test_token_count_is_set_on_request() -> None:
 def test_corrupt_records_are_reported(record: dict[str, Any]) -> None:
     with pytest.raises(CorruptRecordError, match="compaction record"):
         build_compacted_context(tool_session(1).events, record=record)
+
+
+def test_stored_token_counts_are_used_and_placeholders_recounted() -> None:
+    log = tool_session(5)
+    counter = get_counter()
+    for ev in log.events:
+        msg = event_to_message(ev)
+        assert msg is not None
+        ev.token_count = counter.count_message(msg)
+    rec = plan_compact(log.events, StrategyConfig(mode="compact"), force=True).record
+    assert rec is not None
+    ctx = build_compacted_context(
+        log.events, record=rec, system_instructions=SYSTEM, count_tokens=True
+    )
+    assert ctx.token_count == count_messages(ctx.messages, SYSTEM).tokens
+    # the stored counts really are what is summed: inflate the uncompacted ones
+    for ev in log.events:
+        ev.token_count = 1000
+    inflated = build_compacted_context(log.events, record=rec, count_tokens=True)
+    compacted = [m for m in inflated.messages if m.compacted]
+    expected = 1000 * (len(inflated.messages) - len(compacted)) + count_messages(compacted).tokens
+    assert inflated.token_count == expected
