@@ -1,0 +1,553 @@
+"""Store benchmark: per-turn cost of the session-server store against its baselines.
+
+Run: ``.venv/bin/python scripts/bench_store.py [--turns N] [--synchronous FULL|NORMAL]
+[--agents [N]]``. One run measures, on fresh files in a temporary directory, with the same
+turn shape (user message, assistant tool call, tool result, assistant answer) and the same
+``synchronous`` level, WAL everywhere:
+
+(a) raw ``sqlite3`` with the store's own schema (``schema_sql()``): per turn, a read of the
+    last 50 events and one ``BEGIN IMMEDIATE`` transaction inserting the 4 event rows and
+    updating the session row. This is the physical limit.
+(b) this store: ``build_working_context(limit=50)`` then ``persist_working_context`` of the
+    4 new messages (with an idempotency key, as an RPC client sends one; ``--no-idempotency``
+    drops it).
+(c) the OpenAI Agents SDK ``SQLiteSession`` (file-backed): ``get_items(limit=50)`` then
+    ``add_items`` of the same 4 items as Responses-style dicts. The SDK already puts its
+    file in WAL mode (``_configure_connection``) but leaves ``synchronous`` at SQLite's
+    default (FULL); a subclass overrides ``_configure_connection`` to also set the chosen
+    ``synchronous`` level on every connection it opens (it opens one per worker thread).
+
+Then the cost of ``build_working_context(limit=50)`` with 1k and 100k events of history
+(each in its own agent file, filled with ``append_events`` in large batches) and, with
+``--agents N`` (10000 when no N is given), the activation of N new agents through one
+registry with ``max_open=256``: open SQLite file descriptors, RSS, and the cold activation
+latency (``create_session`` on an agent never seen before).
+
+Progress bars (tqdm, on stderr) only show on a terminal. The markdown table at the end goes
+to stdout only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import json
+import os
+import platform
+import pstats
+import shutil
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from tqdm import tqdm
+
+from session_server.events import ContextMessage, SessionEvent, ToolCall
+from session_server.registry import ActorRegistry
+from session_server.schema import SCHEMA_VERSION, schema_sql
+
+T = TypeVar("T")
+
+SYSTEM = ["You are a helpful assistant running inside a benchmark."]
+WINDOW = 50
+TOOL = "search_docs"
+_USER = (
+    "Question {n}: which of the stored documents mentions the quarterly figures for the "
+    "northern region, and what was the change against the previous quarter? Please cite."
+)
+_RESULT = (
+    "Result {n}: "
+    + "document q3-north.md line 12: revenue 1.24M (+3.1% q/q); line 40: churn 2.2%. " * 6
+)
+_ANSWER = (
+    "Answer {n}: the quarterly report for the northern region (q3-north.md) gives revenue "
+    "of 1.24M, up 3.1% on the previous quarter, with churn at 2.2%. Source: line 12 and 40."
+)
+
+
+# -- helpers -----------------------------------------------------------------------------
+
+
+def bar(iterable: Iterable[T], total: int, desc: str) -> Iterable[T]:
+    return tqdm(
+        iterable,
+        total=total,
+        desc=desc,
+        file=sys.stderr,
+        disable=not sys.stderr.isatty(),
+        leave=False,
+        unit="it",
+    )
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def fmt_rate(per_s: float) -> str:
+    return f"{per_s:,.0f}"
+
+
+def sqlite_fds() -> int:
+    count = 0
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{name}")
+        except OSError:
+            continue
+        if target.endswith((".sqlite", "-wal", "-shm")):
+            count += 1
+    return count
+
+
+def proc_status(key: str) -> str:
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith(key + ":"):
+                return line.split(":", 1)[1].strip()
+    return "?"
+
+
+def rss_mib() -> float:
+    return int(proc_status("VmRSS").split()[0]) / 1024
+
+
+class Timing:
+    """Per-turn durations of one phase."""
+
+    def __init__(self, name: str, durations: list[float]) -> None:
+        self.name = name
+        self.durations = durations
+        self.total = sum(durations)
+
+    @property
+    def per_turn_ms(self) -> float:
+        return 1000 * self.total / len(self.durations)
+
+    @property
+    def turns_per_s(self) -> float:
+        return len(self.durations) / self.total
+
+    @property
+    def p50_ms(self) -> float:
+        return 1000 * pct(self.durations, 0.50)
+
+    @property
+    def p99_ms(self) -> float:
+        return 1000 * pct(self.durations, 0.99)
+
+
+# -- the turn, in each system's shape ------------------------------------------------------
+
+
+def turn_messages(n: int) -> list[ContextMessage]:
+    call_id = f"call_{n}"
+    return [
+        ContextMessage(role="user", content=_USER.format(n=n)),
+        ContextMessage(
+            role="assistant",
+            content="",
+            tool_calls=[ToolCall(id=call_id, name=TOOL, arguments={"query": "q3 north", "n": n})],
+        ),
+        ContextMessage(role="tool", content=_RESULT.format(n=n), tool_call_id=call_id, name=TOOL),
+        ContextMessage(role="assistant", content=_ANSWER.format(n=n)),
+    ]
+
+
+def turn_events(n: int) -> list[SessionEvent]:
+    call_id = f"call_{n}"
+    return [
+        SessionEvent(action="user_message", content=_USER.format(n=n)),
+        SessionEvent(
+            action="tool_call_request",
+            content="",
+            tool_calls=[ToolCall(id=call_id, name=TOOL, arguments={"query": "q3 north", "n": n})],
+        ),
+        SessionEvent(
+            action="tool_result",
+            content=_RESULT.format(n=n),
+            tool_call_id=call_id,
+            tool_name=TOOL,
+            is_success=True,
+        ),
+        SessionEvent(action="agent_message", content=_ANSWER.format(n=n)),
+    ]
+
+
+def turn_items(n: int) -> list[dict[str, Any]]:
+    """The same turn as OpenAI Responses input items (what the Agents SDK stores)."""
+    call_id = f"call_{n}"
+    return [
+        {"role": "user", "content": _USER.format(n=n)},
+        {
+            "type": "function_call",
+            "call_id": call_id,
+            "name": TOOL,
+            "arguments": json.dumps({"query": "q3 north", "n": n}),
+        },
+        {"type": "function_call_output", "call_id": call_id, "output": _RESULT.format(n=n)},
+        {
+            "id": f"msg_{n}",
+            "type": "message",
+            "role": "assistant",
+            "status": "completed",
+            "content": [{"type": "output_text", "text": _ANSWER.format(n=n), "annotations": []}],
+        },
+    ]
+
+
+def raw_rows(session_id: str, n: int, first_seq: int, now: int) -> list[tuple[Any, ...]]:
+    """The 4 event rows of turn ``n`` in the store's row format (metadata as the codec writes it)."""
+    call_id = f"call_{n}"
+    call = [{"id": call_id, "name": TOOL, "arguments": {"query": "q3 north", "n": n}}]
+    payloads: list[tuple[str, str, str | None]] = [
+        ("user_message", _USER.format(n=n), None),
+        ("tool_call_request", "", json.dumps({"toolCalls": call}, separators=(",", ":"))),
+        (
+            "tool_result",
+            _RESULT.format(n=n),
+            json.dumps(
+                {"toolCallId": call_id, "toolName": TOOL, "isSuccess": True},
+                separators=(",", ":"),
+            ),
+        ),
+        ("agent_message", _ANSWER.format(n=n), None),
+    ]
+    return [
+        (str(uuid.uuid4()), session_id, first_seq + i, action, content, meta, now, n, first_seq, 0)
+        for i, (action, content, meta) in enumerate(payloads)
+    ]
+
+
+# -- (a) raw sqlite3 -----------------------------------------------------------------------
+
+_COLS = (
+    "id, session_id, seq, action, content, metadata, created_at, turn, turn_start_seq, token_count"
+)
+
+
+def bench_raw(path: Path, synchronous: str, warmup: int, turns: int) -> Timing:
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute(f"PRAGMA synchronous={synchronous}")
+    conn.execute("PRAGMA busy_timeout=5000")
+    conn.executescript(schema_sql())
+    conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+    sid = "raw-session"
+    now = time.time_ns() // 1_000_000
+    conn.execute(
+        "INSERT INTO sessions (id, agent_id, created_at, updated_at) VALUES (?, 'raw', ?, ?)",
+        (sid, now, now),
+    )
+    insert = f"INSERT INTO events ({_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    durations: list[float] = []
+    last_seq = 0
+    for n in bar(range(1, warmup + turns + 1), warmup + turns, "(a) raw sqlite3"):
+        t0 = time.perf_counter()
+        rows = conn.execute(
+            f"SELECT {_COLS} FROM events WHERE session_id = ? ORDER BY seq DESC LIMIT ?",
+            (sid, WINDOW),
+        ).fetchall()
+        rows.reverse()
+        now = time.time_ns() // 1_000_000
+        conn.execute("BEGIN IMMEDIATE")
+        conn.executemany(insert, raw_rows(sid, n, last_seq + 1, now))
+        last_seq += 4
+        conn.execute(
+            "UPDATE sessions SET last_seq = ?, last_turn = ?, last_turn_start_seq = ?,"
+            " updated_at = ? WHERE id = ?",
+            (last_seq, n, last_seq - 3, now, sid),
+        )
+        conn.execute("COMMIT")
+        if n > warmup:
+            durations.append(time.perf_counter() - t0)
+    conn.close()
+    return Timing("(a) raw sqlite3", durations)
+
+
+# -- (b) this store --------------------------------------------------------------------------
+
+
+async def bench_store(
+    memory_dir: Path,
+    synchronous: str,
+    warmup: int,
+    turns: int,
+    idempotency: bool,
+    profile: Path | None,
+) -> Timing:
+    async with ActorRegistry(memory_dir, synchronous=synchronous) as reg:  # type: ignore[arg-type]
+        actor = await reg.get("bench-store")
+        sid = await actor.create_session()
+        durations: list[float] = []
+        profiler = cProfile.Profile() if profile is not None else None
+        for n in bar(range(1, warmup + turns + 1), warmup + turns, "(b) session-server"):
+            if profiler is not None and n == warmup + 1:
+                profiler.enable()
+            t0 = time.perf_counter()
+            ctx = await actor.build_working_context(sid, system_instructions=SYSTEM, limit=WINDOW)
+            ctx.add_messages(turn_messages(n))
+            await actor.persist_working_context(
+                sid, ctx, idempotency_key=f"turn-{n}" if idempotency else None
+            )
+            if n > warmup:
+                durations.append(time.perf_counter() - t0)
+        if profiler is not None:
+            profiler.disable()
+            profiler.dump_stats(profile)
+            stats = pstats.Stats(profiler, stream=sys.stderr)
+            stats.sort_stats("tottime").print_stats(30)
+        # Sanity: everything is there and the window is the expected size.
+        events = await actor.load_events(sid, limit=None, tail=False)
+        assert len(events) == 4 * (warmup + turns), len(events)
+        assert [e.seq for e in events] == list(range(1, len(events) + 1))
+        ctx = await actor.build_working_context(sid, limit=WINDOW)
+        # The window moves to a turn boundary rather than split a tool call from its result.
+        assert WINDOW <= len(ctx.messages) < WINDOW + 4, len(ctx.messages)
+    return Timing("(b) session-server", durations)
+
+
+# -- (c) OpenAI Agents SDK SQLiteSession --------------------------------------------------------
+
+
+def sdk_session_class(synchronous: str) -> type[Any]:
+    from agents import SQLiteSession
+
+    class BenchSQLiteSession(SQLiteSession):  # type: ignore[misc]
+        """SQLiteSession whose connections also get ``PRAGMA synchronous``.
+
+        The SDK configures every connection it opens (the schema one and one per worker
+        thread of ``asyncio.to_thread``) through the static ``_configure_connection``,
+        which sets WAL; this adds the benchmark's synchronous level after it.
+        """
+
+        @staticmethod
+        def _configure_connection(conn: sqlite3.Connection) -> None:
+            SQLiteSession._configure_connection(conn)
+            conn.execute(f"PRAGMA synchronous={synchronous}")
+
+    return BenchSQLiteSession
+
+
+async def bench_sdk(path: Path, synchronous: str, warmup: int, turns: int) -> Timing:
+    session = sdk_session_class(synchronous)("bench-sdk", db_path=path)
+    try:
+        durations: list[float] = []
+        for n in bar(range(1, warmup + turns + 1), warmup + turns, "(c) Agents SDK"):
+            t0 = time.perf_counter()
+            history = await session.get_items(limit=WINDOW)
+            assert len(history) == min(WINDOW, 4 * (n - 1))
+            await session.add_items(turn_items(n))
+            if n > warmup:
+                durations.append(time.perf_counter() - t0)
+        items = await session.get_items()
+        assert len(items) == 4 * (warmup + turns)
+        # Check the pragmas really hold on a connection the SDK uses.
+        conn = session._get_connection()
+        mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
+        level = conn.execute("PRAGMA synchronous").fetchone()[0]
+        assert mode == "wal" and level == {"FULL": 2, "NORMAL": 1}[synchronous], (mode, level)
+    finally:
+        session.close()
+    return Timing("(c) Agents SDK SQLiteSession", durations)
+
+
+# -- history size ---------------------------------------------------------------------------
+
+
+async def bench_history(
+    memory_dir: Path, synchronous: str, sizes: list[int], reps: int
+) -> dict[int, list[float]]:
+    out: dict[int, list[float]] = {}
+    async with ActorRegistry(memory_dir, synchronous=synchronous) as reg:  # type: ignore[arg-type]
+        sessions: dict[int, tuple[Any, str]] = {}
+        for size in sizes:
+            actor = await reg.get(f"history-{size}")
+            sid = await actor.create_session()
+            batch_turns = 1000
+            n_turns = size // 4
+            for start in bar(
+                range(0, n_turns, batch_turns),
+                (n_turns + batch_turns - 1) // batch_turns,
+                f"fill {size:,} events",
+            ):
+                batch = [
+                    e
+                    for n in range(start + 1, min(n_turns, start + batch_turns) + 1)
+                    for e in turn_events(n)
+                ]
+                await actor.append_events(sid, batch)
+            sessions[size] = (actor, sid)
+        for size, (actor, sid) in sessions.items():
+            ctx = await actor.build_working_context(sid, system_instructions=SYSTEM, limit=WINDOW)
+            assert ctx.base_seq == size and WINDOW <= len(ctx.messages) < WINDOW + 4, ctx
+            for _ in range(20):  # warm-up
+                await actor.build_working_context(sid, system_instructions=SYSTEM, limit=WINDOW)
+            durations = []
+            for _ in bar(range(reps), reps, f"build_working_context @ {size:,}"):
+                t0 = time.perf_counter()
+                await actor.build_working_context(sid, system_instructions=SYSTEM, limit=WINDOW)
+                durations.append(time.perf_counter() - t0)
+            out[size] = durations
+    return out
+
+
+# -- many agents -----------------------------------------------------------------------------
+
+
+async def bench_agents(memory_dir: Path, synchronous: str, n_agents: int) -> dict[str, Any]:
+    fds_start, rss_start = sqlite_fds(), rss_mib()
+    threads_start = proc_status("Threads")
+    latencies: list[float] = []
+    fds_peak = 0
+    async with ActorRegistry(memory_dir, synchronous=synchronous, max_open=256) as reg:  # type: ignore[arg-type]
+        for i in bar(range(n_agents), n_agents, "agents"):
+            actor = await reg.get(f"agent-{i:06d}")
+            t0 = time.perf_counter()
+            await actor.create_session()
+            latencies.append(time.perf_counter() - t0)
+            if i % 128 == 0:
+                fds_peak = max(fds_peak, sqlite_fds())
+        fds_end, rss_end = sqlite_fds(), rss_mib()
+        fds_peak = max(fds_peak, fds_end)
+        open_end = reg.open_count
+        threads_end = proc_status("Threads")
+    return {
+        "agents": n_agents,
+        "fds_start": fds_start,
+        "fds_peak": fds_peak,
+        "fds_end": fds_end,
+        "open_end": open_end,
+        "rss_start": rss_start,
+        "rss_end": rss_end,
+        "rss_closed": rss_mib(),
+        "threads_start": threads_start,
+        "threads_end": threads_end,
+        "p50_ms": 1000 * pct(latencies, 0.50),
+        "p99_ms": 1000 * pct(latencies, 0.99),
+    }
+
+
+# -- main ------------------------------------------------------------------------------------
+
+
+def verdict(ok: bool) -> str:
+    return "yes" if ok else "**no**"
+
+
+async def run(args: argparse.Namespace, root: Path) -> str:
+    sync = args.synchronous
+    raw = bench_raw(root / "raw.sqlite", sync, args.warmup, args.turns)
+    store = await bench_store(
+        root / "store", sync, args.warmup, args.turns, not args.no_idempotency, args.profile
+    )
+    sdk = await bench_sdk(root / "sdk.sqlite", sync, args.warmup, args.turns)
+    history = await bench_history(
+        root / "history", sync, [args.small_history, args.large_history], args.history_reps
+    )
+    agents = await bench_agents(root / "agents", sync, args.agents) if args.agents else None
+
+    b_over_a = store.per_turn_ms / raw.per_turn_ms
+    c_over_b = sdk.per_turn_ms / store.per_turn_ms
+    small, large = history[args.small_history], history[args.large_history]
+    h_ratio = statistics.mean(large) / statistics.mean(small)
+
+    lines = [
+        f"Store benchmark: synchronous={sync}, WAL, {args.turns} turns (+{args.warmup} warm-up)"
+        f" of 4 events, window {WINDOW}; SQLite {sqlite3.sqlite_version}, Python"
+        f" {platform.python_version()}, {os.cpu_count()} CPUs"
+        f"{', idempotency keys' if not args.no_idempotency else ', no idempotency keys'}",
+        "",
+        "| measure | turns/s | ms/turn (mean) | p50 ms | p99 ms |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for t in (raw, store, sdk):
+        lines.append(
+            f"| {t.name} | {fmt_rate(t.turns_per_s)} | {t.per_turn_ms:.3f} |"
+            f" {t.p50_ms:.3f} | {t.p99_ms:.3f} |"
+        )
+    lines += [
+        "",
+        "| ratio | value (means) | value (p50s) | target | met (means) |",
+        "|---|---:|---:|---:|:---:|",
+        f"| cost (b)/(a): store vs raw sqlite3 | {b_over_a:.2f}x"
+        f" | {store.p50_ms / raw.p50_ms:.2f}x | <= 2x | {verdict(b_over_a <= 2)} |",
+        f"| speed (b) vs (c): cost (c)/(b) | {c_over_b:.2f}x"
+        f" | {sdk.p50_ms / store.p50_ms:.2f}x | >= 3x | {verdict(c_over_b >= 3)} |",
+        f"| build_working_context @ {args.large_history:,} / @ {args.small_history:,} events"
+        f" | {h_ratio:.2f}x | {pct(large, 0.5) / pct(small, 0.5):.2f}x | <= 1.5x"
+        f" | {verdict(h_ratio <= 1.5)} |",
+        "",
+        "| build_working_context(limit=50) | mean ms | p50 ms | p99 ms |",
+        "|---|---:|---:|---:|",
+    ]
+    for size, d in ((args.small_history, small), (args.large_history, large)):
+        lines.append(
+            f"| {size:,} events of history | {1000 * statistics.mean(d):.3f} |"
+            f" {1000 * pct(d, 0.5):.3f} | {1000 * pct(d, 0.99):.3f} |"
+        )
+    if agents is not None:
+        lines += [
+            "",
+            f"| {agents['agents']:,} agents, one registry, max_open=256 | start | end |",
+            "|---|---:|---:|",
+            f"| open .sqlite/-wal/-shm fds (peak {agents['fds_peak']}) |"
+            f" {agents['fds_start']} | {agents['fds_end']} |",
+            f"| open stores | 0 | {agents['open_end']} |",
+            f"| RSS MiB (after close: {agents['rss_closed']:.0f}) |"
+            f" {agents['rss_start']:.0f} | {agents['rss_end']:.0f} |",
+            f"| threads | {agents['threads_start']} | {agents['threads_end']} |",
+            f"| cold activation (create_session on a new agent) | p50 {agents['p50_ms']:.2f} ms"
+            f" | p99 {agents['p99_ms']:.2f} ms |",
+        ]
+    return "\n".join(lines)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--turns", type=int, default=2000, help="timed turns per system (2000)")
+    p.add_argument("--warmup", type=int, default=50, help="untimed turns first (50)")
+    p.add_argument("--synchronous", choices=["FULL", "NORMAL"], default="FULL")
+    p.add_argument(
+        "--agents",
+        type=int,
+        nargs="?",
+        const=10_000,
+        default=0,
+        help="also activate N new agents (10000 when N is omitted; off by default)",
+    )
+    p.add_argument("--small-history", type=int, default=1_000)
+    p.add_argument("--large-history", type=int, default=100_000)
+    p.add_argument("--history-reps", type=int, default=500)
+    p.add_argument("--no-idempotency", action="store_true", help="(b) without idempotency keys")
+    p.add_argument("--dir", type=Path, default=None, help="where the temporary files go")
+    p.add_argument("--keep", action="store_true", help="keep the temporary files")
+    p.add_argument("--profile", type=Path, default=None, help="cProfile (b) into this file")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    if args.dir is not None:
+        args.dir.mkdir(parents=True, exist_ok=True)
+    root = Path(tempfile.mkdtemp(prefix="bench_store_", dir=args.dir))
+    try:
+        table = asyncio.run(run(args, root))
+    finally:
+        if args.keep:
+            print(f"files kept in {root}", file=sys.stderr)
+        else:
+            shutil.rmtree(root, ignore_errors=True)
+    print(table)
+
+
+if __name__ == "__main__":
+    main()
