@@ -27,8 +27,10 @@ import msgspec
 
 from .codec import event_to_message, message_to_event, new_event_id
 from .context import WorkingContext, build_working_context
-from .errors import ConflictError, InvalidParamsError, NotFoundError
+from .errors import ConflictError, InvalidParamsError, NotFoundError, SessionServerError
 from .events import SessionEvent
+from .mirror.snapshot import load_snapshot_cache
+from .mirror.writer import MirrorWriter, validate_session_id
 from .store import AgentStore, AppendResult, Synchronous
 from .tokens import get_counter
 from .validation import parse_event, parse_message
@@ -69,6 +71,12 @@ class AgentActor:
         self._pending: set[asyncio.Task[Any]] = set()
         self._subscribers: dict[str, list[Subscriber]] = {}
         self.last_used = time.monotonic()
+        self.mirror = MirrorWriter(registry.memory_dir, agent_id, enabled=registry.mirror)
+        # Mirror cursors confirmed since the last write of sessions.mirror_seq.
+        self._mirror_cursor: dict[str, int] = {}
+        # Sessions whose context was built since activation (the snapshot cache is
+        # consulted only for the first build of an activation).
+        self._built: set[str] = set()
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -101,8 +109,21 @@ class AgentActor:
                 return  # a read is using the store; the next sweep tries again
             store, self._store = self._store, None
             if store is not None:
+                await self._flush_mirror_cursors(store)
                 await store.close()
                 self.registry._closed(self)
+            for session_id in list(self._mirror_cursor) + list(self._built):
+                self.mirror.forget(session_id)
+            self._mirror_cursor.clear()
+            self._built.clear()
+
+    async def _flush_mirror_cursors(self, store: AgentStore) -> None:
+        for session_id, cursor in list(self._mirror_cursor.items()):
+            try:
+                await store.update_session_fields(session_id, mirror_seq=cursor)
+            except SessionServerError as exc:
+                # Not fatal: a stale cursor only makes the next activation verify the files.
+                log.warning("mirror cursor of %r not saved: %s", session_id, exc)
 
     async def close(self) -> None:
         """Wait for writes in flight, then close the store."""
@@ -151,8 +172,8 @@ class AgentActor:
         self, metadata: dict[str, Any] | None = None, session_id: str | None = None
     ) -> str:
         """Create a session and return its id (``ConflictError`` if the id exists)."""
-        if session_id is not None and (not isinstance(session_id, str) or not session_id):
-            raise InvalidParamsError("session_id: must be a non-empty string")
+        if session_id is not None:
+            validate_session_id(session_id)  # it names the session's mirror folder
         if metadata is not None and not isinstance(metadata, dict):
             raise InvalidParamsError("metadata: must be an object")
         sid = session_id or str(uuid.uuid4())
@@ -167,7 +188,15 @@ class AgentActor:
 
     async def delete_session(self, session_id: str) -> bool:
         """Delete a session and its events in one transaction; False if it did not exist."""
-        return await self._write(lambda s: s.delete_session(session_id))
+
+        async def write(store: AgentStore) -> bool:
+            deleted = await store.delete_session(session_id)
+            self.mirror.delete_session(session_id)
+            self._mirror_cursor.pop(session_id, None)
+            self._built.discard(session_id)
+            return deleted
+
+        return await self._write(write)
 
     # -- events ----------------------------------------------------------------------
 
@@ -201,6 +230,7 @@ class AgentActor:
         expected_last_seq: int | None = None,
         idempotency_key: str | None = None,
         compaction_required: bool | None = None,
+        after_commit: Callable[[AppendResult], None] | None = None,
     ) -> AppendResult:
         if (
             not events
@@ -218,6 +248,8 @@ class AgentActor:
         tokens = [_event_tokens(counter, e) for e in prepared]
 
         async def write(store: AgentStore) -> AppendResult:
+            if self.mirror.enabled and not self.mirror.is_active(session_id):
+                await self._activate_mirror(store, session_id)
             result, stored, replay = await store.append_events(
                 session_id,
                 prepared,
@@ -225,12 +257,27 @@ class AgentActor:
                 expected_last_seq=expected_last_seq,
                 idempotency_key=idempotency_key,
                 compaction_required=compaction_required,
+                mirror_seq=self._mirror_cursor.get(session_id),
             )
             if stored and not replay:
+                cursor = self.mirror.append(session_id, stored)
+                if cursor is not None:
+                    self._mirror_cursor[session_id] = cursor
                 self._publish(session_id, stored)
+            if after_commit is not None and not replay:
+                after_commit(result)
             return result
 
         return await self._write(write)
+
+    async def _activate_mirror(self, store: AgentStore, session_id: str) -> None:
+        """Load the session's mirror state; repair the files when the cursor is not current."""
+        state = await store.session_state(session_id)
+        if state is None:
+            return  # the append fails with NotFoundError
+        verify = int(state["mirror_seq"]) != int(state["last_seq"])
+        events = await store.all_events(session_id) if state["last_seq"] else []
+        self.mirror.activate(session_id, events, verify=verify)
 
     async def _last_seq_or_zero(self, session_id: str) -> int:
         state = await self._read(lambda s: s.session_state(session_id))
@@ -260,7 +307,15 @@ class AgentActor:
 
     async def delete_events(self, session_id: str, event_ids: Sequence[str]) -> int:
         """Delete events of this session by id (unknown ids ignored); returns how many."""
-        return await self._write(lambda s: s.delete_events(session_id, list(event_ids)))
+
+        async def write(store: AgentStore) -> int:
+            count = await store.delete_events(session_id, list(event_ids))
+            if count and self.mirror.enabled:
+                self.mirror.reconcile(session_id, await store.all_events(session_id))
+                self._mirror_cursor.pop(session_id, None)
+            return count
+
+        return await self._write(write)
 
     # -- subscriptions -----------------------------------------------------------------
 
@@ -308,8 +363,13 @@ class AgentActor:
         if limit is not None and (not isinstance(limit, int) or limit < 1):
             raise InvalidParamsError("limit: must be a positive integer")
         instructions = list(system_instructions or [])
+        if limit is None and strategy is None and session_id not in self._built:
+            cached = await self._from_snapshot_cache(session_id, instructions)
+            if cached is not None:
+                return cached
         window_limit = limit or self.context_limit
         window = await self._read(lambda s: s.context_window(session_id, limit=window_limit))
+        self._built.add(session_id)
         counter = get_counter()
         tokens = sum(e.token_count or 0 for e in window.events)
         tokens += sum(4 + counter.count(s) for s in instructions)
@@ -318,6 +378,31 @@ class AgentActor:
             system_instructions=instructions,
             base_seq=window.last_seq,
             token_count=tokens,
+        )
+
+    async def _from_snapshot_cache(
+        self, session_id: str, instructions: list[str]
+    ) -> WorkingContext | None:
+        """The context restored from ``working_context_snapshot.json`` when it is valid and
+        current (its ``last_seq`` is the session's); ``None`` means: rebuild from SQLite."""
+        if not self.mirror.enabled:
+            return None
+        state = await self._read(lambda s: s.session_state(session_id))
+        if state is None or state["compaction_required"] or not state["last_seq"]:
+            return None
+        restored = load_snapshot_cache(
+            self.mirror.session_dir(session_id), last_seq=int(state["last_seq"])
+        )
+        if restored is None:
+            return None
+        self._built.add(session_id)
+        counter = get_counter()
+        return WorkingContext(
+            instructions,
+            restored.messages,
+            {"restored_from": "working_context_snapshot.json"},
+            base_seq=int(state["last_seq"]),
+            token_count=counter.count_messages(restored.messages, instructions).tokens,
         )
 
     async def persist_working_context(
@@ -352,8 +437,22 @@ class AgentActor:
                     data={"last_seq": int(state["last_seq"])},
                 )
             return AppendResult(seqs=[], last_seq=int(state["last_seq"]))
+
+        def snapshot(result: AppendResult) -> None:
+            # The end of a turn: the cache of the context as it now stands.
+            self.mirror.write_snapshot(
+                session_id,
+                messages=ctx.messages,
+                system_instructions=ctx.system_instructions,
+                last_seq=result.last_seq,
+            )
+
         return await self._append(
-            session_id, events, expected_last_seq=expected, idempotency_key=idempotency_key
+            session_id,
+            events,
+            expected_last_seq=expected,
+            idempotency_key=idempotency_key,
+            after_commit=snapshot,
         )
 
 

@@ -40,7 +40,8 @@ class ActorRegistry:
     Options: ``synchronous`` ("FULL" default, or "NORMAL"), ``idle_timeout`` seconds
     (default 300; ``None`` disables the sweep), ``max_open`` open stores (default 256),
     ``busy_timeout_ms`` (5000), ``context_limit`` (default window of
-    ``build_working_context``, 200 events).
+    ``build_working_context``, 200 events), ``mirror`` (keep the JSONL mirror, default
+    True).
     """
 
     def __init__(
@@ -52,6 +53,7 @@ class ActorRegistry:
         max_open: int = 256,
         busy_timeout_ms: int = 5000,
         context_limit: int = 200,
+        mirror: bool = True,
         **options: Any,
     ) -> None:
         if synchronous not in ("FULL", "NORMAL"):
@@ -64,6 +66,7 @@ class ActorRegistry:
         self.max_open = max_open
         self.busy_timeout_ms = busy_timeout_ms
         self.context_limit = context_limit
+        self.mirror = mirror
         self.options = options
         self._actors: dict[str, AgentActor] = {}
         self._open: OrderedDict[str, AgentActor] = OrderedDict()

@@ -273,8 +273,13 @@ class AgentStore:
         expected_last_seq: int | None = None,
         idempotency_key: str | None = None,
         compaction_required: bool | None = None,
+        mirror_seq: int | None = None,
     ) -> tuple[AppendResult, list[SessionEvent], bool]:
         """Append ``events`` in one transaction; all or nothing.
+
+        ``mirror_seq``, when given, records the JSONL mirror cursor in the same transaction
+        (the actor passes the cursor confirmed by the previous append, so the stored
+        cursor lags by at most one append and a crash is always detected on activation).
 
         Returns the result, the stored events (with seq, turn, session_id filled in), and
         whether it was a replay of an earlier call with the same idempotency key (then
@@ -289,6 +294,7 @@ class AgentStore:
                 expected_last_seq,
                 idempotency_key,
                 compaction_required,
+                mirror_seq,
             )
         except sqlite3.IntegrityError as exc:
             await self._rollback()
@@ -313,6 +319,7 @@ class AgentStore:
         expected_last_seq: int | None,
         idempotency_key: str | None,
         compaction_required: bool | None,
+        mirror_seq: int | None,
     ) -> tuple[AppendResult, list[SessionEvent], bool]:
         w = self.writer
         async with w.execute(
@@ -408,8 +415,9 @@ class AgentStore:
         if rows_out or compaction_required is not None:
             await w.execute(
                 "UPDATE sessions SET last_seq = ?, last_turn = ?, last_turn_start_seq = ?,"
-                " updated_at = ?, compaction_required = ? WHERE id = ?",
-                (seq, turn, turn_start, now, int(flag), session_id),
+                " updated_at = ?, compaction_required = ?, mirror_seq = COALESCE(?, mirror_seq)"
+                " WHERE id = ?",
+                (seq, turn, turn_start, now, int(flag), mirror_seq, session_id),
             )
         result = AppendResult(
             seqs=list(range(last_seq + 1, seq + 1)), last_seq=seq, compaction_required=flag
