@@ -1,0 +1,216 @@
+"""Bad input gets a JSON-RPC error (or a 1009 close for oversized frames) and never
+disturbs the connection or other clients; a refused request writes nothing."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed
+
+from session_server.rpc.methods import METHODS, CallContext, NoParams, rpc_method
+from tests.support.server import RunningServer, running_server
+
+
+@pytest.fixture
+async def server(tmp_path: Path) -> AsyncIterator[RunningServer]:
+    async with running_server(tmp_path / "memory", max_frame_bytes=64 * 1024) as running:
+        yield running
+
+
+@pytest.fixture
+async def ws(server: RunningServer) -> AsyncIterator[ClientConnection]:
+    async with connect(f"{server.url}/v1/agents/err-agent", max_size=None) as conn:
+        yield conn
+
+
+async def ask(ws: ClientConnection, frame: str | bytes) -> Any:
+    await ws.send(frame)
+    return json.loads(await ws.recv())
+
+
+async def create(ws: ClientConnection) -> str:
+    answer = await ask(ws, '{"jsonrpc":"2.0","id":0,"method":"session.create"}')
+    return str(answer["result"]["session_id"])
+
+
+async def event_count(ws: ClientConnection, sid: str) -> int:
+    frame = json.dumps(
+        {"jsonrpc": "2.0", "id": 99, "method": "events.load", "params": {"session_id": sid}}
+    )
+    return len((await ask(ws, frame))["result"]["events"])
+
+
+async def test_parse_errors_keep_the_connection(ws: ClientConnection) -> None:
+    answer = await ask(ws, "{oops")
+    assert answer["id"] is None
+    assert answer["error"]["code"] == -32700
+    answer = await ask(ws, b"\xc3\x28")  # binary frame, invalid UTF-8
+    assert answer["error"]["code"] == -32700
+    assert "UTF-8" in answer["error"]["message"]
+    answer = await ask(ws, b'{"jsonrpc":"2.0","id":5,"method":"session.list"}')  # binary, valid
+    assert answer == {"jsonrpc": "2.0", "id": 5, "result": {"sessions": []}}
+
+
+@pytest.mark.parametrize(
+    ("frame", "code", "needle"),
+    [
+        ('{"jsonrpc":"2.0","id":1}', -32600, "method is missing"),
+        ('{"id":1,"method":"session.list"}', -32600, "jsonrpc"),
+        ("[]", -32600, "empty batch"),
+        ("42", -32600, "expected a JSON object"),
+        ('{"jsonrpc":"2.0","id":1,"method":"no.such"}', -32601, "'no.such'"),
+        ('{"jsonrpc":"2.0","id":1,"method":"session.get","params":["s"]}', -32602, "params"),
+        (
+            '{"jsonrpc":"2.0","id":1,"method":"session.get","params":{}}',
+            -32602,
+            "params.session_id",
+        ),
+        (
+            '{"jsonrpc":"2.0","id":1,"method":"events.load","params":{"session_id":"s","limit":"5"}}',
+            -32602,
+            "params.limit: Input should be a valid integer",
+        ),
+        (
+            '{"jsonrpc":"2.0","id":1,"method":"events.load","params":{"session_id":"s","bogus":1}}',
+            -32602,
+            "params.bogus",
+        ),
+        (
+            '{"jsonrpc":"2.0","id":1,"method":"context.build","params":{"session_id":"s","system_instructions":3}}',
+            -32602,
+            "params.system_instructions",
+        ),
+        (
+            '{"jsonrpc":"2.0","id":1,"method":"turn.persist","params":{"session_id":"s","messages":[{"role":"robot"}]}}',
+            -32602,
+            "params.messages[0].role",
+        ),
+    ],
+)
+async def test_envelope_and_param_errors(
+    ws: ClientConnection, frame: str, code: int, needle: str
+) -> None:
+    answer = await ask(ws, frame)
+    assert answer["error"]["code"] == code
+    assert needle in answer["error"]["message"]
+    assert (await ask(ws, '{"jsonrpc":"2.0","id":2,"method":"session.list"}'))["id"] == 2
+
+
+async def test_invalid_event_names_field_and_writes_nothing(ws: ClientConnection) -> None:
+    sid = await create(ws)
+    frame = json.dumps(
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "events.append",
+            "params": {
+                "session_id": sid,
+                "events": [{"content": "fine"}, {"content": 5}],
+            },
+        }
+    )
+    answer = await ask(ws, frame)
+    assert answer["error"]["code"] == -32602
+    assert answer["error"]["message"].startswith("params.events[1].content:")
+    assert answer["error"]["data"]["field"] == "params.events[1].content"
+    tool = json.dumps(
+        {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "method": "turn.persist",
+            "params": {
+                "session_id": sid,
+                "messages": [{"role": "user", "content": "q"}, {"role": "tool", "content": "r"}],
+            },
+        }
+    )
+    answer = await ask(ws, tool)
+    assert answer["error"]["code"] == -32602
+    assert "params.messages[1].tool_call_id" in answer["error"]["message"]
+    assert await event_count(ws, sid) == 0
+
+
+async def test_not_found_and_conflict_codes(ws: ClientConnection) -> None:
+    answer = await ask(
+        ws,
+        '{"jsonrpc":"2.0","id":1,"method":"events.append",'
+        '"params":{"session_id":"ghost","events":[{"content":"x"}]}}',
+    )
+    assert answer["error"]["code"] == -32001
+    assert "ghost" in answer["error"]["message"]
+    sid = await create(ws)
+    frame = json.dumps(
+        {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "method": "events.append",
+            "params": {"session_id": sid, "events": [{"content": "x"}], "expected_last_seq": 3},
+        }
+    )
+    answer = await ask(ws, frame)
+    assert answer["error"]["code"] == -32002
+    assert answer["error"]["data"]["last_seq"] == 0
+    assert await event_count(ws, sid) == 0
+
+
+async def test_notifications_get_no_answer(ws: ClientConnection) -> None:
+    await ws.send('{"jsonrpc":"2.0","method":"session.create"}')
+    await ws.send('{"jsonrpc":"2.0","method":"no.such"}')
+    await ws.send('{"jsonrpc":"2.0","method":"session.get","params":7}')
+    # Frames are handled concurrently, so wait for the created session rather than on order.
+    answer = await ask(ws, '{"jsonrpc":"2.0","id":"last","method":"session.list"}')
+    assert answer["id"] == "last"
+    while not answer["result"]["sessions"]:
+        answer = await ask(ws, '{"jsonrpc":"2.0","id":"again","method":"session.list"}')
+        assert answer["id"] == "again"
+
+
+@pytest.fixture
+def exploding_method() -> Iterator[str]:
+    name = "test.explode"
+
+    @rpc_method(name, NoParams)
+    async def explode(ctx: CallContext, p: NoParams) -> None:
+        raise RuntimeError("secret internal detail")
+
+    yield name
+    METHODS.pop(name)
+
+
+async def test_unexpected_exception_is_generic_and_logged(
+    ws: ClientConnection, exploding_method: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.ERROR, logger="session_server.rpc"):
+        answer = await ask(ws, json.dumps({"jsonrpc": "2.0", "id": 1, "method": exploding_method}))
+    assert answer["error"] == {"code": -32603, "message": "Internal error"}
+    assert "secret internal detail" in caplog.text
+    assert (await ask(ws, '{"jsonrpc":"2.0","id":2,"method":"session.list"}'))["id"] == 2
+
+
+async def test_oversized_frame_closes_with_1009_and_spares_others(
+    server: RunningServer, ws: ClientConnection
+) -> None:
+    async with connect(f"{server.url}/v1/agents/bystander") as other:
+        big = json.dumps(
+            {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "session.create",
+                "params": {"metadata": {"blob": "x" * (64 * 1024)}},
+            }
+        )
+        await ws.send(big)
+        with pytest.raises(ConnectionClosed) as info:
+            await ws.recv()
+        assert info.value.rcvd is not None and info.value.rcvd.code == 1009
+        answer = await ask(other, '{"jsonrpc":"2.0","id":3,"method":"session.list"}')
+        assert answer == {"jsonrpc": "2.0", "id": 3, "result": {"sessions": []}}
+    async with connect(f"{server.url}/v1/agents/err-agent") as again:
+        answer = await ask(again, '{"jsonrpc":"2.0","id":4,"method":"session.list"}')
+        assert answer["result"] == {"sessions": []}
