@@ -142,10 +142,10 @@ class ServerProcess:
             raise RuntimeError(f"server did not print its address: {self.stderr_text}")
         return self.url
 
-    def terminate(self, timeout: float = 30.0) -> int:
-        """SIGTERM, then wait for the exit code (killed after ``timeout``)."""
+    def terminate(self, timeout: float = 30.0, sig: int = signal.SIGTERM) -> int:
+        """Send ``sig`` (SIGTERM), then wait for the exit code (killed after ``timeout``)."""
         assert self.proc is not None
-        self.proc.send_signal(signal.SIGTERM)
+        self.proc.send_signal(sig)
         return self.wait(timeout)
 
     def wait(self, timeout: float = 30.0) -> int:
