@@ -29,8 +29,9 @@ from urllib.parse import quote
 
 import msgspec
 from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import ConnectionClosed
+from websockets.exceptions import ConnectionClosed, InvalidStatus
 
+from .agent_ids import validate_agent_id
 from .context import WorkingContext
 from .errors import (
     ConflictError,
@@ -70,13 +71,33 @@ _DECODER: Final = msgspec.json.Decoder()
 _END: Final = object()
 
 
+def _handshake_error(exc: InvalidStatus) -> SessionServerError:
+    status = exc.response.status_code
+    body = exc.response.body.decode("utf-8", "replace").strip() if exc.response.body else ""
+    message = f"handshake refused with HTTP {status}" + (f": {body}" if body else "")
+    data = {"http_status": status}
+    if status in (401, 403):
+        return ForbiddenError(message, data=data)
+    if status == 400:
+        return InvalidParamsError(message, data=data)
+    if status == 404:
+        return NotFoundError(message, data=data)
+    return InternalError(message, data=data)
+
+
 def _set(**params: Any) -> dict[str, Any]:
     """The params that are not ``None`` (omitted params take the server's default)."""
     return {k: v for k, v in params.items() if v is not None}
 
 
 class ConnectionLostError(ConnectionError):
-    """The connection closed before an answer came (the call may or may not have run)."""
+    """The connection closed before an answer came (the call may or may not have run).
+
+    For writes, ``idempotency_key`` is the key the call used: retry with it (on a new
+    connection) and the write happens at most once.
+    """
+
+    idempotency_key: str | None = None
 
 
 def error_from(error: dict[str, Any]) -> SessionServerError:
@@ -159,6 +180,8 @@ class SessionClient:
         open_timeout: float | None = 10.0,
     ) -> None:
         base = url.rstrip("/")
+        if agent_id is not None:
+            validate_agent_id(agent_id)  # InvalidAgentIdError before any connection
         self.agent_id = agent_id
         self.url = (
             f"{base}/v1" if agent_id is None else f"{base}/v1/agents/{quote(agent_id, safe='')}"
@@ -175,13 +198,18 @@ class SessionClient:
 
     # -- connection ----------------------------------------------------------------------
     async def connect(self) -> SessionClient:
+        """Open the connection. A refused handshake raises ``ForbiddenError`` (401/403),
+        ``InvalidParamsError`` (400, e.g. an invalid agent id) or ``NotFoundError`` (404)."""
         headers = {"Authorization": f"Bearer {self._token}"} if self._token else None
-        self._ws = await connect(
-            self.url,
-            additional_headers=headers,
-            max_size=self._max_size,
-            open_timeout=self._open_timeout,
-        )
+        try:
+            self._ws = await connect(
+                self.url,
+                additional_headers=headers,
+                max_size=self._max_size,
+                open_timeout=self._open_timeout,
+            )
+        except InvalidStatus as exc:
+            raise _handshake_error(exc) from exc
         self._reader = asyncio.create_task(self._read(self._ws))
         return self
 
@@ -296,16 +324,22 @@ class SessionClient:
         expected_last_seq: int | None = None,
         idempotency_key: str | None = None,
     ) -> AppendResult:
-        result = await self.call(
-            "events.append",
-            _set(
-                session_id=session_id,
-                events=list(events),
-                expected_last_seq=expected_last_seq,
-                idempotency_key=idempotency_key or str(uuid.uuid4()),
-            ),
+        key = idempotency_key or str(uuid.uuid4())
+        params = _set(
+            session_id=session_id,
+            events=list(events),
+            expected_last_seq=expected_last_seq,
+            idempotency_key=key,
         )
-        return msgspec.convert(result, AppendResult)
+        return msgspec.convert(await self._write("events.append", params, key), AppendResult)
+
+    async def _write(self, method: str, params: dict[str, Any], key: str) -> Any:
+        try:
+            return await self.call(method, params)
+        except ConnectionLostError as exc:
+            lost = ConnectionLostError(*exc.args)
+            lost.idempotency_key = key
+            raise lost from exc
 
     async def load_events(
         self,
@@ -376,17 +410,15 @@ class SessionClient:
         usage: dict[str, Any] | None = None,
     ) -> AppendResult:
         """Persist one turn atomically; with ``base_seq`` a moved session is a conflict."""
-        result = await self.call(
-            "turn.persist",
-            _set(
-                session_id=session_id,
-                messages=list(messages),
-                base_seq=base_seq,
-                idempotency_key=idempotency_key or str(uuid.uuid4()),
-                usage=usage,
-            ),
+        key = idempotency_key or str(uuid.uuid4())
+        params = _set(
+            session_id=session_id,
+            messages=list(messages),
+            base_seq=base_seq,
+            idempotency_key=key,
+            usage=usage,
         )
-        return msgspec.convert(result, AppendResult)
+        return msgspec.convert(await self._write("turn.persist", params, key), AppendResult)
 
     async def persist_context(
         self,
