@@ -1,0 +1,75 @@
+"""``session-server`` command line: help text, options from SESSION_SERVER_* variables."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from session_server.cli import build_parser, main
+from session_server.client import SessionClient
+from session_server.errors import ForbiddenError
+from tests.support.server import ServerProcess
+
+SERVE_OPTIONS = (
+    "--host",
+    "--port",
+    "--memory-dir",
+    "--token",
+    "--synchronous",
+    "--max-frame-bytes",
+    "--log-level",
+)
+
+
+def test_top_level_help_documents_every_option(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["--help"])
+    assert info.value.code == 0
+    out = capsys.readouterr().out
+    for option in SERVE_OPTIONS:
+        assert option in out
+    assert "SESSION_SERVER_TOKENS" in out and "SESSION_SERVER_MEMORY_DIR" in out
+
+
+def test_environment_supplies_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SESSION_SERVER_PORT", "9999")
+    monkeypatch.setenv("SESSION_SERVER_MEMORY_DIR", "/tmp/somewhere")
+    monkeypatch.setenv("SESSION_SERVER_SYNCHRONOUS", "normal")
+    monkeypatch.setenv("SESSION_SERVER_MAX_FRAME_BYTES", "1024")
+    args = build_parser().parse_args(["serve"])
+    assert args.port == 9999
+    assert str(args.memory_dir) == "/tmp/somewhere"
+    assert args.synchronous == "NORMAL"
+    assert args.max_frame_bytes == 1024
+    assert build_parser().parse_args(["serve", "--port", "0"]).port == 0
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["serve", "--token", ":x*"],
+        ["serve", "--port", "70000"],
+        ["serve", "--max-frame-bytes", "0"],
+    ],
+)
+def test_bad_options_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 2
+    assert "error" in capsys.readouterr().err
+
+
+async def test_tokens_from_environment(tmp_path: Path) -> None:
+    proc = ServerProcess(tmp_path / "memory", env={"SESSION_SERVER_TOKENS": "envtok"})
+    url = await asyncio.to_thread(proc.start)
+    try:
+        with pytest.raises(ForbiddenError):
+            await SessionClient(url, "a").connect()
+        async with SessionClient(url, "a", token="envtok") as client:
+            assert await client.list_sessions() == []
+        assert await asyncio.to_thread(proc.terminate) == 0
+    finally:
+        proc.kill()
+    assert "127.0.0.1 only" not in proc.stderr_text
