@@ -283,8 +283,9 @@ async def bench_store(
     turns: int,
     idempotency: bool,
     profile: Path | None,
+    mirror: bool = False,
 ) -> Timing:
-    async with ActorRegistry(memory_dir, synchronous=synchronous) as reg:  # type: ignore[arg-type]
+    async with ActorRegistry(memory_dir, synchronous=synchronous, mirror=mirror) as reg:  # type: ignore[arg-type]
         actor = await reg.get("bench-store")
         sid = await actor.create_session()
         durations: list[float] = []
@@ -449,6 +450,10 @@ async def run(args: argparse.Namespace, root: Path) -> str:
     store = await bench_store(
         root / "store", sync, args.warmup, args.turns, not args.no_idempotency, args.profile
     )
+    mirrored = await bench_store(
+        root / "mirrored", sync, args.warmup, args.turns, not args.no_idempotency, None, True
+    )
+    mirrored.name = "(b+m) session-server with JSONL mirror"
     sdk = await bench_sdk(root / "sdk.sqlite", sync, args.warmup, args.turns)
     history = await bench_history(
         root / "history", sync, [args.small_history, args.large_history], args.history_reps
@@ -469,7 +474,7 @@ async def run(args: argparse.Namespace, root: Path) -> str:
         "| measure | turns/s | ms/turn (mean) | p50 ms | p99 ms |",
         "|---|---:|---:|---:|---:|",
     ]
-    for t in (raw, store, sdk):
+    for t in (raw, store, mirrored, sdk):
         lines.append(
             f"| {t.name} | {fmt_rate(t.turns_per_s)} | {t.per_turn_ms:.3f} |"
             f" {t.p50_ms:.3f} | {t.p99_ms:.3f} |"
@@ -482,6 +487,9 @@ async def run(args: argparse.Namespace, root: Path) -> str:
         f" | {store.p50_ms / raw.p50_ms:.2f}x | <= 2x | {verdict(b_over_a <= 2)} |",
         f"| speed (b) vs (c): cost (c)/(b) | {c_over_b:.2f}x"
         f" | {sdk.p50_ms / store.p50_ms:.2f}x | >= 3x | {verdict(c_over_b >= 3)} |",
+        f"| mirror overhead: cost (b+m)/(b) | {mirrored.per_turn_ms / store.per_turn_ms:.2f}x"
+        f" | {mirrored.p50_ms / store.p50_ms:.2f}x | <= 1.25x"
+        f" | {verdict(mirrored.per_turn_ms / store.per_turn_ms <= 1.25)} |",
         f"| build_working_context @ {args.large_history:,} / @ {args.small_history:,} events"
         f" | {h_ratio:.2f}x | {pct(large, 0.5) / pct(small, 0.5):.2f}x | <= 1.5x"
         f" | {verdict(h_ratio <= 1.5)} |",

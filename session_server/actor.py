@@ -27,12 +27,13 @@ import msgspec
 
 from .codec import event_to_message, message_to_event, new_event_id
 from .context import WorkingContext, build_working_context
-from .errors import ConflictError, InvalidParamsError, NotFoundError, SessionServerError
+from .errors import ConflictError, InvalidParamsError, NotFoundError
 from .events import SessionEvent
-from .mirror.snapshot import load_snapshot_cache
-from .mirror.writer import MirrorWriter, validate_session_id
+from .mirror.writer import validate_session_id
+from .mirror_link import MirrorLink
 from .store import AgentStore, AppendResult, Synchronous
 from .tokens import get_counter
+from .turns import tail_window
 from .validation import parse_event, parse_message
 
 if TYPE_CHECKING:
@@ -71,12 +72,18 @@ class AgentActor:
         self._pending: set[asyncio.Task[Any]] = set()
         self._subscribers: dict[str, list[Subscriber]] = {}
         self.last_used = time.monotonic()
-        self.mirror = MirrorWriter(registry.memory_dir, agent_id, enabled=registry.mirror)
-        # Mirror cursors confirmed since the last write of sessions.mirror_seq.
-        self._mirror_cursor: dict[str, int] = {}
+        self.mirror = MirrorLink(
+            registry.memory_dir, agent_id, enabled=registry.mirror, executor=registry.executor
+        )
         # Sessions whose context was built since activation (the snapshot cache is
         # consulted only for the first build of an activation).
         self._built: set[str] = set()
+        # Recently written events per session (a complete run of the log up to the last
+        # commit), so building a context reads no row it has already decoded.
+        self._recent: dict[str, _Recent] = {}
+        # Bumped on every commit that changes a session's events: a cache seeded from a
+        # read that raced with a write would be stale, so seeding checks it.
+        self._version: dict[str, int] = {}
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -86,7 +93,7 @@ class AgentActor:
 
     @property
     def busy(self) -> bool:
-        return self._inflight > 0 or bool(self._pending)
+        return self._inflight > 0 or bool(self._pending) or self.mirror.busy
 
     async def _ensure_store(self) -> AgentStore:
         if self._store is not None:
@@ -98,8 +105,13 @@ class AgentActor:
                     self.agent_id,
                     synchronous=self.synchronous,
                     busy_timeout_ms=self.busy_timeout_ms,
+                    executor=self.registry.executor,
                 )
                 self.registry._opened(self)
+                if self.mirror.enabled:
+                    # Activation repairs mirrors left behind (or ahead) by a crash.
+                    for session_id in await self._store.stale_mirrors():
+                        await self.mirror.ensure_active(self._store, session_id)
             return self._store
 
     async def hibernate(self) -> None:
@@ -107,23 +119,13 @@ class AgentActor:
         async with self._write_lock:
             if self._inflight > 0:
                 return  # a read is using the store; the next sweep tries again
+            await self.mirror.close(self._store)
             store, self._store = self._store, None
             if store is not None:
-                await self._flush_mirror_cursors(store)
                 await store.close()
                 self.registry._closed(self)
-            for session_id in list(self._mirror_cursor) + list(self._built):
-                self.mirror.forget(session_id)
-            self._mirror_cursor.clear()
             self._built.clear()
-
-    async def _flush_mirror_cursors(self, store: AgentStore) -> None:
-        for session_id, cursor in list(self._mirror_cursor.items()):
-            try:
-                await store.update_session_fields(session_id, mirror_seq=cursor)
-            except SessionServerError as exc:
-                # Not fatal: a stale cursor only makes the next activation verify the files.
-                log.warning("mirror cursor of %r not saved: %s", session_id, exc)
+            self._recent.clear()
 
     async def close(self) -> None:
         """Wait for writes in flight, then close the store."""
@@ -191,9 +193,9 @@ class AgentActor:
 
         async def write(store: AgentStore) -> bool:
             deleted = await store.delete_session(session_id)
-            self.mirror.delete_session(session_id)
-            self._mirror_cursor.pop(session_id, None)
+            self.mirror.session_deleted(session_id)
             self._built.discard(session_id)
+            self._forget_recent(session_id)
             return deleted
 
         return await self._write(write)
@@ -248,8 +250,7 @@ class AgentActor:
         tokens = [_event_tokens(counter, e) for e in prepared]
 
         async def write(store: AgentStore) -> AppendResult:
-            if self.mirror.enabled and not self.mirror.is_active(session_id):
-                await self._activate_mirror(store, session_id)
+            await self.mirror.ensure_active(store, session_id)
             result, stored, replay = await store.append_events(
                 session_id,
                 prepared,
@@ -257,12 +258,11 @@ class AgentActor:
                 expected_last_seq=expected_last_seq,
                 idempotency_key=idempotency_key,
                 compaction_required=compaction_required,
-                mirror_seq=self._mirror_cursor.get(session_id),
+                mirror_seq=self.mirror.cursor(session_id),
             )
             if stored and not replay:
-                cursor = self.mirror.append(session_id, stored)
-                if cursor is not None:
-                    self._mirror_cursor[session_id] = cursor
+                self._remember(session_id, stored, result.last_seq)
+                self.mirror.appended(session_id, stored)
                 self._publish(session_id, stored)
             if after_commit is not None and not replay:
                 after_commit(result)
@@ -270,14 +270,39 @@ class AgentActor:
 
         return await self._write(write)
 
-    async def _activate_mirror(self, store: AgentStore, session_id: str) -> None:
-        """Load the session's mirror state; repair the files when the cursor is not current."""
-        state = await store.session_state(session_id)
-        if state is None:
-            return  # the append fails with NotFoundError
-        verify = int(state["mirror_seq"]) != int(state["last_seq"])
-        events = await store.all_events(session_id) if state["last_seq"] else []
-        self.mirror.activate(session_id, events, verify=verify)
+    def _forget_recent(self, session_id: str) -> None:
+        self._recent.pop(session_id, None)
+        self._version[session_id] = self._version.get(session_id, 0) + 1
+
+    def _remember(self, session_id: str, stored: list[SessionEvent], last_seq: int) -> None:
+        self._version[session_id] = self._version.get(session_id, 0) + 1
+        recent = self._recent.get(session_id)
+        if recent is None:
+            return
+        recent.events.extend(stored)
+        recent.last_seq = last_seq
+        excess = len(recent.events) - self._recent_cap
+        if excess > 0:
+            del recent.events[:excess]
+            recent.complete = False
+
+    @property
+    def _recent_cap(self) -> int:
+        return max(4 * self.context_limit, 256)
+
+    async def _window(self, session_id: str, limit: int) -> tuple[list[SessionEvent], int]:
+        """The context window and the last seq it reflects, from the cache when it can."""
+        recent = self._recent.get(session_id)
+        if recent is not None:
+            events = tail_window(recent.events, limit, complete=recent.complete)
+            if events is not None:
+                self.last_used = time.monotonic()
+                return events, recent.last_seq
+        version = self._version.get(session_id, 0)
+        window = await self._read(lambda s: s.context_window(session_id, limit=limit))
+        if self._version.get(session_id, 0) == version and len(window.suffix) <= self._recent_cap:
+            self._recent[session_id] = _Recent(window.suffix, window.complete, window.last_seq)
+        return window.events, window.last_seq
 
     async def _last_seq_or_zero(self, session_id: str) -> int:
         state = await self._read(lambda s: s.session_state(session_id))
@@ -310,9 +335,10 @@ class AgentActor:
 
         async def write(store: AgentStore) -> int:
             count = await store.delete_events(session_id, list(event_ids))
-            if count and self.mirror.enabled:
-                self.mirror.reconcile(session_id, await store.all_events(session_id))
-                self._mirror_cursor.pop(session_id, None)
+            if count:
+                self._forget_recent(session_id)
+            if count:
+                await self.mirror.events_deleted(store, session_id)
             return count
 
         return await self._write(write)
@@ -368,15 +394,15 @@ class AgentActor:
             if cached is not None:
                 return cached
         window_limit = limit or self.context_limit
-        window = await self._read(lambda s: s.context_window(session_id, limit=window_limit))
+        events, last_seq = await self._window(session_id, window_limit)
         self._built.add(session_id)
         counter = get_counter()
-        tokens = sum(e.token_count or 0 for e in window.events)
+        tokens = sum(e.token_count or 0 for e in events)
         tokens += sum(4 + counter.count(s) for s in instructions)
         return build_working_context(
-            window.events,
+            events,
             system_instructions=instructions,
-            base_seq=window.last_seq,
+            base_seq=last_seq,
             token_count=tokens,
         )
 
@@ -390,9 +416,7 @@ class AgentActor:
         state = await self._read(lambda s: s.session_state(session_id))
         if state is None or state["compaction_required"] or not state["last_seq"]:
             return None
-        restored = load_snapshot_cache(
-            self.mirror.session_dir(session_id), last_seq=int(state["last_seq"])
-        )
+        restored = self.mirror.snapshot_cache(session_id, int(state["last_seq"]))
         if restored is None:
             return None
         self._built.add(session_id)
@@ -440,7 +464,7 @@ class AgentActor:
 
         def snapshot(result: AppendResult) -> None:
             # The end of a turn: the cache of the context as it now stands.
-            self.mirror.write_snapshot(
+            self.mirror.snapshot(
                 session_id,
                 messages=ctx.messages,
                 system_instructions=ctx.system_instructions,
@@ -459,3 +483,14 @@ class AgentActor:
 def _event_tokens(counter: Any, event: SessionEvent) -> int:
     message = event_to_message(event)
     return 0 if message is None else int(counter.count_message(message))
+
+
+class _Recent:
+    """A complete run of a session's log up to ``last_seq`` (oldest first)."""
+
+    __slots__ = ("complete", "events", "last_seq")
+
+    def __init__(self, events: list[SessionEvent], complete: bool, last_seq: int) -> None:
+        self.events = events
+        self.complete = complete
+        self.last_seq = last_seq

@@ -15,6 +15,7 @@ import logging
 import os
 import time
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -41,7 +42,7 @@ class ActorRegistry:
     (default 300; ``None`` disables the sweep), ``max_open`` open stores (default 256),
     ``busy_timeout_ms`` (5000), ``context_limit`` (default window of
     ``build_working_context``, 200 events), ``mirror`` (keep the JSONL mirror, default
-    True).
+    True), ``io_threads`` (worker threads for SQLite calls, shared by all agents, 8).
     """
 
     def __init__(
@@ -54,6 +55,7 @@ class ActorRegistry:
         busy_timeout_ms: int = 5000,
         context_limit: int = 200,
         mirror: bool = True,
+        io_threads: int = 8,
         **options: Any,
     ) -> None:
         if synchronous not in ("FULL", "NORMAL"):
@@ -68,6 +70,11 @@ class ActorRegistry:
         self.context_limit = context_limit
         self.mirror = mirror
         self.options = options
+        # SQLite calls run here, a whole transaction per call; the thread count is bounded
+        # whatever the number of agents.
+        self.executor = ThreadPoolExecutor(
+            max_workers=max(1, io_threads), thread_name_prefix="session-server-sqlite"
+        )
         self._actors: dict[str, AgentActor] = {}
         self._open: OrderedDict[str, AgentActor] = OrderedDict()
         self._sweeper: asyncio.Task[None] | None = None
@@ -178,6 +185,7 @@ class ActorRegistry:
             self._sweeper = None
         await asyncio.gather(*(a.close() for a in self._actors.values()), return_exceptions=True)
         self._open.clear()
+        self.executor.shutdown(wait=True)
 
 
 def _log_failure(task: asyncio.Task[None]) -> None:

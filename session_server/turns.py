@@ -26,6 +26,7 @@ __all__ = [
     "safe_window",
     "safe_window_start",
     "splits_tool_pair",
+    "tail_window",
     "window_last_n",
 ]
 
@@ -237,3 +238,42 @@ def drop_orphan_results(events: Sequence[SessionEvent]) -> list[SessionEvent]:
     """
     calls = _call_index(events)
     return [e for e in events if e.action != "tool_result" or e.tool_call_id in calls]
+
+
+def tail_window(
+    suffix: Sequence[SessionEvent], limit: int, *, complete: bool
+) -> list[SessionEvent] | None:
+    """The tool-pair-safe window of the last ``limit`` events, from a suffix of the log.
+
+    ``suffix`` holds every event of the session from some seq on (oldest first, with
+    ``turn`` set as the store assigns it); ``complete`` says whether it starts at the
+    session's beginning. The window starts ``limit`` events from the end, widened to the
+    start of the turn of its first event and of any result whose call is older, then
+    moved to the nearest cut that splits no pair (``safe_window_start``); results whose
+    call is still outside are dropped. Returns ``None`` when ``suffix`` does not reach
+    back far enough to decide (the caller reads the store instead).
+    """
+    n = len(suffix)
+    cut = n - limit
+    if cut <= 0:
+        return drop_orphan_results(suffix) if complete else None
+    window = suffix[cut:]
+    # The same widening as the store's SQL path: the turns of the first event and of
+    # every result in the window (a result's turn is its call's).
+    turns_needed = {window[0].turn}
+    turns_needed.update(e.turn for e in window if e.action == "tool_result")
+    starts: dict[int | None, int] = {}
+    for i, ev in enumerate(suffix):
+        if ev.action == "user_message" and ev.turn in turns_needed:
+            starts.setdefault(ev.turn, i)
+    lower = cut
+    for turn in turns_needed:
+        if turn in starts:
+            lower = min(lower, starts[turn])
+        elif complete and not turn:
+            lower = 0  # turn 0: everything before the first user message
+        else:
+            return None
+    head = suffix[lower:]
+    start = safe_window_start(head, cut - lower) if lower < cut else 0
+    return drop_orphan_results(head[start:])

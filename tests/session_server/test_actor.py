@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import random
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -228,3 +229,37 @@ async def test_window_widens_to_the_call_of_a_late_result(actor: AgentActor) -> 
     store = await actor._ensure_store()
     window = await store.context_window(sid, limit=None, from_seq=3)
     assert [e.action for e in window.events] == ["user_message"]
+
+
+async def test_cached_windows_equal_store_windows(tmp_path: Path) -> None:
+    """The in-memory window (recent events) gives exactly what the SQL path gives."""
+    rng = random.Random(1234)
+    async with ActorRegistry(tmp_path, idle_timeout=None, context_limit=8) as reg:
+        actor = await reg.get("cache")
+        store = await actor._ensure_store()
+        for round_ in range(12):
+            sid = await actor.create_session()
+            pending: list[str] = []
+            for step in range(rng.randint(5, 60)):
+                kind = rng.random()
+                batch: list[SessionEvent] = []
+                if kind < 0.3:
+                    batch.append(SessionEvent(action="user_message", content=f"u{step}"))
+                elif kind < 0.55:
+                    ids = [f"{round_}-{step}-{i}" for i in range(rng.randint(1, 3))]
+                    calls = [ToolCall(id=i, name="t", arguments={}) for i in ids]
+                    batch.append(SessionEvent(action="tool_call_request", tool_calls=calls))
+                    pending.extend(ids)
+                elif kind < 0.85 and pending:
+                    call_id = pending.pop(rng.randrange(len(pending)))  # late results too
+                    batch.append(SessionEvent(action="tool_result", tool_call_id=call_id))
+                else:
+                    batch.append(SessionEvent(action="agent_message", content=f"a{step}"))
+                await actor.append_events(sid, batch)
+                if rng.random() < 0.3:
+                    limit = rng.randint(1, 12)
+                    cached, last_seq = await actor._window(sid, limit)
+                    fresh = await store.context_window(sid, limit=limit)
+                    assert [e.seq for e in cached] == [e.seq for e in fresh.events], (round_, limit)
+                    assert last_seq == fresh.last_seq
+                    assert sid in actor._recent

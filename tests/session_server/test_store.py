@@ -50,12 +50,8 @@ async def test_file_layout_schema_version_and_pragmas(
     finally:
         conn.close()
     store = await actor._ensure_store()
-    async with store.writer.execute("PRAGMA synchronous") as cur:
-        row = await cur.fetchone()
-    assert row is not None and row[0] == 2  # FULL
-    async with store.writer.execute("PRAGMA busy_timeout") as cur:
-        row = await cur.fetchone()
-    assert row is not None and row[0] == 5000
+    assert store.writer.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+    assert store.writer.execute("PRAGMA busy_timeout").fetchone()[0] == 5000
 
 
 async def test_synchronous_normal_is_selectable(tmp_path: Path) -> None:
@@ -63,9 +59,7 @@ async def test_synchronous_normal_is_selectable(tmp_path: Path) -> None:
         actor = await reg.get("a")
         await actor.create_session()
         store = await actor._ensure_store()
-        async with store.writer.execute("PRAGMA synchronous") as cur:
-            row = await cur.fetchone()
-        assert row is not None and row[0] == 1
+        assert store.writer.execute("PRAGMA synchronous").fetchone()[0] == 1
     with pytest.raises(InvalidParamsError, match="synchronous"):
         ActorRegistry(tmp_path, synchronous="OFF")  # type: ignore[arg-type]
 
