@@ -30,7 +30,7 @@ import threading
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from session_server.auth import TokenSet, parse_token_spec
 from session_server.events import ContextMessage, ToolCall
@@ -55,14 +55,14 @@ async def running_server(
     memory_dir: Path,
     *,
     tokens: Sequence[str] = (),
-    synchronous: str = "FULL",
+    synchronous: Literal["FULL", "NORMAL"] = "FULL",
     registry_options: dict[str, Any] | None = None,
     **server_options: Any,
 ) -> AsyncIterator[RunningServer]:
     """An in-process server on 127.0.0.1:0 (``tokens`` are ``TOKEN[:PATTERNS]`` specs)."""
     async with ActorRegistry(
         memory_dir, synchronous=synchronous, **(registry_options or {})
-    ) as registry:  # type: ignore[arg-type]
+    ) as registry:
         server = SessionServer(
             registry,
             host="127.0.0.1",
