@@ -289,7 +289,7 @@ class SessionClient:
         if params:
             request["params"] = params
         try:
-            await self._ws.send(_ENCODER.encode(request).decode("utf-8"))
+            await self._ws.send(_ENCODER.encode(request), text=True)
         except ConnectionClosed as exc:
             self._pending.pop(rid, None)
             raise ConnectionLostError(f"connection closed: {exc}") from exc

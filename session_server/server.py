@@ -19,6 +19,7 @@ import contextlib
 import http
 import logging
 import weakref
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
@@ -95,7 +96,9 @@ class _Connection:
         self.server = server
         self.ws = ws
         self.route = route
-        self.outgoing: asyncio.Queue[str | None] = asyncio.Queue()
+        self.outgoing: deque[bytes] = deque()
+        self.writing = False
+        self.flushers: set[asyncio.Task[None]] = set()
         self.tasks: set[asyncio.Task[None]] = set()
         self.subscriptions: dict[str, _Subscription] = {}
         self.slots = asyncio.Semaphore(server.max_inflight)
@@ -103,23 +106,49 @@ class _Connection:
         self.stop_requested = False
         self.closed = False
 
-    # -- sending (everything goes through one queue, in order) ------------------------
+    # -- sending (everything goes through one FIFO, in order) -----------------------------
     def send(self, message: dict[str, Any] | list[dict[str, Any]]) -> None:
+        """Queue ``message``; it is written after everything queued before it."""
         if not self.closed:
-            self.outgoing.put_nowait(encode_message(message))
+            self.outgoing.append(encode_message(message))
+            if not self.writing:
+                self._spawn_flush()
+
+    def _spawn_flush(self) -> None:
+        self.writing = True
+        task = asyncio.create_task(self._flush())
+        self.flushers.add(task)
+        task.add_done_callback(self.flushers.discard)
+
+    def queue(self, message: dict[str, Any] | list[dict[str, Any]]) -> None:
+        """Queue ``message`` without starting a write (see ``write_out``)."""
+        if not self.closed:
+            self.outgoing.append(encode_message(message))
+
+    async def write_out(self) -> None:
+        """When no write is under way, write the queue from this task (saves a task
+        switch per answer). Order is always the order of queueing."""
+        if self.outgoing and not self.writing:
+            self.writing = True
+            await self._flush()
+
+    async def _flush(self) -> None:
+        try:
+            while self.outgoing:
+                data = self.outgoing.popleft()
+                if self.closed:
+                    continue
+                try:
+                    await self.ws.send(data, text=True)
+                except ConnectionClosed:
+                    self.closed = True
+        finally:
+            self.writing = False
+            if self.outgoing and not self.closed:
+                self._spawn_flush()
 
     def notify(self, session_id: str, events: list[SessionEvent]) -> None:
         self.send(notification("events.appended", {"session_id": session_id, "events": events}))
-
-    async def _write(self) -> None:
-        while True:
-            text = await self.outgoing.get()
-            if text is None:
-                return
-            try:
-                await self.ws.send(text)
-            except ConnectionClosed:
-                self.closed = True  # keep draining so producers never block
 
     # -- subscriptions (ConnectionLike) ------------------------------------------------
     async def subscribe(self, ctx: CallContext, actor: AgentActor, session_id: str) -> int:
@@ -171,14 +200,15 @@ class _Connection:
             try:
                 frame = parse_frame(data)
             except SessionServerError as exc:
-                self.send(error_response(None, exc))
+                self.queue(error_response(None, exc))
+                await self.write_out()
                 return
             endpoint = self.route.endpoint
             if not frame.batch:
                 ctx = self._context()
                 response = await dispatch(frame.items[0], ctx, endpoint)
                 if response is not None:
-                    self.send(response)
+                    self.queue(response)
                 contexts = [ctx]
             else:
                 contexts = [self._context() for _ in frame.items]
@@ -187,10 +217,11 @@ class _Connection:
                 )
                 responses = [a for a in answers if a is not None]
                 if responses:
-                    self.send(responses)
+                    self.queue(responses)
             for ctx in contexts:
                 for callback in ctx.after:
                     callback()
+            await self.write_out()
         except Exception:  # dispatch answers every error; this is a last resort
             log.exception("unexpected failure handling a frame")
         finally:
@@ -207,7 +238,6 @@ class _Connection:
             pass
 
     async def run(self) -> None:
-        writer = asyncio.create_task(self._write())
         self.reader = asyncio.create_task(self._read())
         if self.stop_requested:
             self.reader.cancel()
@@ -218,9 +248,8 @@ class _Connection:
             for sub in list(self.subscriptions.values()):
                 self._drop(sub)
             await self._drain()
-            self.outgoing.put_nowait(None)
-            with contextlib.suppress(Exception):
-                await writer
+            while self.flushers:
+                await asyncio.wait(set(self.flushers))
             if self.server.stopping:
                 await self.ws.close(1001, "server shutting down")
 

@@ -84,20 +84,19 @@ class Frame:
 
 def _decode(data: str | bytes) -> Any:
     if isinstance(data, str):
-        try:
-            raw = data.encode("utf-8")
-        except UnicodeEncodeError as exc:  # lone surrogates
-            raise ParseError("Parse error: frame is not valid UTF-8") from exc
+        text: str | bytes = data
     else:
-        raw = bytes(data)
+        text = bytes(data)
         try:
-            raw.decode("utf-8")
+            text.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise ParseError(f"Parse error: frame is not valid UTF-8 (byte {exc.start})") from exc
     try:
-        return _DECODER.decode(raw)
+        return _DECODER.decode(text)
     except msgspec.DecodeError as exc:
         raise ParseError(f"Parse error: {exc}") from exc
+    except UnicodeEncodeError as exc:  # a str holding lone surrogates
+        raise ParseError("Parse error: frame is not valid UTF-8") from exc
 
 
 def _valid_id(value: Any) -> bool:
@@ -181,9 +180,10 @@ def notification(method: str, params: dict[str, Any]) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "method": method, "params": params}
 
 
-def encode_message(message: dict[str, Any] | Sequence[dict[str, Any]]) -> str:
-    """Serialise a response, a batch of responses or a notification to JSON text."""
-    return _ENCODER.encode(message).decode("utf-8")
+def encode_message(message: dict[str, Any] | Sequence[dict[str, Any]]) -> bytes:
+    """Serialise a response, a batch of responses or a notification to UTF-8 JSON
+    (send it as a text frame)."""
+    return _ENCODER.encode(message)
 
 
 def _loc_path(prefix: str, loc: Sequence[int | str]) -> str:
