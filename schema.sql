@@ -30,6 +30,9 @@ CREATE TABLE IF NOT EXISTS events (
 
 CREATE UNIQUE INDEX IF NOT EXISTS idx_events_session_seq ON events(session_id, seq);
 CREATE INDEX IF NOT EXISTS idx_events_session_created ON events(session_id, created_at);
+-- the latest compaction of a session, found without scanning its events (partial: tiny)
+CREATE INDEX IF NOT EXISTS idx_events_compaction ON events(session_id, seq)
+  WHERE action = 'compaction';
 
 -- tool call id -> turn, so a late tool result joins the turn of its call
 CREATE TABLE IF NOT EXISTS tool_calls (

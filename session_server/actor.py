@@ -25,15 +25,16 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import msgspec
 
+from . import memory_ops
 from .codec import event_to_message, message_to_event, new_event_id
-from .context import WorkingContext, build_working_context
+from .context import WorkingContext
 from .errors import ConflictError, InvalidParamsError, NotFoundError
 from .events import SessionEvent
 from .mirror.writer import validate_session_id
 from .mirror_link import MirrorLink
+from .recent import RecentCache, SessionView
 from .store import AgentStore, AppendResult, Synchronous
 from .tokens import get_counter
-from .turns import tail_window
 from .validation import parse_event, parse_message
 
 if TYPE_CHECKING:
@@ -78,12 +79,13 @@ class AgentActor:
         # Sessions whose context was built since activation (the snapshot cache is
         # consulted only for the first build of an activation).
         self._built: set[str] = set()
-        # Recently written events per session (a complete run of the log up to the last
-        # commit), so building a context reads no row it has already decoded.
-        self._recent: dict[str, _Recent] = {}
-        # Bumped on every commit that changes a session's events: a cache seeded from a
-        # read that raced with a write would be stale, so seeding checks it.
-        self._version: dict[str, int] = {}
+        # Recently written events per session, so building a context reads no row it
+        # has already decoded (see ``recent``).
+        self._recent = RecentCache(max(4 * context_limit, 256))
+        # One compaction at a time per session: a pressure flag is acted on exactly once.
+        self._compaction_locks: dict[str, asyncio.Lock] = {}
+        self._agent_strategy: dict[str, Any] | None = None
+        self._agent_strategy_loaded = False
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -126,6 +128,7 @@ class AgentActor:
                 self.registry._closed(self)
             self._built.clear()
             self._recent.clear()
+            self._agent_strategy_loaded = False
 
     async def close(self) -> None:
         """Wait for writes in flight, then close the store."""
@@ -195,7 +198,7 @@ class AgentActor:
             deleted = await store.delete_session(session_id)
             self.mirror.session_deleted(session_id)
             self._built.discard(session_id)
-            self._forget_recent(session_id)
+            self._recent.forget(session_id)
             return deleted
 
         return await self._write(write)
@@ -261,48 +264,38 @@ class AgentActor:
                 mirror_seq=self.mirror.cursor(session_id),
             )
             if stored and not replay:
-                self._remember(session_id, stored, result.last_seq)
+                self._recent.appended(
+                    session_id, stored, result.last_seq, result.compaction_required
+                )
                 self.mirror.appended(session_id, stored)
                 self._publish(session_id, stored)
+            elif compaction_required is not None and not replay:
+                self._recent.flag_changed(session_id, result.compaction_required)
             if after_commit is not None and not replay:
                 after_commit(result)
             return result
 
         return await self._write(write)
 
-    def _forget_recent(self, session_id: str) -> None:
-        self._recent.pop(session_id, None)
-        self._version[session_id] = self._version.get(session_id, 0) + 1
-
-    def _remember(self, session_id: str, stored: list[SessionEvent], last_seq: int) -> None:
-        self._version[session_id] = self._version.get(session_id, 0) + 1
-        recent = self._recent.get(session_id)
-        if recent is None:
-            return
-        recent.events.extend(stored)
-        recent.last_seq = last_seq
-        excess = len(recent.events) - self._recent_cap
-        if excess > 0:
-            del recent.events[:excess]
-            recent.complete = False
-
-    @property
-    def _recent_cap(self) -> int:
-        return max(4 * self.context_limit, 256)
-
-    async def _window(self, session_id: str, limit: int) -> tuple[list[SessionEvent], int]:
-        """The context window and the last seq it reflects, from the cache when it can."""
-        recent = self._recent.get(session_id)
-        if recent is not None:
-            events = tail_window(recent.events, limit, complete=recent.complete)
-            if events is not None:
-                self.last_used = time.monotonic()
-                return events, recent.last_seq
-        version = self._version.get(session_id, 0)
-        window = await self._read(lambda s: s.context_window(session_id, limit=limit))
-        if self._version.get(session_id, 0) == version and len(window.suffix) <= self._recent_cap:
-            self._recent[session_id] = _Recent(window.suffix, window.complete, window.last_seq)
-        return window.events, window.last_seq
+    async def _view(self, session_id: str, limit: int) -> SessionView:
+        """The context window and session state, from the cache when it can answer."""
+        view = self._recent.window(session_id, limit)
+        if view is not None:
+            self.last_used = time.monotonic()
+            return view
+        version = self._recent.version(session_id)
+        window = await self._read(
+            lambda s: s.context_window(session_id, limit=limit, from_record=True)
+        )
+        view = SessionView(
+            events=window.events,
+            last_seq=window.last_seq,
+            record=window.record,
+            compaction_required=window.compaction_required,
+            strategy=window.strategy,
+        )
+        self._recent.seed(session_id, window.suffix, window.complete, view, version)
+        return view
 
     async def _last_seq_or_zero(self, session_id: str) -> int:
         state = await self._read(lambda s: s.session_state(session_id))
@@ -336,7 +329,7 @@ class AgentActor:
         async def write(store: AgentStore) -> int:
             count = await store.delete_events(session_id, list(event_ids))
             if count:
-                self._forget_recent(session_id)
+                self._recent.forget(session_id)
             if count:
                 await self.mirror.events_deleted(store, session_id)
             return count
@@ -383,8 +376,14 @@ class AgentActor:
 
         Reads the last ``limit`` events (default: the registry's ``context_limit``) in one
         snapshot, moved so that no tool call is split from its results; ``base_seq`` is the
-        session's last seq at that snapshot, ``token_count`` the sum of the stored
-        per-event counts plus the system instructions.
+        session's last seq at that snapshot; ``token_count`` comes from the per-event counts
+        stored on write (only compacted messages and instructions are tokenised here).
+
+        ``strategy`` overrides the session's compaction strategy for this request
+        (precedence: request > session > agent default > server default). The latest
+        compaction record always applies; under ``compact`` a new record is appended when
+        a trigger fires, under ``summarize`` when the last persist reported token pressure
+        (exactly once). A summarizer failure raises ``SummarizerError`` and writes nothing.
         """
         if limit is not None and (not isinstance(limit, int) or limit < 1):
             raise InvalidParamsError("limit: must be a positive integer")
@@ -393,17 +392,38 @@ class AgentActor:
             cached = await self._from_snapshot_cache(session_id, instructions)
             if cached is not None:
                 return cached
-        window_limit = limit or self.context_limit
-        events, last_seq = await self._window(session_id, window_limit)
+        ctx = await memory_ops.build(
+            self, session_id, instructions, limit or self.context_limit, strategy
+        )
         self._built.add(session_id)
-        counter = get_counter()
-        tokens = sum(e.token_count or 0 for e in events)
-        tokens += sum(4 + counter.count(s) for s in instructions)
-        return build_working_context(
-            events,
-            system_instructions=instructions,
-            base_seq=last_seq,
-            token_count=tokens,
+        return ctx
+
+    # -- compaction strategies ---------------------------------------------------------------
+
+    async def get_strategy(self, session_id: str | None = None) -> dict[str, Any]:
+        """``{server, agent, session, effective}`` strategies (session None: the agent's)."""
+        return await memory_ops.get_strategy(self, session_id)
+
+    async def set_strategy(
+        self, strategy: dict[str, Any] | None, session_id: str | None = None
+    ) -> dict[str, Any]:
+        """Persist a strategy for a session (or the agent default); ``None`` clears it."""
+        return await memory_ops.set_strategy(self, strategy, session_id)
+
+    async def compact(
+        self,
+        session_id: str,
+        *,
+        strategy: dict[str, Any] | None = None,
+        system_instructions: Iterable[str] | None = None,
+    ) -> dict[str, Any]:
+        """Compact now with the effective strategy; ``compacted: false`` says why not."""
+        return await memory_ops.compact(
+            self,
+            session_id,
+            strategy=strategy,
+            system_instructions=list(system_instructions or []),
+            limit=self.context_limit,
         )
 
     async def _from_snapshot_cache(
@@ -445,6 +465,7 @@ class AgentActor:
         """
         if on_conflict not in ("append", "reject"):
             raise InvalidParamsError("on_conflict: must be 'append' or 'reject'")
+        flag = await memory_ops.pressure_flag(self, session_id, usage)
         new = ctx.get_new_messages()
         checked = [
             parse_message(msgspec.to_builtins(m), f"messages[{i}]") for i, m in enumerate(new)
@@ -460,7 +481,13 @@ class AgentActor:
                     f"base_seq: session {session_id!r} is at seq {state['last_seq']}",
                     data={"last_seq": int(state["last_seq"])},
                 )
-            return AppendResult(seqs=[], last_seq=int(state["last_seq"]))
+            if flag:
+                return await self._append(session_id, [], compaction_required=True)
+            return AppendResult(
+                seqs=[],
+                last_seq=int(state["last_seq"]),
+                compaction_required=bool(state["compaction_required"]),
+            )
 
         def snapshot(result: AppendResult) -> None:
             # The end of a turn: the cache of the context as it now stands.
@@ -476,6 +503,7 @@ class AgentActor:
             events,
             expected_last_seq=expected,
             idempotency_key=idempotency_key,
+            compaction_required=flag,
             after_commit=snapshot,
         )
 
@@ -483,14 +511,3 @@ class AgentActor:
 def _event_tokens(counter: Any, event: SessionEvent) -> int:
     message = event_to_message(event)
     return 0 if message is None else int(counter.count_message(message))
-
-
-class _Recent:
-    """A complete run of a session's log up to ``last_seq`` (oldest first)."""
-
-    __slots__ = ("complete", "events", "last_seq")
-
-    def __init__(self, events: list[SessionEvent], complete: bool, last_seq: int) -> None:
-        self.events = events
-        self.complete = complete
-        self.last_seq = last_seq

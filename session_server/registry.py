@@ -20,8 +20,17 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from prometheus_client import CollectorRegistry
+
 from .actor import AgentActor
 from .agent_ids import validate_agent_id
+from .compaction import (
+    CompactionMetrics,
+    Summarizer,
+    default_summarizer,
+    resolve_strategy,
+    validate_strategy,
+)
 from .errors import InvalidParamsError
 from .store import Synchronous
 
@@ -42,7 +51,9 @@ class ActorRegistry:
     (default 300; ``None`` disables the sweep), ``max_open`` open stores (default 256),
     ``busy_timeout_ms`` (5000), ``context_limit`` (default window of
     ``build_working_context``, 200 events), ``mirror`` (keep the JSONL mirror, default
-    True), ``io_threads`` (worker threads for SQLite calls, shared by all agents, 8).
+    True), ``io_threads`` (worker threads for SQLite calls, shared by all agents, 8),
+    ``default_strategy`` (server default compaction strategy), ``summarizer`` (default:
+    ``SESSION_SERVER_SUMMARIZER``, extractive), ``metrics`` (``CompactionMetrics``).
     """
 
     def __init__(
@@ -56,6 +67,9 @@ class ActorRegistry:
         context_limit: int = 200,
         mirror: bool = True,
         io_threads: int = 8,
+        default_strategy: dict[str, Any] | None = None,
+        summarizer: Summarizer | None = None,
+        metrics: CompactionMetrics | None = None,
         **options: Any,
     ) -> None:
         if synchronous not in ("FULL", "NORMAL"):
@@ -70,6 +84,15 @@ class ActorRegistry:
         self.context_limit = context_limit
         self.mirror = mirror
         self.options = options
+        # The server-wide default level of the strategy precedence; validated now.
+        self.default_strategy = (
+            validate_strategy(default_strategy, source="server strategy") or None
+            if default_strategy
+            else None
+        )
+        resolve_strategy(self.default_strategy)
+        self.summarizer: Summarizer = summarizer or default_summarizer()
+        self.metrics = metrics or CompactionMetrics(CollectorRegistry())
         # SQLite calls run here, a whole transaction per call; the thread count is bounded
         # whatever the number of agents.
         self.executor = ThreadPoolExecutor(

@@ -26,6 +26,7 @@ import msgspec
 
 from . import sqlite_ops as ops
 from .codec import encode_json, hydrate_event, now_ms
+from .compaction.builder import load_from_seq
 from .errors import AgentUnavailableError, ConflictError, InvalidParamsError, NotFoundError
 from .events import ACTIONS, SessionEvent
 from .sqlite_ops import EVENT_COLUMNS, AppendResult
@@ -51,6 +52,8 @@ class ContextWindow(msgspec.Struct):
     # cut), and whether it starts at the session's first event: the actor caches it.
     suffix: list[SessionEvent] = msgspec.field(default_factory=list)
     complete: bool = False
+    # The ``compaction`` record of the session's latest compaction event, if any.
+    record: dict[str, Any] | None = None
 
 
 class AgentStore:
@@ -357,7 +360,12 @@ class AgentStore:
         return await self._read(fn)
 
     async def context_window(
-        self, session_id: str, *, limit: int | None, from_seq: int | None = None
+        self,
+        session_id: str,
+        *,
+        limit: int | None,
+        from_seq: int | None = None,
+        from_record: bool = False,
     ) -> ContextWindow:
         """A tool-pair-safe window for a working context, read in one snapshot.
 
@@ -365,8 +373,12 @@ class AgentStore:
         otherwise the last ``limit`` events. A cut that would split a tool call from its
         results moves to the nearest turn boundary; results whose call lies before
         everything loaded are dropped from the window (they stay stored).
+        ``from_record`` takes ``from_seq`` from the latest compaction record instead
+        (``compaction.builder.load_from_seq``), read in the same snapshot.
         """
-        return await self._read(lambda conn: _context_window(conn, session_id, limit, from_seq))
+        return await self._read(
+            lambda conn: _context_window(conn, session_id, limit, from_seq, from_record)
+        )
 
     async def all_events(self, session_id: str) -> list[SessionEvent]:
         return await self.load_events(session_id, limit=None, tail=False)
@@ -388,9 +400,19 @@ class AgentStore:
 
         await self._write("set_setting", body)
 
+    async def delete_setting(self, key: str) -> None:
+        def body(conn: sqlite3.Connection) -> None:
+            conn.execute("DELETE FROM agent_settings WHERE key = ?", (key,))
+
+        await self._write("delete_setting", body)
+
 
 def _context_window(
-    conn: sqlite3.Connection, session_id: str, limit: int | None, from_seq: int | None
+    conn: sqlite3.Connection,
+    session_id: str,
+    limit: int | None,
+    from_seq: int | None,
+    from_record: bool,
 ) -> ContextWindow:
     conn.execute("BEGIN")  # one read snapshot for the session row and the events
     try:
@@ -402,6 +424,14 @@ def _context_window(
             raise NotFoundError(
                 f"session_id: session {session_id!r} not found", data={"field": "session_id"}
             )
+        crow = conn.execute(
+            f"SELECT {EVENT_COLUMNS} FROM events WHERE session_id = ?"
+            " AND action = 'compaction' ORDER BY seq DESC LIMIT 1",
+            (session_id,),
+        ).fetchone()
+        record = None if crow is None else hydrate_event(dict(crow)).compaction
+        if from_record:
+            from_seq = load_from_seq(record)
         where = "session_id = ?"
         args: list[Any] = [session_id]
         if from_seq is not None:
@@ -448,4 +478,5 @@ def _context_window(
         strategy=strategy,
         suffix=events,
         complete=complete,
+        record=record,
     )

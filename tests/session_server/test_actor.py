@@ -258,8 +258,11 @@ async def test_cached_windows_equal_store_windows(tmp_path: Path) -> None:
                 await actor.append_events(sid, batch)
                 if rng.random() < 0.3:
                     limit = rng.randint(1, 12)
-                    cached, last_seq = await actor._window(sid, limit)
-                    fresh = await store.context_window(sid, limit=limit)
-                    assert [e.seq for e in cached] == [e.seq for e in fresh.events], (round_, limit)
-                    assert last_seq == fresh.last_seq
-                    assert sid in actor._recent
+                    view = await actor._view(sid, limit)
+                    fresh = await store.context_window(sid, limit=limit, from_record=True)
+                    assert [e.seq for e in view.events] == [e.seq for e in fresh.events], (
+                        round_,
+                        limit,
+                    )
+                    assert view.last_seq == fresh.last_seq
+                    assert actor._recent.window(sid, limit) is not None
