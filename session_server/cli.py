@@ -15,7 +15,7 @@ import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from .auth import TokenSet, parse_token_spec
 
@@ -109,6 +109,13 @@ def _serve_arguments(p: argparse.ArgumentParser) -> None:
         "1009 (env SESSION_SERVER_MAX_FRAME_BYTES; default 16777216 = 16 MiB)",
     )
     p.add_argument(
+        "--no-mirror",
+        action="store_true",
+        default=(_env("MIRROR", "1") or "1").lower() in ("0", "false", "no", "off"),
+        help="do not keep the JSONL mirror in the reference layout next to SQLite "
+        "(env SESSION_SERVER_MIRROR=0; default: keep it)",
+    )
+    p.add_argument(
         "--log-level",
         default=(_env("LOG_LEVEL", "WARNING") or "WARNING").upper(),
         choices=("DEBUG", "INFO", "WARNING", "ERROR"),
@@ -155,7 +162,9 @@ async def _serve(args: argparse.Namespace, tokens: TokenSet) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    async with ActorRegistry(memory_dir, synchronous=args.synchronous) as registry:
+    async with ActorRegistry(
+        memory_dir, synchronous=args.synchronous, mirror=not args.no_mirror
+    ) as registry:
         server = SessionServer(
             registry,
             host=host,
@@ -179,10 +188,109 @@ async def _serve(args: argparse.Namespace, tokens: TokenSet) -> int:
     return 0
 
 
+def _export_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("agent_id", help="the agent whose session to export")
+    p.add_argument("--session", required=True, help="the session id")
+    p.add_argument("--out", required=True, type=Path, help="output root (OUT/agents/<name>/)")
+    p.add_argument("--name", help="folder name under OUT/agents (default: the agent id)")
+    add_memory_dir(p)
+
+
+def _import_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("folder", type=Path, help="a reference folder (or a root with one agent)")
+    p.add_argument("--agent", required=True, help="the agent to import into")
+    p.add_argument("--session", help="id of the new session (default: a new uuid)")
+    add_memory_dir(p)
+
+
+def _inspect_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("agent_id", help="the agent to show")
+    p.add_argument("--session", help="the session (default: the most recently updated)")
+    p.add_argument("--json", action="store_true", help="print the memory view as JSON")
+    p.add_argument("--limit", type=_positive_int, help="at most this many raw traces")
+    add_memory_dir(p)
+
+
+def _run_offline(args: argparse.Namespace, job: Any) -> int:
+    """Run ``job(actor)`` on a registry over ``--memory-dir``; errors exit 1 with a message."""
+    from .errors import SessionServerError
+    from .registry import ActorRegistry
+
+    agent_id = args.agent_id if hasattr(args, "agent_id") else args.agent
+
+    async def run() -> Any:
+        async with ActorRegistry(args.memory_dir, idle_timeout=None) as registry:
+            return await job(await registry.get(agent_id))
+
+    try:
+        result = asyncio.run(run())
+    except SessionServerError as exc:
+        print(f"session-server {args.command}: {exc.message}", file=sys.stderr)
+        return 1
+    if result is not None:
+        print(result)
+    return 0
+
+
+def _run_export(args: argparse.Namespace) -> int:
+    from . import transfer
+
+    async def job(actor: Any) -> str:
+        info = await transfer.export_session(actor, args.session, args.out, name=args.name)
+        return f"exported {info['event_count']} events to {info['folder']}"
+
+    return _run_offline(args, job)
+
+
+def _run_import(args: argparse.Namespace) -> int:
+    from . import transfer
+
+    async def job(actor: Any) -> str:
+        info = await transfer.import_session(actor, args.folder, session_id=args.session)
+        return (
+            f"imported {info['trace_count']} traces as {info['event_count']} events "
+            f"into session {info['session_id']}"
+        )
+
+    return _run_offline(args, job)
+
+
+def _run_inspect(args: argparse.Namespace) -> int:
+    from .codec import encode_json
+    from .mirror.view import MemoryViewOptions, format_memory_view
+    from .mirror.view_files import read_memory_view
+
+    async def job(actor: Any) -> str:
+        # Touching the agent repairs a mirror a crash left behind; drain writes it out.
+        await actor.list_sessions()
+        await actor.mirror.drain()
+        view = read_memory_view(
+            args.memory_dir,
+            actor.agent_id,
+            session_id=args.session,
+            options=MemoryViewOptions(raw_trace_limit=args.limit),
+        )
+        return encode_json(view) if args.json else format_memory_view(view)
+
+    return _run_offline(args, job)
+
+
 COMMANDS: dict[str, tuple[str, Command]] = {
     "serve": (
         "run the WebSocket JSON-RPC server (prints its address once it accepts connections)",
         (_serve_arguments, _run_serve),
+    ),
+    "export": (
+        "write one session in the reference layout (OUT/agents/<name>/...)",
+        (_export_arguments, _run_export),
+    ),
+    "import": (
+        "load a reference-layout folder into a new session",
+        (_import_arguments, _run_import),
+    ),
+    "inspect": (
+        "print a readable dump of an agent's memory view",
+        (_inspect_arguments, _run_inspect),
     ),
 }
 

@@ -6,6 +6,7 @@ shell around these.
 
 from __future__ import annotations
 
+from . import memory_methods as memory_methods
 from .methods import METHODS, CallContext, MethodSpec, RpcParams, dispatch, rpc_method
 from .protocol import Frame, Invalid, Request, parse_frame
 

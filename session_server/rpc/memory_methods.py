@@ -1,0 +1,156 @@
+"""RPC methods over compaction, rendering, the memory view and export/import (DESIGN §8).
+
+Registered in the same table as the session and event methods (``methods.METHODS``).
+Export and import move file contents inside the JSON-RPC messages: the server never
+reads or writes a path a client names.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import Field
+
+import adapters
+
+from .. import transfer
+from ..mirror.view import MemoryViewOptions, page_snapshots
+from ..mirror.view_files import list_snapshot_summaries, read_memory_view
+from .methods import (
+    SERVER,
+    CallContext,
+    Instructions,
+    JsonObject,
+    NoParams,
+    RpcParams,
+    SessionId,
+    rpc_method,
+)
+
+__all__: list[str] = []
+
+Limit = Annotated[int, Field(ge=1)]
+
+
+class StrategyQuery(RpcParams):
+    session_id: SessionId | None = None
+
+
+class SetStrategyParams(RpcParams):
+    session_id: SessionId | None = None
+    strategy: JsonObject | None
+
+
+class CompactParams(RpcParams):
+    session_id: SessionId
+    strategy: JsonObject | None = None
+    system_instructions: Instructions = None
+
+
+class RenderParams(RpcParams):
+    session_id: SessionId
+    adapter: Annotated[str, Field(min_length=1)]
+    system_instructions: Instructions = None
+    strategy: JsonObject | None = None
+    limit: Limit | None = None
+
+
+class ViewParams(RpcParams):
+    session_id: SessionId | None = None
+    include_working_context: bool = True
+    include_episodic: bool = True
+    include_semantic: bool = True
+    include_conversation: bool = True
+    include_raw_traces: bool = True
+    include_archive: bool = True
+    raw_trace_limit: Limit | None = None
+    conversation_limit: Limit | None = None
+    collapse_tools: bool = True
+
+
+class SnapshotsParams(RpcParams):
+    search: str | None = None
+    page: int = 1
+    page_size: int = 50
+
+
+class ExportParams(RpcParams):
+    session_id: SessionId
+    name: Annotated[str, Field(min_length=1, max_length=128)] | None = None
+
+
+class ImportParams(RpcParams):
+    files: dict[str, str]
+    session_id: SessionId | None = None
+
+
+@rpc_method("memory.get_strategy", StrategyQuery)
+async def memory_get_strategy(ctx: CallContext, p: StrategyQuery) -> dict[str, Any]:
+    """Every level of the strategy precedence and the effective result."""
+    return await (await ctx.actor()).get_strategy(p.session_id)
+
+
+@rpc_method("memory.set_strategy", SetStrategyParams)
+async def memory_set_strategy(ctx: CallContext, p: SetStrategyParams) -> dict[str, Any]:
+    """Persist a session's strategy (or the agent default without ``session_id``)."""
+    return await (await ctx.actor()).set_strategy(p.strategy, p.session_id)
+
+
+@rpc_method("memory.compact", CompactParams)
+async def memory_compact(ctx: CallContext, p: CompactParams) -> dict[str, Any]:
+    """Compact now; ``compacted: false`` with a ``reason`` when there was nothing to do."""
+    return await (await ctx.actor()).compact(
+        p.session_id, strategy=p.strategy, system_instructions=p.system_instructions
+    )
+
+
+@rpc_method("context.render", RenderParams)
+async def context_render(ctx: CallContext, p: RenderParams) -> dict[str, Any]:
+    """The context rendered for one provider (``adapters.names()`` lists them)."""
+    adapter = adapters.get(p.adapter)  # unknown names are refused before any read
+    wc = await (await ctx.actor()).build_working_context(
+        p.session_id, system_instructions=p.system_instructions, limit=p.limit, strategy=p.strategy
+    )
+    return {
+        "adapter": adapter.name,
+        "payload": adapter.to_model_messages(wc.system_instructions, wc.messages),
+        "base_seq": wc.base_seq,
+        "token_count": wc.token_count,
+    }
+
+
+@rpc_method("memory.view", ViewParams)
+async def memory_view(ctx: CallContext, p: ViewParams) -> dict[str, Any]:
+    """The memory view of a session's mirror (the latest session when none is given)."""
+    actor = await ctx.actor()
+    await actor.mirror.drain()  # the files reflect every commit answered so far
+    options = MemoryViewOptions(**p.model_dump(exclude={"session_id"}))
+    return read_memory_view(
+        ctx.registry.memory_dir, actor.agent_id, session_id=p.session_id, options=options
+    )
+
+
+@rpc_method("memory.list_snapshots", SnapshotsParams, endpoint=SERVER)
+async def memory_list_snapshots(ctx: CallContext, p: SnapshotsParams) -> dict[str, Any]:
+    """A page of memory snapshot summaries, newest first; a restricted token sees its own."""
+    summaries = [
+        s for s in list_snapshot_summaries(ctx.registry.memory_dir) if ctx.permits(s.agent_id)
+    ]
+    return page_snapshots(summaries, p.search, p.page, p.page_size)
+
+
+@rpc_method("export.session", ExportParams)
+async def export_session(ctx: CallContext, p: ExportParams) -> dict[str, Any]:
+    """``{name, files: {file name: text}, trace_count}`` in the reference layout."""
+    return await transfer.export_files(await ctx.actor(), p.session_id, name=p.name)
+
+
+@rpc_method("import.session", ImportParams)
+async def import_session(ctx: CallContext, p: ImportParams) -> dict[str, Any]:
+    """Import reference files (``{file name: text}``) into a new session."""
+    return await transfer.import_files(await ctx.actor(), p.files, session_id=p.session_id)
+
+
+@rpc_method("adapters.list", NoParams, endpoint=SERVER)
+async def adapters_list(ctx: CallContext, p: NoParams) -> dict[str, Any]:
+    return {"adapters": adapters.names()}
