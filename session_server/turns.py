@@ -258,14 +258,25 @@ def tail_window(
     if cut <= 0:
         return drop_orphan_results(suffix) if complete else None
     window = suffix[cut:]
+    calls = _call_index(window)
+    if all(e.tool_call_id in calls for e in window if e.action == "tool_result"):
+        return list(window)  # the cut splits no pair: it stays where it is
     # The same widening as the store's SQL path: the turns of the first event and of
     # every result in the window (a result's turn is its call's).
     turns_needed = {window[0].turn}
     turns_needed.update(e.turn for e in window if e.action == "tool_result")
+    # Turn numbers grow with each user message, so walk back from the end only until
+    # every needed turn's opening message is found or passed.
     starts: dict[int | None, int] = {}
-    for i, ev in enumerate(suffix):
-        if ev.action == "user_message" and ev.turn in turns_needed:
-            starts.setdefault(ev.turn, i)
+    lowest = min((t for t in turns_needed if t is not None), default=0)
+    for i in range(n - 1, -1, -1):
+        ev = suffix[i]
+        if ev.action != "user_message":
+            continue
+        if ev.turn in turns_needed:
+            starts[ev.turn] = i
+        if ev.turn is not None and ev.turn <= lowest:
+            break
     lower = cut
     for turn in turns_needed:
         if turn in starts:
