@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import unquote, urlsplit
 
+from prometheus_client import generate_latest
 from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.datastructures import Headers
 from websockets.exceptions import ConnectionClosed
@@ -365,6 +366,11 @@ class SessionServer:
                 response.headers["WWW-Authenticate"] = 'Bearer realm="session-server"'
                 return response
         path = urlsplit(request.path).path
+        if path == "/metrics":
+            # Prometheus text format (compaction counters, token histogram); plain HTTP GET.
+            return connection.respond(
+                http.HTTPStatus.OK, generate_latest(self.registry.metrics.registry).decode()
+            )
         if path in ("/v1", "/v1/"):
             self._routes[connection] = _Route(SERVER, None, grant)
             return None

@@ -154,3 +154,15 @@ async def import_session(ctx: CallContext, p: ImportParams) -> dict[str, Any]:
 @rpc_method("adapters.list", NoParams, endpoint=SERVER)
 async def adapters_list(ctx: CallContext, p: NoParams) -> dict[str, Any]:
     return {"adapters": adapters.names()}
+
+
+@rpc_method("metrics.get", NoParams, endpoint=SERVER)
+async def metrics_get(ctx: CallContext, p: NoParams) -> dict[str, Any]:
+    """Compaction counters (also served as Prometheus text on ``GET /metrics``)."""
+    metrics = ctx.registry.metrics
+    return {
+        "compactions": {s: metrics.compactions(s) for s in ("compact", "summarize")},
+        "items_removed": metrics.items_removed(),
+        "token_observations": [list(o) for o in metrics.token_observations()],
+        "open_agents": ctx.registry.open_count,
+    }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -130,3 +131,23 @@ async def test_export_then_import_over_rpc(client: SessionClient) -> None:
     assert again["files"]["raw_traces.jsonl"] == exported["files"]["raw_traces.jsonl"]
     with pytest.raises(InvalidParamsError, match="unknown file name"):
         await client.call("import.session", {"files": {"/etc/passwd": "x"}})
+
+
+async def test_compaction_metrics_on_v1_and_http(
+    server: RunningServer, client: SessionClient
+) -> None:
+    sid = await session_with_turns(client, 3)
+    await client.call(
+        "memory.compact", {"session_id": sid, "strategy": {"mode": "compact", "compact_keep": 1}}
+    )
+    async with SessionClient(server.url, None) as root:
+        metrics = await root.call("metrics.get", {})
+    assert metrics["compactions"] == {"compact": 1, "summarize": 0}
+    assert metrics["items_removed"] == 2
+    host, port = server.url.removeprefix("ws://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    writer.write(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    body = (await reader.read()).decode()
+    writer.close()
+    assert body.startswith("HTTP/1.1 200")
+    assert 'session_server_memory_compactions_total{strategy="compact"} 1.0' in body
