@@ -1,5 +1,6 @@
 -- session-server schema, version 1 (PRAGMA user_version). The store executes this file
--- on a new database; later versions add forward migrations in session_server/store/migrations.py.
+-- on a new database; later versions add forward migrations in
+-- session_server/sqlite_ops.py (MIGRATIONS).
 
 CREATE TABLE IF NOT EXISTS sessions (
   id TEXT PRIMARY KEY NOT NULL,

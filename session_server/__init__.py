@@ -2,7 +2,7 @@
 
 Core names (pure) live in ``session_server.events``, ``.codec``, ``.context``, ``.turns``
 and ``.tokens``. ``ActorRegistry`` and ``AgentActor`` (the I/O shell) are loaded lazily so
-that importing the core never imports ``asyncio`` or ``aiosqlite``.
+that importing the core never imports ``asyncio`` or the SQLite store.
 """
 
 from __future__ import annotations

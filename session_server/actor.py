@@ -27,9 +27,10 @@ import msgspec
 
 from . import memory_ops
 from .codec import event_to_message, message_to_event, new_event_id
+from .compaction import build_compacted_context
 from .context import WorkingContext
 from .errors import ConflictError, InvalidParamsError, NotFoundError
-from .events import SessionEvent
+from .events import ContextMessage, SessionEvent
 from .mirror.writer import validate_session_id
 from .mirror_link import MirrorLink
 from .recent import RecentCache, SessionView
@@ -70,6 +71,7 @@ class AgentActor:
         self._open_lock = asyncio.Lock()
         self._write_lock = asyncio.Lock()
         self._inflight = 0
+        self._idle = asyncio.Event()  # set whenever the last activity in flight ends
         self._pending: set[asyncio.Task[Any]] = set()
         self._subscribers: dict[str, list[Subscriber]] = {}
         self.last_used = time.monotonic()
@@ -86,6 +88,7 @@ class AgentActor:
         self._compaction_locks: dict[str, asyncio.Lock] = {}
         self._agent_strategy: dict[str, Any] | None = None
         self._agent_strategy_loaded = False
+        self._agent_strategy_generation = 0
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -102,14 +105,17 @@ class AgentActor:
             return self._store
         async with self._open_lock:
             if self._store is None:
-                self._store = await AgentStore.open(
-                    self.path,
-                    self.agent_id,
-                    synchronous=self.synchronous,
-                    busy_timeout_ms=self.busy_timeout_ms,
-                    executor=self.registry.executor,
-                )
-                self.registry._opened(self)
+                async with self.registry._open_gate:
+                    # Close idle stores first, so the open-file bound holds at all times.
+                    await self.registry._make_room()
+                    self._store = await AgentStore.open(
+                        self.path,
+                        self.agent_id,
+                        synchronous=self.synchronous,
+                        busy_timeout_ms=self.busy_timeout_ms,
+                        executor=self.registry.executor,
+                    )
+                    self.registry._opened(self)
                 if self.mirror.enabled:
                     # Activation repairs mirrors left behind (or ahead) by a crash.
                     for session_id in await self._store.stale_mirrors():
@@ -120,20 +126,33 @@ class AgentActor:
         """Close the store (after in-flight writes finish); the next call re-opens it."""
         async with self._write_lock:
             if self._inflight > 0:
-                return  # a read is using the store; the next sweep tries again
+                # A read is using the store: stay open (and tracked); a later sweep retries.
+                self.registry._touched(self)
+                return
             await self.mirror.close(self._store)
-            store, self._store = self._store, None
-            if store is not None:
-                await store.close()
-                self.registry._closed(self)
+            # Under the open lock: a call arriving now waits until the file (and its
+            # agent lock) is really closed before it opens the store again.
+            async with self._open_lock:
+                if self._inflight > 0:  # a read started while the mirror was flushed
+                    self.registry._touched(self)
+                    return
+                store, self._store = self._store, None
+                if store is not None:
+                    await store.close()
+                    self.registry._closed(self)
             self._built.clear()
             self._recent.clear()
             self._agent_strategy_loaded = False
+        self._agent_strategy_generation = 0
 
     async def close(self) -> None:
-        """Wait for writes in flight, then close the store."""
-        while self._pending:
-            await asyncio.gather(*list(self._pending), return_exceptions=True)
+        """Wait for writes and reads in flight, then close the store."""
+        while self._pending or self._inflight:
+            if self._pending:
+                await asyncio.gather(*list(self._pending), return_exceptions=True)
+            else:
+                self._idle.clear()
+                await self._idle.wait()
         await self.hibernate()
 
     @contextlib.asynccontextmanager
@@ -147,6 +166,9 @@ class AgentActor:
         finally:
             self._inflight -= 1
             self.last_used = time.monotonic()
+            if self._inflight == 0:
+                self._idle.set()
+                self.registry._evict()  # an actor skipped while busy may go now
 
     async def _read(self, fn: Callable[[AgentStore], Awaitable[T]]) -> T:
         async with self._activity() as store:
@@ -236,12 +258,15 @@ class AgentActor:
         idempotency_key: str | None = None,
         compaction_required: bool | None = None,
         after_commit: Callable[[AppendResult], None] | None = None,
+        create_metadata: dict[str, Any] | None = None,
+        create: bool = False,
     ) -> AppendResult:
         if (
             not events
             and compaction_required is None
             and idempotency_key is None
             and expected_last_seq is None
+            and not create
         ):
             return AppendResult(seqs=[], last_seq=await self._last_seq_or_zero(session_id))
         # Structs are not validated on construction: check every event before writing any.
@@ -262,6 +287,8 @@ class AgentActor:
                 idempotency_key=idempotency_key,
                 compaction_required=compaction_required,
                 mirror_seq=self.mirror.cursor(session_id),
+                create_metadata=create_metadata,
+                create=create,
             )
             if stored and not replay:
                 self._recent.appended(
@@ -296,6 +323,20 @@ class AgentActor:
         )
         self._recent.seed(session_id, window.suffix, window.complete, view, version)
         return view
+
+    async def import_events(
+        self,
+        events: Sequence[SessionEvent],
+        *,
+        session_id: str | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> tuple[str, AppendResult]:
+        """Create a session holding ``events`` in one transaction (all of it, or nothing)."""
+        if session_id is not None:
+            validate_session_id(session_id)
+        sid = session_id or str(uuid.uuid4())
+        result = await self._append(sid, list(events), create_metadata=metadata, create=True)
+        return sid, result
 
     async def _last_seq_or_zero(self, session_id: str) -> int:
         state = await self._read(lambda s: s.session_state(session_id))
@@ -389,6 +430,7 @@ class AgentActor:
             raise InvalidParamsError("limit: must be a positive integer")
         instructions = list(system_instructions or [])
         if limit is None and strategy is None and session_id not in self._built:
+            # The first build after activation may come from working_context_snapshot.json.
             cached = await self._from_snapshot_cache(session_id, instructions)
             if cached is not None:
                 return cached
@@ -435,6 +477,9 @@ class AgentActor:
             return None
         state = await self._read(lambda s: s.session_state(session_id))
         if state is None or state["compaction_required"] or not state["last_seq"]:
+            return None
+        # Under a compaction strategy the build may have to compact first: no shortcut.
+        if (await memory_ops.get_strategy(self, session_id))["effective"]["mode"] != "none":
             return None
         restored = self.mirror.snapshot_cache(session_id, int(state["last_seq"]))
         if restored is None:
@@ -488,15 +533,13 @@ class AgentActor:
                 last_seq=int(state["last_seq"]),
                 compaction_required=bool(state["compaction_required"]),
             )
+        instructions = list(ctx.system_instructions)
 
         def snapshot(result: AppendResult) -> None:
-            # The end of a turn: the cache of the context as it now stands.
-            self.mirror.snapshot(
-                session_id,
-                messages=ctx.messages,
-                system_instructions=ctx.system_instructions,
-                last_seq=result.last_seq,
-            )
+            # The end of a turn: the snapshot is the default context as SQLite now stands
+            # (computed from the cache when the batch is written), not the caller's ctx,
+            # which may hold only this turn or miss another writer's events.
+            self.mirror.snapshot(session_id, lambda: self._snapshot_parts(session_id, instructions))
 
         return await self._append(
             session_id,
@@ -506,6 +549,19 @@ class AgentActor:
             compaction_required=flag,
             after_commit=snapshot,
         )
+
+    def _snapshot_parts(
+        self, session_id: str, instructions: list[str]
+    ) -> tuple[list[ContextMessage], list[str], int] | None:
+        """Messages, instructions and last seq of the default context, from the cache
+        (``None`` when the cache cannot say: no snapshot is written then)."""
+        view = self._recent.window(session_id, self.context_limit)
+        if view is None:
+            return None
+        built = build_compacted_context(
+            view.events, record=view.record, system_instructions=instructions
+        )
+        return built.messages, built.system_instructions, view.last_seq
 
 
 def _event_tokens(counter: Any, event: SessionEvent) -> int:

@@ -211,15 +211,21 @@ def _inspect_arguments(p: argparse.ArgumentParser) -> None:
     add_memory_dir(p)
 
 
-def _run_offline(args: argparse.Namespace, job: Any) -> int:
-    """Run ``job(actor)`` on a registry over ``--memory-dir``; errors exit 1 with a message."""
-    from .errors import SessionServerError
+def _run_offline(args: argparse.Namespace, job: Any, *, must_exist: bool = True) -> int:
+    """Run ``job(actor)`` on a registry over ``--memory-dir``; errors exit 1 with a message.
+
+    While a server holds the agent, its lock makes this fail with a clear message rather
+    than write beside it. ``must_exist``: refuse an unknown agent instead of creating it.
+    """
+    from .errors import NotFoundError, SessionServerError
     from .registry import ActorRegistry
 
     agent_id = args.agent_id if hasattr(args, "agent_id") else args.agent
 
     async def run() -> Any:
         async with ActorRegistry(args.memory_dir, idle_timeout=None) as registry:
+            if must_exist and not (registry.agent_dir(agent_id) / "agent.sqlite").is_file():
+                raise NotFoundError(f"agent {agent_id!r} not found in {args.memory_dir}")
             return await job(await registry.get(agent_id))
 
     try:
@@ -252,7 +258,7 @@ def _run_import(args: argparse.Namespace) -> int:
             f"into session {info['session_id']}"
         )
 
-    return _run_offline(args, job)
+    return _run_offline(args, job, must_exist=False)
 
 
 def _run_inspect(args: argparse.Namespace) -> int:

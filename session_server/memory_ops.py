@@ -48,9 +48,13 @@ _AGENT_STRATEGY_KEY = "strategy"
 
 async def _agent_strategy(actor: AgentActor) -> dict[str, Any] | None:
     if not actor._agent_strategy_loaded:
+        generation = actor._agent_strategy_generation
         raw = await actor._read(lambda s: s.get_setting(_AGENT_STRATEGY_KEY))
-        actor._agent_strategy = None if raw is None else msgspec.json.decode(raw)
-        actor._agent_strategy_loaded = True
+        if generation == actor._agent_strategy_generation:  # no set_strategy meanwhile
+            actor._agent_strategy = None if raw is None else msgspec.json.decode(raw)
+            actor._agent_strategy_loaded = True
+        else:
+            return await _agent_strategy(actor)
     return actor._agent_strategy
 
 
@@ -105,6 +109,7 @@ async def set_strategy(
             )
         )
         actor._agent_strategy, actor._agent_strategy_loaded = (values or None), True
+        actor._agent_strategy_generation += 1
     else:
         await _resolve(actor, values or None, None)  # the merge must be valid
         await actor._write(lambda s: s.update_session_fields(session_id, strategy=stored))
@@ -138,7 +143,26 @@ async def _run(
     *,
     force: bool,
 ) -> CompactionPlan:
-    """Plan and, when there is something to do, append one compaction event."""
+    """Plan and, when there is something to do, append one compaction event.
+
+    Runs as its own task: a caller cancelled mid-way does not release the session's
+    compaction lock before the append finished (the flag is acted on exactly once).
+    """
+    task = asyncio.ensure_future(
+        _run_locked(actor, session_id, config, instructions, limit, force=force)
+    )
+    return await asyncio.shield(task)
+
+
+async def _run_locked(
+    actor: AgentActor,
+    session_id: str,
+    config: StrategyConfig,
+    instructions: Sequence[str],
+    limit: int,
+    *,
+    force: bool,
+) -> CompactionPlan:
     async with _lock(actor, session_id):
         view = await actor._view(session_id, limit)  # read again under the lock
         pressure = view.compaction_required
@@ -176,11 +200,16 @@ async def build(
     instructions: list[str],
     limit: int,
     strategy: Mapping[str, Any] | None,
+    *,
+    may_compact: bool = True,
 ) -> WorkingContext:
-    """The working context under the session's strategy, compacting first when due."""
+    """The working context under the session's strategy, compacting first when due
+    (never with ``may_compact=False``: a read-only build, e.g. for an export)."""
     view = await actor._view(session_id, limit)
     config = await _resolve(actor, view.strategy, strategy)
-    due = config.mode == "compact" or (config.mode == "summarize" and view.compaction_required)
+    due = may_compact and (
+        config.mode == "compact" or (config.mode == "summarize" and view.compaction_required)
+    )
     if due:
         plan = await _run(actor, session_id, config, instructions, limit, force=False)
         if plan.record is not None or view.compaction_required:

@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 
 from .errors import SessionServerError
 from .events import ContextMessage, SessionEvent
-from .mirror.snapshot import RestoredSnapshot, load_snapshot_cache
+from .mirror.snapshot import SNAPSHOT_FILE, RestoredSnapshot, load_snapshot_cache
 from .mirror.writer import MirrorWriter
 from .store import AgentStore
 
@@ -35,6 +35,7 @@ __all__ = ["MirrorLink"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+SnapshotSource = Callable[[], tuple[list[ContextMessage], list[str], int] | None]
 
 
 class MirrorLink:
@@ -57,7 +58,7 @@ class MirrorLink:
         self._executor = executor
         self.delay = delay
         self._appends: dict[str, list[SessionEvent]] = {}
-        self._snapshots: dict[str, tuple[list[ContextMessage], list[str], int]] = {}
+        self._snapshots: dict[str, SnapshotSource] = {}
         self._timer: asyncio.TimerHandle | None = None
         self._chain: asyncio.Future[None] | None = None
         self._active: set[str] = set()
@@ -116,7 +117,16 @@ class MirrorLink:
         events = await store.all_events(session_id) if state["last_seq"] else []
         self._active.add(session_id)
         self._flush()
-        self._later(lambda: self.writer.activate(session_id, events, verify=verify))
+        last_seq = int(state["last_seq"])
+        self._later(
+            lambda: self.writer.activate(session_id, events, verify=verify),
+            lambda _changed: self._activated(session_id, last_seq),
+        )
+
+    def _activated(self, session_id: str, last_seq: int) -> None:
+        # The writer drops a session's state on an I/O error: then nothing is confirmed.
+        if self.writer.is_active(session_id):
+            self._cursor[session_id] = last_seq
 
     def appended(self, session_id: str, events: Sequence[SessionEvent]) -> None:
         """Mirror committed ``events`` (scheduled)."""
@@ -129,18 +139,15 @@ class MirrorLink:
         if self._timer is None:
             self._timer = asyncio.get_running_loop().call_later(self.delay, self._flush)
 
-    def snapshot(
-        self,
-        session_id: str,
-        *,
-        messages: Sequence[ContextMessage],
-        system_instructions: Sequence[str],
-        last_seq: int,
-    ) -> None:
-        """Write ``working_context_snapshot.json`` (scheduled; a cache, never the truth)."""
+    def snapshot(self, session_id: str, source: SnapshotSource) -> None:
+        """Write ``working_context_snapshot.json`` with the batch (a cache, never the truth).
+
+        ``source()`` is called when the batch is written and returns the messages, the
+        system instructions and the last seq they reflect, or ``None`` to write nothing.
+        """
         if not self.enabled:
             return
-        self._snapshots[session_id] = (list(messages), list(system_instructions), last_seq)
+        self._snapshots[session_id] = source
         self._arm()
 
     def _flush(self) -> None:
@@ -149,7 +156,9 @@ class MirrorLink:
             self._timer.cancel()
             self._timer = None
         appends, self._appends = self._appends, {}
-        snapshots, self._snapshots = self._snapshots, {}
+        sources, self._snapshots = self._snapshots, {}
+        # Evaluated now, on the loop, from the actor's state as of the latest commit.
+        snapshots = {sid: parts for sid, source in sources.items() if (parts := source())}
         if not appends and not snapshots:
             return
 
@@ -187,7 +196,14 @@ class MirrorLink:
         self._cursor.pop(session_id, None)
         self._active.add(session_id)
         self._flush()
-        self._later(lambda: self.writer.reconcile(session_id, events))
+        last_seq = max((e.seq for e in events), default=0)
+
+        def repair() -> None:
+            self.writer.reconcile(session_id, events)
+            # The snapshot may hold deleted messages and still look current: drop it.
+            (self.session_dir(session_id) / SNAPSHOT_FILE).unlink(missing_ok=True)
+
+        self._later(repair, lambda _none: self._activated(session_id, last_seq))
 
     def snapshot_cache(self, session_id: str, last_seq: int) -> RestoredSnapshot | None:
         """The session's snapshot when valid and current (its last_seq), else ``None``."""

@@ -105,11 +105,13 @@ class RecentCache:
             entry.complete = False
 
     def flag_changed(self, session_id: str, compaction_required: bool) -> None:
+        self._bump(session_id)  # a seed read before this change must not be kept
         entry = self._entries.get(session_id)
         if entry is not None:
             entry.compaction_required = compaction_required
 
     def strategy_changed(self, session_id: str, strategy: dict[str, Any] | None) -> None:
+        self._bump(session_id)
         entry = self._entries.get(session_id)
         if entry is not None:
             entry.strategy = strategy

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import time
@@ -100,6 +101,9 @@ class ActorRegistry:
         )
         self._actors: dict[str, AgentActor] = {}
         self._open: OrderedDict[str, AgentActor] = OrderedDict()
+        self._closing: set[AgentActor] = set()
+        self._open_gate = asyncio.Lock()  # one store opens at a time: the bound is exact
+        self._evictions: set[asyncio.Task[None]] = set()
         self._sweeper: asyncio.Task[None] | None = None
         self._is_closed = False
 
@@ -152,7 +156,25 @@ class ActorRegistry:
     def _opened(self, actor: AgentActor) -> None:
         self._open[actor.agent_id] = actor
         self._open.move_to_end(actor.agent_id)
-        self._evict()
+
+    async def _make_room(self) -> None:
+        """Hibernate least recently used idle actors until one more store fits the bound.
+
+        Called under ``_open_gate`` before a store opens. When every open actor is busy
+        the bound is exceeded until one goes idle (``_evict`` then closes it).
+        """
+        while len(self._open) >= self.max_open:
+            victim = next(
+                (a for a in self._open.values() if not a.busy and a not in self._closing), None
+            )
+            if victim is None:
+                log.info("all %d open agents are busy; exceeding max_open", len(self._open))
+                return
+            self._closing.add(victim)
+            try:
+                await victim.hibernate()
+            finally:
+                self._closing.discard(victim)
 
     def _touched(self, actor: AgentActor) -> None:
         if actor.agent_id in self._open:
@@ -161,20 +183,27 @@ class ActorRegistry:
     def _closed(self, actor: AgentActor) -> None:
         self._open.pop(actor.agent_id, None)
 
+    def _hibernated(self, actor: AgentActor, task: asyncio.Task[None]) -> None:
+        self._closing.discard(actor)
+        self._evictions.discard(task)
+        _log_failure(task)
+
     def _evict(self) -> None:
         excess = len(self._open) - self.max_open
         if excess <= 0:
             return
-        for agent_id, actor in list(self._open.items()):
+        for actor in list(self._open.values()):
             if excess <= 0:
                 break
-            if actor.busy:
+            if actor.busy or actor in self._closing:
                 continue
-            # Removed now so the bound holds at once; the close finishes in the background.
-            self._open.pop(agent_id, None)
+            # It leaves ``_open`` when its store is really closed (``_closed``); until
+            # then it is counted, and a hibernate that finds it busy keeps it tracked.
             excess -= 1
+            self._closing.add(actor)
             task = asyncio.ensure_future(actor.hibernate())
-            task.add_done_callback(_log_failure)
+            self._evictions.add(task)
+            task.add_done_callback(functools.partial(self._hibernated, actor))
 
     def _start_sweeper(self) -> None:
         if self._sweeper is None and self.idle_timeout is not None:
@@ -186,6 +215,11 @@ class ActorRegistry:
         while True:
             await asyncio.sleep(period)
             await self.hibernate_idle()
+
+    async def settle(self) -> None:
+        """Wait for background evictions (actors over the bound that went idle)."""
+        while self._evictions:
+            await asyncio.gather(*list(self._evictions), return_exceptions=True)
 
     async def hibernate_idle(self, older_than: float | None = None) -> int:
         """Hibernate actors idle for more than ``older_than`` (default ``idle_timeout``) s."""

@@ -33,6 +33,7 @@ __all__ = [
     "AppendResult",
     "append",
     "connect",
+    "insert_session",
     "migrate",
     "rows_to_events",
     "session_row",
@@ -164,6 +165,22 @@ def session_row(row: sqlite3.Row) -> dict[str, Any]:
     return out
 
 
+def insert_session(
+    conn: sqlite3.Connection, agent_id: str, session_id: str, metadata: dict[str, Any] | None
+) -> None:
+    """Insert a session row; ``ConflictError`` when the id exists."""
+    if conn.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone():
+        raise ConflictError(
+            f"session_id: session {session_id!r} already exists", data={"field": "session_id"}
+        )
+    now = now_ms()
+    conn.execute(
+        "INSERT INTO sessions (id, agent_id, created_at, updated_at, metadata)"
+        " VALUES (?, ?, ?, ?, ?)",
+        (session_id, agent_id, now, now, None if metadata is None else encode_json(metadata)),
+    )
+
+
 def rows_to_events(rows: Sequence[sqlite3.Row]) -> list[SessionEvent]:
     return [hydrate_event(dict(r)) for r in rows]
 
@@ -177,12 +194,17 @@ def append(
     idempotency_key: str | None,
     compaction_required: bool | None,
     mirror_seq: int | None,
+    create: tuple[str, dict[str, Any] | None] | None = None,
 ) -> tuple[AppendResult, list[SessionEvent], bool]:
     """The body of an append transaction (run inside ``write_txn``).
 
     Returns the result, the stored events (seq, turn, session_id filled in) and whether it
     was a replay of an earlier call with the same idempotency key (nothing written).
+    ``create`` (agent id, metadata) first creates the session in the same transaction, so
+    a new session appears with all its events or not at all (imports).
     """
+    if create is not None:
+        insert_session(conn, create[0], session_id, create[1])
     row = conn.execute(
         "SELECT last_seq, last_turn, last_turn_start_seq, compaction_required"
         " FROM sessions WHERE id = ?",
@@ -258,7 +280,7 @@ def append(
         except sqlite3.IntegrityError as exc:
             raise ConflictError(
                 f"events: an event id already exists in this agent ({exc})",
-                data={"field": "events[].id"},
+                data={"field": "events[].id", "last_seq": last_seq},
             ) from exc
     if calls_out:
         conn.executemany(

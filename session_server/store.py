@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
+import os
 import sqlite3
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Executor
@@ -25,9 +27,9 @@ from typing import Any, Final, Literal, TypeVar
 import msgspec
 
 from . import sqlite_ops as ops
-from .codec import encode_json, hydrate_event, now_ms
+from .codec import hydrate_event
 from .compaction.builder import load_from_seq
-from .errors import AgentUnavailableError, ConflictError, InvalidParamsError, NotFoundError
+from .errors import AgentUnavailableError, InvalidParamsError, NotFoundError
 from .events import ACTIONS, SessionEvent
 from .sqlite_ops import EVENT_COLUMNS, AppendResult
 from .turns import drop_orphan_results, safe_window_start
@@ -75,6 +77,7 @@ class AgentStore:
         self._writer: sqlite3.Connection | None = None
         self._reader: sqlite3.Connection | None = None
         self._read_lock = asyncio.Lock()
+        self._lock_fd: int | None = None
 
     # -- plumbing ------------------------------------------------------------------
 
@@ -134,13 +137,19 @@ class AgentStore:
 
         def open_writer() -> sqlite3.Connection:
             path.parent.mkdir(parents=True, exist_ok=True)
-            conn = ops.connect(
-                path, synchronous=synchronous, busy_timeout_ms=busy_timeout_ms, readonly=False
-            )
+            store._lock_fd = _lock_agent_dir(path.parent, agent_id)
             try:
-                ops.migrate(conn)
+                conn = ops.connect(
+                    path, synchronous=synchronous, busy_timeout_ms=busy_timeout_ms, readonly=False
+                )
+                try:
+                    ops.migrate(conn)
+                except BaseException:
+                    conn.close()
+                    raise
             except BaseException:
-                conn.close()
+                os.close(store._lock_fd)
+                store._lock_fd = None
                 raise
             return conn
 
@@ -156,11 +165,14 @@ class AgentStore:
     async def close(self) -> None:
         conns = [c for c in (self._reader, self._writer) if c is not None]
         self._reader = self._writer = None
+        lock_fd, self._lock_fd = self._lock_fd, None
 
         def close_all() -> None:
             for conn in conns:
                 with contextlib.suppress(sqlite3.Error):
                     conn.close()
+            if lock_fd is not None:
+                os.close(lock_fd)  # releases the agent lock
 
         async with self._read_lock:
             await self._call(close_all)
@@ -168,21 +180,8 @@ class AgentStore:
     # -- sessions ------------------------------------------------------------------------
 
     async def create_session(self, metadata: dict[str, Any] | None, session_id: str) -> str:
-        now = now_ms()
-        meta = None if metadata is None else encode_json(metadata)
-
         def body(conn: sqlite3.Connection) -> str:
-            exists = conn.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone()
-            if exists:
-                raise ConflictError(
-                    f"session_id: session {session_id!r} already exists",
-                    data={"field": "session_id"},
-                )
-            conn.execute(
-                "INSERT INTO sessions (id, agent_id, created_at, updated_at, metadata)"
-                " VALUES (?, ?, ?, ?, ?)",
-                (session_id, self.agent_id, now, now, meta),
-            )
+            ops.insert_session(conn, self.agent_id, session_id, metadata)
             return session_id
 
         return await self._write("create_session", body)
@@ -267,6 +266,8 @@ class AgentStore:
         idempotency_key: str | None = None,
         compaction_required: bool | None = None,
         mirror_seq: int | None = None,
+        create_metadata: dict[str, Any] | None = None,
+        create: bool = False,
     ) -> tuple[AppendResult, list[SessionEvent], bool]:
         """Append ``events`` in one transaction; all or nothing (see ``sqlite_ops.append``).
 
@@ -284,6 +285,7 @@ class AgentStore:
             idempotency_key,
             compaction_required,
             mirror_seq,
+            (self.agent_id, create_metadata) if create else None,
         )
 
     async def load_events(
@@ -480,3 +482,27 @@ def _context_window(
         complete=complete,
         record=record,
     )
+
+
+LOCK_FILE: Final = "agent.lock"
+
+
+def _lock_agent_dir(folder: Path, agent_id: str) -> int:
+    """Take the agent's exclusive lock (``agent.lock``, flock) for as long as it is open.
+
+    One writer per file (DESIGN §4) across processes too: the actor's caches and the
+    mirror assume no other process writes while the store is open. A second process
+    (a CLI command while the server holds the agent) gets ``AgentUnavailableError``. The
+    kernel drops the lock when the holder dies, SIGKILL included.
+    """
+    fd = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise AgentUnavailableError(
+            f"agent {agent_id!r} is open in another process (its {LOCK_FILE} is locked); "
+            "use that process (for example the server's RPC methods) or stop it first",
+            data={"agent_id": agent_id},
+        ) from None
+    return fd

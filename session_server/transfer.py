@@ -46,7 +46,13 @@ async def export_session(
             f"session_id: session {session_id!r} not found", data={"field": "session_id"}
         )
     events = await actor.load_events(session_id, limit=None, tail=False)
-    ctx = await actor.build_working_context(session_id)
+    # Imported here: the RPC method table imports this module and must stay asyncio-free.
+    from . import memory_ops
+
+    # An export reads only: the snapshot is the context as it stands, never compacted now.
+    ctx = await memory_ops.build(
+        actor, session_id, [], actor.context_limit, None, may_compact=False
+    )
     result = write_export(
         out_dir,
         name or actor.agent_id,
@@ -83,14 +89,10 @@ async def import_session(
 ) -> dict[str, Any]:
     """Import a reference folder into a new session; returns its id and counts."""
     imported = import_reference_folder(folder, progress=progress)
-    sid = await actor.create_session(
-        metadata={"imported_from": imported.name}, session_id=session_id
+    # One transaction creates the session with every event: all of it, or nothing.
+    sid, result = await actor.import_events(
+        imported.events, session_id=session_id, metadata={"imported_from": imported.name}
     )
-    try:
-        result = await actor.append_events(sid, imported.events)
-    except BaseException:
-        await actor.delete_session(sid)  # all or nothing: no half-imported session
-        raise
     return {
         "session_id": sid,
         "name": imported.name,
