@@ -371,7 +371,6 @@ class AgentActor:
             count = await store.delete_events(session_id, list(event_ids))
             if count:
                 self._recent.forget(session_id)
-            if count:
                 await self.mirror.events_deleted(store, session_id)
             return count
 
@@ -520,7 +519,7 @@ class AgentActor:
         if not events:
             state = await self._read(lambda s: s.session_state(session_id))
             if state is None:
-                raise NotFoundError(f"session_id: session {session_id!r} not found")
+                raise NotFoundError.session(session_id)
             if expected is not None and int(state["last_seq"]) != expected:
                 raise ConflictError(
                     f"base_seq: session {session_id!r} is at seq {state['last_seq']}",

@@ -99,6 +99,14 @@ class SummarizerError(InternalError):
 class NotFoundError(SessionServerError):
     code = -32001
 
+    @classmethod
+    def session(cls, session_id: str) -> NotFoundError:
+        """The one wording and data shape for an unknown session."""
+        return cls(
+            f"session_id: session {session_id!r} not found",
+            data={"field": "session_id", "session_id": session_id},
+        )
+
 
 class ConflictError(SessionServerError):
     """The session moved on (``data["last_seq"]`` is the current last seq), or an id exists."""

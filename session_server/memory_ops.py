@@ -61,9 +61,7 @@ async def _agent_strategy(actor: AgentActor) -> dict[str, Any] | None:
 async def _session_strategy(actor: AgentActor, session_id: str) -> dict[str, Any] | None:
     state = await actor._read(lambda s: s.session_state(session_id))
     if state is None:
-        raise NotFoundError(
-            f"session_id: session {session_id!r} not found", data={"field": "session_id"}
-        )
+        raise NotFoundError.session(session_id)
     raw = state["strategy"]
     return None if raw is None else dict(msgspec.json.decode(raw))
 

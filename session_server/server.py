@@ -157,7 +157,7 @@ class _Connection:
         if existing is not None:
             row = await actor.get_session(session_id)
             if row is None:
-                raise NotFoundError(f"session {session_id!r} not found")
+                raise NotFoundError.session(session_id)
             return int(row["last_seq"])
         sub = _Subscription(self, session_id)
         self.subscriptions[session_id] = sub
@@ -165,9 +165,7 @@ class _Connection:
             sub.unsubscribe = actor.subscribe(session_id, sub.on_events)
             row = await actor.get_session(session_id)
             if row is None:
-                raise NotFoundError(
-                    f"session {session_id!r} not found", data={"session_id": session_id}
-                )
+                raise NotFoundError.session(session_id)
         except BaseException:
             self._drop(sub)
             raise

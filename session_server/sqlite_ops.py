@@ -211,9 +211,7 @@ def append(
         (session_id,),
     ).fetchone()
     if row is None:
-        raise NotFoundError(
-            f"session_id: session {session_id!r} not found", data={"field": "session_id"}
-        )
+        raise NotFoundError.session(session_id)
     last_seq, turn, turn_start = int(row[0]), int(row[1]), int(row[2])
     if idempotency_key is not None:
         prev = conn.execute(

@@ -248,9 +248,7 @@ class AgentStore:
                 f"UPDATE sessions SET {sets} WHERE id = ?", (*fields.values(), session_id)
             )
             if cur.rowcount == 0:
-                raise NotFoundError(
-                    f"session_id: session {session_id!r} not found", data={"field": "session_id"}
-                )
+                raise NotFoundError.session(session_id)
 
         await self._write("update session", body)
 
@@ -350,17 +348,6 @@ class AgentStore:
 
         return await self._write("delete_events", body)
 
-    async def latest_compaction(self, session_id: str) -> SessionEvent | None:
-        def fn(conn: sqlite3.Connection) -> SessionEvent | None:
-            row = conn.execute(
-                f"SELECT {EVENT_COLUMNS} FROM events WHERE session_id = ?"
-                " AND action = 'compaction' ORDER BY seq DESC LIMIT 1",
-                (session_id,),
-            ).fetchone()
-            return None if row is None else hydrate_event(dict(row))
-
-        return await self._read(fn)
-
     async def context_window(
         self,
         session_id: str,
@@ -423,9 +410,7 @@ def _context_window(
             (session_id,),
         ).fetchone()
         if srow is None:
-            raise NotFoundError(
-                f"session_id: session {session_id!r} not found", data={"field": "session_id"}
-            )
+            raise NotFoundError.session(session_id)
         crow = conn.execute(
             f"SELECT {EVENT_COLUMNS} FROM events WHERE session_id = ?"
             " AND action = 'compaction' ORDER BY seq DESC LIMIT 1",

@@ -42,9 +42,7 @@ async def export_session(
 ) -> dict[str, Any]:
     """Write one session to ``out_dir/agents/<name>/`` (name defaults to the agent id)."""
     if await actor.get_session(session_id) is None:
-        raise NotFoundError(
-            f"session_id: session {session_id!r} not found", data={"field": "session_id"}
-        )
+        raise NotFoundError.session(session_id)
     events = await actor.load_events(session_id, limit=None, tail=False)
     # Imported here: the RPC method table imports this module and must stay asyncio-free.
     from . import memory_ops

@@ -23,7 +23,6 @@ no I/O itself; it never imports ``asyncio`` or ``websockets``.
 
 from __future__ import annotations
 
-import inspect
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -288,7 +287,7 @@ def _append_result(result: Any) -> dict[str, Any]:
 async def _session_row(actor: AgentActor, session_id: str) -> dict[str, Any]:
     row = await actor.get_session(session_id)
     if row is None:
-        raise NotFoundError(f"session {session_id!r} not found", data={"session_id": session_id})
+        raise NotFoundError.session(session_id)
     return row
 
 
@@ -400,6 +399,4 @@ async def events_unsubscribe(ctx: CallContext, p: SessionParams) -> dict[str, An
 async def agents_list(ctx: CallContext, p: NoParams) -> dict[str, Any]:
     """Agent ids with a folder on disk, sorted; a restricted token sees only its agents."""
     agents = ctx.registry.list_agents()
-    if inspect.isawaitable(agents):
-        agents = await agents
     return {"agents": [a for a in agents if ctx.permits(a)]}
