@@ -123,7 +123,14 @@ class AgentActor:
             return self._store
 
     async def hibernate(self) -> None:
-        """Close the store (after in-flight writes finish); the next call re-opens it."""
+        """Close the store (after in-flight writes finish); the next call re-opens it.
+
+        Shielded: a cancelled caller (the idle sweep at shutdown) never leaves the store
+        half closed with the write lock released.
+        """
+        await asyncio.shield(asyncio.ensure_future(self._hibernate()))
+
+    async def _hibernate(self) -> None:
         async with self._write_lock:
             if self._inflight > 0:
                 # A read is using the store: stay open (and tracked); a later sweep retries.

@@ -13,6 +13,7 @@ that raced with a commit is refused, and deletes drop the session's entry.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
@@ -48,11 +49,13 @@ class _Entry:
 
 
 class RecentCache:
-    """Per-session recent events; at most ``cap`` events kept per session."""
+    """Recent events of at most ``max_sessions`` sessions (least recently used go first),
+    at most ``cap`` events each."""
 
-    def __init__(self, cap: int) -> None:
+    def __init__(self, cap: int, max_sessions: int = 64) -> None:
         self.cap = cap
-        self._entries: dict[str, _Entry] = {}
+        self.max_sessions = max_sessions
+        self._entries: OrderedDict[str, _Entry] = OrderedDict()
         self._versions: dict[str, int] = {}
 
     def version(self, session_id: str) -> int:
@@ -80,6 +83,9 @@ class RecentCache:
         """Keep what a store read returned, unless a commit happened since ``version``."""
         if self.version(session_id) == version and len(suffix) <= self.cap:
             self._entries[session_id] = _Entry(list(suffix), complete, view)
+            self._entries.move_to_end(session_id)
+            while len(self._entries) > self.max_sessions:
+                self._entries.popitem(last=False)
 
     def appended(
         self,
@@ -121,6 +127,7 @@ class RecentCache:
         entry = self._entries.get(session_id)
         if entry is None:
             return None
+        self._entries.move_to_end(session_id)
         from_seq = load_from_seq(entry.record)
         events: list[SessionEvent] | None
         if from_seq is None:
