@@ -25,10 +25,10 @@ from concurrent.futures import Executor
 from pathlib import Path
 from typing import Any, TypeVar
 
-from .errors import SessionServerError
+from .errors import InvalidParamsError, SessionServerError
 from .events import ContextMessage, SessionEvent
 from .mirror.snapshot import SNAPSHOT_FILE, RestoredSnapshot, load_snapshot_cache
-from .mirror.writer import MirrorWriter
+from .mirror.writer import MirrorWriter, validate_session_id
 from .store import AgentStore
 
 __all__ = ["MirrorLink"]
@@ -185,7 +185,8 @@ class MirrorLink:
         self._appends.pop(session_id, None)
         self._active.discard(session_id)
         self._cursor.pop(session_id, None)
-        if self.enabled:
+        if self.enabled and _names_a_folder(session_id):
+            # An id that cannot name a folder was never mirrored: nothing to remove.
             self._later(lambda: self.writer.delete_session(session_id))
 
     async def events_deleted(self, store: AgentStore, session_id: str) -> None:
@@ -228,3 +229,11 @@ class MirrorLink:
 
     def stats(self) -> dict[str, Any]:
         return {"active_sessions": len(self._active), "busy": self.busy}
+
+
+def _names_a_folder(session_id: str) -> bool:
+    try:
+        validate_session_id(session_id)
+    except InvalidParamsError:
+        return False
+    return True

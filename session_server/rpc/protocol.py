@@ -97,6 +97,8 @@ def _decode(data: str | bytes) -> Any:
         raise ParseError(f"Parse error: {exc}") from exc
     except UnicodeEncodeError as exc:  # a str holding lone surrogates
         raise ParseError("Parse error: frame is not valid UTF-8") from exc
+    except RecursionError as exc:  # msgspec decodes nested values recursively
+        raise ParseError("Parse error: JSON nested too deeply") from exc
 
 
 def _valid_id(value: Any) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -35,6 +36,19 @@ def turn(n: int, ctx: WorkingContext) -> None:
 async def actor(tmp_path: Path) -> AsyncIterator[AgentActor]:
     async with ActorRegistry(tmp_path, idle_timeout=None) as reg:
         yield await reg.get("agent")
+
+
+@pytest.mark.parametrize("session_id", [".", "x\x00y", "a/b", "line\nbreak", "x" * 200])
+async def test_deleting_an_unmirrorable_session_id_is_quiet(
+    actor: AgentActor, session_id: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Found by the fault suite's fuzzer: session.delete with an id that cannot name a
+    # folder scheduled a mirror delete that failed with a logged traceback.
+    await actor.create_session(session_id="kept")
+    assert await actor.delete_session(session_id) is False
+    await actor.mirror.drain()
+    assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
+    assert [s["id"] for s in await actor.list_sessions()] == ["kept"]
 
 
 async def test_persist_writes_exactly_the_new_messages(actor: AgentActor) -> None:

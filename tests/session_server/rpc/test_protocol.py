@@ -78,6 +78,10 @@ def test_batch_keeps_order_and_marks_invalid_items() -> None:
         ("{not json", "Parse error"),
         ("", "Parse error"),
         (b"\xff\xfe{}", "not valid UTF-8"),
+        # Found by the fault suite's fuzzer: deep nesting raised RecursionError, unanswered.
+        ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+        ('{"a":' * 100_000 + "1" + "}" * 100_000, "nested too deeply"),
+        (b"[" * 100_000, "nested too deeply"),
     ],
 )
 def test_parse_errors(text: str | bytes, needle: str) -> None:
