@@ -9,3 +9,7 @@ if not os.environ.get("TIKTOKEN_CACHE_DIR"):
     os.environ["TIKTOKEN_CACHE_DIR"] = str(
         (Path(__file__).resolve().parent.parent / ".." / "shared" / "tiktoken").resolve()
     )
+
+# The fault suite's `--soak` option, registered here too so `pytest tests --soak` works
+# (pytest only takes options from the conftest files it loads at start-up).
+from tests.faults.conftest import pytest_addoption  # noqa: F401

@@ -21,11 +21,9 @@ import time
 from pathlib import Path
 
 from session_server.events import SessionEvent
-from session_server.mirror.jsonl import encode_lines
-from session_server.mirror.model import render_mirror
-from session_server.mirror.writer import MIRROR_FILES
 from session_server.registry import ActorRegistry
 from tests.support.crash_writer import TOOL_NAME, turn_messages
+from tests.support.mirror_check import expected_mirror, mirror_files
 
 WRITER = Path(__file__).resolve().parent.parent / "support" / "crash_writer.py"
 AGENT = "crash-agent"
@@ -99,22 +97,6 @@ async def load_all(memory_dir: Path) -> list[SessionEvent]:
         return await actor.load_events(SESSION, limit=None, tail=False)
 
 
-def mirror_files(memory_dir: Path) -> dict[str, bytes]:
-    folder = memory_dir / "agents" / AGENT / "sessions" / SESSION
-    return {name: (folder / name).read_bytes() for name in MIRROR_FILES if (folder / name).exists()}
-
-
-def expected_mirror(events: list[SessionEvent]) -> dict[str, bytes]:
-    rendered = render_mirror(events)
-    files = {
-        "raw_traces.jsonl": encode_lines(rendered.active),
-        "raw_traces_archive.jsonl": encode_lines(rendered.archive),
-        "episodic.jsonl": encode_lines(rendered.episodic),
-        "semantic.jsonl": encode_lines(rendered.semantic),
-    }
-    return {name: data for name, data in files.items() if data}
-
-
 def check_log(events: list[SessionEvent]) -> int:
     """Assert the log is whole turns 1..T in order with seqs 1..N; return T."""
     assert [e.seq for e in events] == list(range(1, len(events) + 1)), "seqs not contiguous"
@@ -182,7 +164,9 @@ def test_sigkill_loses_no_acknowledged_turn_and_tears_none(tmp_path: Path) -> No
         events = asyncio.run(load_all(memory_dir))
         stored_turns = check_log(events)
         # The mirror was repaired on activation (inside load_all): it equals a fresh export.
-        assert mirror_files(memory_dir) == expected_mirror(events), f"{where}: mirror differs"
+        assert mirror_files(memory_dir, AGENT, SESSION) == expected_mirror(events), (
+            f"{where}: mirror differs"
+        )
         assert not list((memory_dir / "agents" / AGENT / "sessions" / SESSION).glob(".*.tmp"))
         # Every acknowledged turn is there; at most the one turn in flight at the kill
         # (committed, not yet acknowledged) is there beyond them.
