@@ -56,6 +56,15 @@ class AppendResult(msgspec.Struct):
 
 
 def storage_error(exc: sqlite3.Error, what: str) -> StorageError:
+    """A ``StorageError`` saying what failed; a full disk is named as such."""
+    full = getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL or "disk is full" in str(
+        exc
+    )
+    if full:
+        return StorageError(
+            f"{what} failed: the disk is full ({exc}); nothing was written",
+            data={"reason": "disk_full", "sqlite_error": str(exc)},
+        )
     return StorageError(f"{what} failed: {exc}", data={"sqlite_error": str(exc)})
 
 

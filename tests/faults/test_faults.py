@@ -193,7 +193,9 @@ async def test_full_disk_fails_one_agent_cleanly_and_recovers(tmp_path: Path) ->
                 acked = n
             assert error is not None, "the full disk never refused a write"
             assert "disk is full" in error.message, error.message
+            assert "nothing was written" in error.message
             assert error.code == -32603
+            assert error.data is not None and error.data["reason"] == "disk_full"
             # Nothing partial: exactly the acknowledged turns.
             events = await sc.load_events(sid, limit=None)
             assert [e.seq for e in events] == list(range(1, 4 * acked + 1))
