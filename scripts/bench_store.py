@@ -364,8 +364,15 @@ async def bench_sdk(path: Path, synchronous: str, warmup: int, turns: int) -> Ti
 # -- history size ---------------------------------------------------------------------------
 
 
+COMPACT = {"mode": "compact", "compact_keep": 2, "compact_trigger_turns": 4}
+
+
 async def bench_history(
-    memory_dir: Path, synchronous: str, sizes: list[int], reps: int
+    memory_dir: Path,
+    synchronous: str,
+    sizes: list[int],
+    reps: int,
+    strategy: dict[str, Any] | None = None,
 ) -> dict[int, list[float]]:
     out: dict[int, list[float]] = {}
     async with ActorRegistry(memory_dir, synchronous=synchronous) as reg:  # type: ignore[arg-type]
@@ -387,15 +394,20 @@ async def bench_history(
                 ]
                 await actor.append_events(sid, batch)
             sessions[size] = (actor, sid)
+        kw: dict[str, Any] = {"system_instructions": SYSTEM, "limit": WINDOW, "strategy": strategy}
         for size, (actor, sid) in sessions.items():
-            ctx = await actor.build_working_context(sid, system_instructions=SYSTEM, limit=WINDOW)
-            assert ctx.base_seq == size and WINDOW <= len(ctx.messages) < WINDOW + 4, ctx
+            ctx = await actor.build_working_context(sid, **kw)
+            if strategy is None:
+                assert ctx.base_seq == size and WINDOW <= len(ctx.messages) < WINDOW + 4, ctx
+            else:  # the first build appended one compaction event, then placeholders apply
+                assert any(m.compacted for m in ctx.messages), ctx
             for _ in range(20):  # warm-up
-                await actor.build_working_context(sid, system_instructions=SYSTEM, limit=WINDOW)
+                await actor.build_working_context(sid, **kw)
             durations = []
-            for _ in bar(range(reps), reps, f"build_working_context @ {size:,}"):
+            label = "build_working_context" + (" (compact)" if strategy else "")
+            for _ in bar(range(reps), reps, f"{label} @ {size:,}"):
                 t0 = time.perf_counter()
-                await actor.build_working_context(sid, system_instructions=SYSTEM, limit=WINDOW)
+                await actor.build_working_context(sid, **kw)
                 durations.append(time.perf_counter() - t0)
             out[size] = durations
     return out
@@ -458,6 +470,13 @@ async def run(args: argparse.Namespace, root: Path) -> str:
     history = await bench_history(
         root / "history", sync, [args.small_history, args.large_history], args.history_reps
     )
+    compacted = await bench_history(
+        root / "history-compact",
+        sync,
+        [args.small_history, args.large_history],
+        args.history_reps,
+        strategy=COMPACT,
+    )
     agents = await bench_agents(root / "agents", sync, args.agents) if args.agents else None
 
     b_over_a = store.per_turn_ms / raw.per_turn_ms
@@ -502,6 +521,16 @@ async def run(args: argparse.Namespace, root: Path) -> str:
             f"| {size:,} events of history | {1000 * statistics.mean(d):.3f} |"
             f" {1000 * pct(d, 0.5):.3f} | {1000 * pct(d, 0.99):.3f} |"
         )
+    for size in (args.small_history, args.large_history):
+        d = compacted[size]
+        lines.append(
+            f"| {size:,} events, compact strategy ({COMPACT}) | {1000 * statistics.mean(d):.3f} |"
+            f" {1000 * pct(d, 0.5):.3f} | {1000 * pct(d, 0.99):.3f} |"
+        )
+    c_ratio = statistics.mean(compacted[args.large_history]) / statistics.mean(
+        compacted[args.small_history]
+    )
+    lines.append(f"| compact strategy: 100k / 1k ratio | {c_ratio:.2f}x | | |")
     if agents is not None:
         lines += [
             "",

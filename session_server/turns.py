@@ -23,6 +23,7 @@ __all__ = [
     "assign_turns",
     "drop_orphan_results",
     "group_turns",
+    "safe_cut_points",
     "safe_window",
     "safe_window_start",
     "splits_tool_pair",
@@ -124,6 +125,12 @@ def _cut_starts(spans: list[tuple[int, int]], n: int) -> list[bool]:
         depth += diff[s]
         out.append(depth > 0)
     return out
+
+
+def safe_cut_points(events: Sequence[SessionEvent]) -> list[bool]:
+    """For each index ``i`` in ``0..len(events)``: whether a window starting at ``i``
+    (a cut before ``events[i]``) splits no tool call from its results."""
+    return [not split for split in _cut_starts(_spans(events), len(events))]
 
 
 def _nearest(candidates: list[int], target: int) -> int:

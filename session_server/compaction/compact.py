@@ -21,7 +21,7 @@ from .builder import BuiltContext, build_parts
 from .config import COMPACT_PARAM_NAMES, StrategyConfig
 from .records import RECORD_VERSION, CompactionPlan, record_memory
 from .triggers import check_compact_triggers, needs_token_count
-from .window import event_turns, safe_cuts, user_turn_starts
+from .window import safe_cuts, uncompacted_turns
 
 __all__ = ["plan_compact"]
 
@@ -60,13 +60,7 @@ def plan_compact(
     to do. A summarize ``memory`` in the previous record is carried into the new one.
     """
     memory = record_memory(previous_record)
-    evs = [e for e in events if e.action != "compaction"]
-    last_turn = 0
-    if memory is not None:
-        evs = [e for e in evs if e.seq >= memory["tail_start_seq"]]
-        last_turn = memory["tail_start_turn"] - 1
-    turns = event_turns(evs, last_turn=last_turn)
-    starts = user_turn_starts(evs, turns)
+    evs, turns, starts = uncompacted_turns(events, memory)
     keep = config.compact_keep
     if len(starts) <= keep:
         return _noop(

@@ -26,7 +26,7 @@ from ..events import SessionEvent
 from .config import StrategyConfig
 from .memory import SemanticFact, make_episodic_item, merge_semantic, turn_id
 from .records import RECORD_VERSION, record_memory
-from .window import event_turns, user_turn_starts
+from .window import uncompacted_turns
 
 __all__ = [
     "SummaryPlan",
@@ -104,13 +104,7 @@ def plan_summarize(
     ``tail_start_seq`` is the seq of the user message starting the tail.
     """
     memory = record_memory(previous_record)
-    evs = [e for e in events if e.action != "compaction"]
-    last_turn = 0
-    if memory is not None:
-        evs = [e for e in evs if e.seq >= memory["tail_start_seq"]]
-        last_turn = memory["tail_start_turn"] - 1
-    turns = event_turns(evs, last_turn=last_turn)
-    starts = user_turn_starts(evs, turns)
+    evs, turns, starts = uncompacted_turns(events, memory)
     tail = config.raw_tail_turns
     if len(starts) <= tail:
         return SummaryPlan(

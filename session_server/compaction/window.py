@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from ..events import SessionEvent
-from ..turns import assign_turns
+from ..turns import assign_turns, safe_cut_points
 
-__all__ = ["event_turns", "safe_cuts", "user_turn_starts"]
+__all__ = ["event_turns", "safe_cuts", "uncompacted_turns", "user_turn_starts"]
 
 
 def event_turns(events: Sequence[SessionEvent], *, last_turn: int = 0) -> list[int]:
@@ -32,27 +33,23 @@ def user_turn_starts(events: Sequence[SessionEvent], turns: Sequence[int]) -> li
 
 
 def safe_cuts(events: Sequence[SessionEvent]) -> list[bool]:
-    """For each index ``i``, whether cutting before ``events[i]`` splits no tool pair.
+    """For each index ``i``, whether cutting before ``events[i]`` splits no tool pair."""
+    return safe_cut_points(events)
 
-    Linear time: a call at index ``c`` answered at ``r > c`` forbids cuts in ``(c, r]``.
+
+def uncompacted_turns(
+    events: Sequence[SessionEvent], memory: Mapping[str, Any] | None
+) -> tuple[list[SessionEvent], list[int], list[tuple[int, int]]]:
+    """The events a new compaction may cover, their turns, and the user-turn starts
+    ``(turn, index)``.
+
+    Compaction events never count; with a summarize ``memory`` only the events from its
+    ``tail_start_seq`` on (the earlier turns are summarised already).
     """
-    n = len(events)
-    calls: dict[str, int] = {}
-    for i, ev in enumerate(events):
-        if ev.action == "tool_call_request":
-            for call in ev.tool_calls or ():
-                calls.setdefault(call.id, i)
-    diff = [0] * (n + 2)
-    for r, ev in enumerate(events):
-        if ev.action == "tool_result" and ev.tool_call_id in calls:
-            c = calls[ev.tool_call_id]
-            lo, hi = min(c, r), max(c, r)
-            if lo < hi:
-                diff[lo + 1] += 1
-                diff[hi + 1] -= 1
-    out: list[bool] = []
-    depth = 0
-    for i in range(n + 1):
-        depth += diff[i]
-        out.append(depth == 0)
-    return out
+    evs = [e for e in events if e.action != "compaction"]
+    last_turn = 0
+    if memory is not None:
+        evs = [e for e in evs if e.seq >= memory["tail_start_seq"]]
+        last_turn = memory["tail_start_turn"] - 1
+    turns = event_turns(evs, last_turn=last_turn)
+    return evs, turns, user_turn_starts(evs, turns)
