@@ -44,6 +44,7 @@ __all__ = [
 ]
 
 _AGENT_STRATEGY_KEY = "strategy"
+_DEFAULT_CONFIG = StrategyConfig()
 
 
 async def _agent_strategy(actor: AgentActor) -> dict[str, Any] | None:
@@ -71,7 +72,10 @@ async def _resolve(
 ) -> StrategyConfig:
     """Precedence: request > session (persisted) > agent default > server default."""
     agent = await _agent_strategy(actor)
-    return resolve_strategy(actor.registry.default_strategy, agent, session, request)
+    server = actor.registry.default_strategy
+    if server is None and agent is None and not session and not request:
+        return _DEFAULT_CONFIG  # the common case: no validation to redo on every build
+    return resolve_strategy(server, agent, session, request)
 
 
 async def get_strategy(actor: AgentActor, session_id: str | None) -> dict[str, Any]:
@@ -258,6 +262,13 @@ def _token_total(view: SessionView, ctx: WorkingContext) -> int:
         source = memory if isinstance(memory, Mapping) else view.record
         tail = source.get("tail_start_seq")
         from_seq = tail if isinstance(tail, int) else None
+    if not any(m.compacted for m in ctx.messages):
+        total = sum(
+            e.token_count or 0
+            for e in view.events
+            if e.action != "compaction" and (from_seq is None or e.seq >= from_seq)
+        )
+        return total + sum(MESSAGE_OVERHEAD + counter.count(s) for s in ctx.system_instructions)
     by_key: dict[tuple[str, ...], SessionEvent] = {}
     total = 0
     for e in view.events:
