@@ -458,15 +458,32 @@ def verdict(ok: bool) -> str:
 
 async def run(args: argparse.Namespace, root: Path) -> str:
     sync = args.synchronous
-    raw = bench_raw(root / "raw.sqlite", sync, args.warmup, args.turns)
-    store = await bench_store(
-        root / "store", sync, args.warmup, args.turns, not args.no_idempotency, args.profile
-    )
-    mirrored = await bench_store(
-        root / "mirrored", sync, args.warmup, args.turns, not args.no_idempotency, None, True
-    )
-    mirrored.name = "(b+m) session-server with JSONL mirror"
-    sdk = await bench_sdk(root / "sdk.sqlite", sync, args.warmup, args.turns)
+    # The disk's fsync cost drifts over a run (virtual disk); the systems take turns in
+    # short rounds, each on fresh files, so every one sees the same conditions.
+    rounds = max(1, args.rounds)
+    per_round = max(1, args.turns // rounds)
+    idem = not args.no_idempotency
+    parts: dict[str, list[Timing]] = {"raw": [], "store": [], "mirrored": [], "sdk": []}
+    for r in range(rounds):
+        d = root / f"round-{r}"
+        d.mkdir()
+        parts["raw"].append(bench_raw(d / "raw.sqlite", sync, args.warmup, per_round))
+        profile = args.profile if r == 0 else None
+        parts["store"].append(
+            await bench_store(d / "store", sync, args.warmup, per_round, idem, profile)
+        )
+        parts["mirrored"].append(
+            await bench_store(d / "mirrored", sync, args.warmup, per_round, idem, None, True)
+        )
+        parts["sdk"].append(await bench_sdk(d / "sdk.sqlite", sync, args.warmup, per_round))
+
+    def joined(key: str, name: str) -> Timing:
+        return Timing(name, [x for t in parts[key] for x in t.durations])
+
+    raw = joined("raw", "(a) raw sqlite3")
+    store = joined("store", "(b) session-server")
+    mirrored = joined("mirrored", "(b+m) session-server with JSONL mirror")
+    sdk = joined("sdk", "(c) Agents SDK SQLiteSession")
     history = await bench_history(
         root / "history", sync, [args.small_history, args.large_history], args.history_reps
     )
@@ -485,7 +502,8 @@ async def run(args: argparse.Namespace, root: Path) -> str:
     h_ratio = statistics.mean(large) / statistics.mean(small)
 
     lines = [
-        f"Store benchmark: synchronous={sync}, WAL, {args.turns} turns (+{args.warmup} warm-up)"
+        f"Store benchmark: synchronous={sync}, WAL, {args.turns} turns in {rounds} alternating"
+        f" rounds (+{args.warmup} warm-up each)"
         f" of 4 events, window {WINDOW}; SQLite {sqlite3.sqlite_version}, Python"
         f" {platform.python_version()}, {os.cpu_count()} CPUs"
         f"{', idempotency keys' if not args.no_idempotency else ', no idempotency keys'}",
@@ -552,6 +570,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--turns", type=int, default=2000, help="timed turns per system (2000)")
     p.add_argument("--warmup", type=int, default=50, help="untimed turns first (50)")
+    p.add_argument(
+        "--rounds", type=int, default=4, help="systems take turns in this many rounds (4)"
+    )
     p.add_argument("--synchronous", choices=["FULL", "NORMAL"], default="FULL")
     p.add_argument(
         "--agents",

@@ -267,7 +267,10 @@ class AgentActor:
         after_commit: Callable[[AppendResult], None] | None = None,
         create_metadata: dict[str, Any] | None = None,
         create: bool = False,
+        token_counts: list[int] | None = None,
     ) -> AppendResult:
+        """Append ``events``; ``token_counts`` given means the caller built the events
+        from messages it validated (persist), so they are not checked a second time."""
         if (
             not events
             and compaction_required is None
@@ -276,13 +279,16 @@ class AgentActor:
             and not create
         ):
             return AppendResult(seqs=[], last_seq=await self._last_seq_or_zero(session_id))
-        # Structs are not validated on construction: check every event before writing any.
-        checked = [
-            parse_event(msgspec.to_builtins(e), f"events[{i}]") for i, e in enumerate(events)
-        ]
+        if token_counts is None:
+            # Structs are not validated on construction: check every event before writing.
+            checked = [
+                parse_event(msgspec.to_builtins(e), f"events[{i}]") for i, e in enumerate(events)
+            ]
+            counter = get_counter()
+            tokens = [_event_tokens(counter, e) for e in checked]
+        else:
+            checked, tokens = events, token_counts
         prepared = [e if e.id else msgspec.structs.replace(e, id=new_event_id()) for e in checked]
-        counter = get_counter()
-        tokens = [_event_tokens(counter, e) for e in prepared]
 
         async def write(store: AgentStore) -> AppendResult:
             await self.mirror.ensure_active(store, session_id)
@@ -522,6 +528,8 @@ class AgentActor:
             parse_message(msgspec.to_builtins(m), f"messages[{i}]") for i, m in enumerate(new)
         ]
         events = [message_to_event(session_id, m) for m in checked]
+        counter = get_counter()
+        tokens = [int(counter.count_message(m)) for m in checked]
         expected = ctx.base_seq if on_conflict == "reject" else None
         if not events:
             state = await self._read(lambda s: s.session_state(session_id))
@@ -554,6 +562,7 @@ class AgentActor:
             idempotency_key=idempotency_key,
             compaction_required=flag,
             after_commit=snapshot,
+            token_counts=tokens,
         )
 
     def _snapshot_parts(
