@@ -29,7 +29,7 @@ from . import memory_ops
 from .codec import event_to_message, message_to_event, new_event_id
 from .compaction import build_compacted_context
 from .context import WorkingContext
-from .errors import ConflictError, InvalidParamsError, NotFoundError
+from .errors import InvalidParamsError, NotFoundError
 from .events import ContextMessage, SessionEvent
 from .mirror.writer import validate_session_id
 from .mirror_link import MirrorLink
@@ -491,7 +491,7 @@ class AgentActor:
         if state is None or state["compaction_required"] or not state["last_seq"]:
             return None
         # Under a compaction strategy the build may have to compact first: no shortcut.
-        if (await memory_ops.get_strategy(self, session_id))["effective"]["mode"] != "none":
+        if await memory_ops.effective_mode(self, state) != "none":
             return None
         restored = self.mirror.snapshot_cache(session_id, int(state["last_seq"]))
         if restored is None:
@@ -531,17 +531,10 @@ class AgentActor:
         counter = get_counter()
         tokens = [int(counter.count_message(m)) for m in checked]
         expected = ctx.base_seq if on_conflict == "reject" else None
-        if not events:
+        if not events and expected is None and not flag:
             state = await self._read(lambda s: s.session_state(session_id))
             if state is None:
                 raise NotFoundError.session(session_id)
-            if expected is not None and int(state["last_seq"]) != expected:
-                raise ConflictError(
-                    f"base_seq: session {session_id!r} is at seq {state['last_seq']}",
-                    data={"last_seq": int(state["last_seq"])},
-                )
-            if flag:
-                return await self._append(session_id, [], compaction_required=True)
             return AppendResult(
                 seqs=[],
                 last_seq=int(state["last_seq"]),

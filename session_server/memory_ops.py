@@ -20,6 +20,7 @@ from .compaction import (
     CompactionPlan,
     StrategyConfig,
     build_compacted_context,
+    load_from_seq,
     make_compaction_event,
     resolve_strategy,
     run_compaction,
@@ -63,8 +64,17 @@ async def _session_strategy(actor: AgentActor, session_id: str) -> dict[str, Any
     state = await actor._read(lambda s: s.session_state(session_id))
     if state is None:
         raise NotFoundError.session(session_id)
+    return _stored_strategy(state)
+
+
+def _stored_strategy(state: Mapping[str, Any]) -> dict[str, Any] | None:
     raw = state["strategy"]
     return None if raw is None else dict(msgspec.json.decode(raw))
+
+
+async def effective_mode(actor: AgentActor, state: Mapping[str, Any]) -> str:
+    """The compaction mode in force for a session, given its ``session_state`` row."""
+    return (await _resolve(actor, _stored_strategy(state), None)).mode
 
 
 async def _resolve(
@@ -256,36 +266,26 @@ def _token_total(view: SessionView, ctx: WorkingContext) -> int:
     """Tokens of ``ctx`` from the stored per-event counts; only messages a compaction
     rewrote, the memory block and the instructions are tokenised here."""
     counter = get_counter()
-    from_seq = None
-    if view.record is not None:
-        memory = view.record.get("memory") if view.record.get("strategy") == "compact" else None
-        source = memory if isinstance(memory, Mapping) else view.record
-        tail = source.get("tail_start_seq")
-        from_seq = tail if isinstance(tail, int) else None
-    if not any(m.compacted for m in ctx.messages):
-        total = sum(
-            e.token_count or 0
-            for e in view.events
-            if e.action != "compaction" and (from_seq is None or e.seq >= from_seq)
-        )
-        return total + sum(MESSAGE_OVERHEAD + counter.count(s) for s in ctx.system_instructions)
-    by_key: dict[tuple[str, ...], SessionEvent] = {}
-    total = 0
-    for e in view.events:
-        if e.action == "compaction" or (from_seq is not None and e.seq < from_seq):
-            continue
-        total += e.token_count or 0
-        if e.action == "tool_result" and e.tool_call_id:
-            by_key[("tool", e.tool_call_id)] = e
-        elif e.action == "tool_call_request":
-            by_key[("call", *(c.id for c in e.tool_calls or ()))] = e
-    for m in ctx.messages:
-        if m.compacted:
+    from_seq = load_from_seq(view.record)  # events before it are behind the memory block
+    included = [
+        e
+        for e in view.events
+        if e.action != "compaction" and (from_seq is None or e.seq >= from_seq)
+    ]
+    total = sum(e.token_count or 0 for e in included)
+    compacted = [m for m in ctx.messages if m.compacted]
+    if compacted:
+        by_key: dict[tuple[str, ...], SessionEvent] = {}
+        for e in included:
+            if e.action == "tool_result" and e.tool_call_id:
+                by_key[("tool", e.tool_call_id)] = e
+            elif e.action == "tool_call_request":
+                by_key[("call", *(c.id for c in e.tool_calls or ()))] = e
+        for m in compacted:
             original = by_key.get(_message_key(m))
             if original is not None:
                 total += counter.count_message(m) - (original.token_count or 0)
-    total += sum(MESSAGE_OVERHEAD + counter.count(s) for s in ctx.system_instructions)
-    return total
+    return total + sum(MESSAGE_OVERHEAD + counter.count(s) for s in ctx.system_instructions)
 
 
 def _message_key(message: ContextMessage) -> tuple[str, ...]:

@@ -280,3 +280,19 @@ async def test_cached_windows_equal_store_windows(tmp_path: Path) -> None:
                     )
                     assert view.last_seq == fresh.last_seq
                     assert actor._recent.window(sid, limit) is not None
+
+
+async def test_persisting_nothing(actor: AgentActor) -> None:
+    sid = await actor.create_session()
+    stale = await actor.build_working_context(sid)
+    ctx = await actor.build_working_context(sid)
+    turn(1, ctx)
+    await actor.persist_working_context(sid, ctx)
+    assert (await actor.persist_working_context(sid, stale)).seqs == []
+    with pytest.raises(ConflictError) as info:
+        await actor.persist_working_context(sid, stale, on_conflict="reject")
+    assert info.value.data is not None and info.value.data["last_seq"] == 4
+    with pytest.raises(NotFoundError):
+        await actor.persist_working_context("missing", WorkingContext())
+    with pytest.raises(NotFoundError):
+        await actor.persist_working_context("missing", WorkingContext(), on_conflict="reject")
