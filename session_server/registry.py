@@ -16,6 +16,7 @@ import logging
 import os
 import time
 from collections import OrderedDict
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
@@ -157,6 +158,10 @@ class ActorRegistry:
         self._open[actor.agent_id] = actor
         self._open.move_to_end(actor.agent_id)
 
+    def _idle_open(self) -> Iterator[AgentActor]:
+        """Open actors that may be hibernated now, least recently used first."""
+        return (a for a in list(self._open.values()) if not a.busy and a not in self._closing)
+
     async def _make_room(self) -> None:
         """Hibernate least recently used idle actors until one more store fits the bound.
 
@@ -164,9 +169,7 @@ class ActorRegistry:
         the bound is exceeded until one goes idle (``_evict`` then closes it).
         """
         while len(self._open) >= self.max_open:
-            victim = next(
-                (a for a in self._open.values() if not a.busy and a not in self._closing), None
-            )
+            victim = next(self._idle_open(), None)
             if victim is None:
                 log.info("all %d open agents are busy; exceeding max_open", len(self._open))
                 return
@@ -192,11 +195,9 @@ class ActorRegistry:
         excess = len(self._open) - self.max_open
         if excess <= 0:
             return
-        for actor in list(self._open.values()):
+        for actor in self._idle_open():
             if excess <= 0:
                 break
-            if actor.busy or actor in self._closing:
-                continue
             # It leaves ``_open`` when its store is really closed (``_closed``); until
             # then it is counted, and a hibernate that finds it busy keeps it tracked.
             excess -= 1
