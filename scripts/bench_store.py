@@ -49,6 +49,7 @@ from typing import Any, TypeVar
 
 from tqdm import tqdm
 
+from session_server.codec import message_to_event
 from session_server.events import ContextMessage, SessionEvent, ToolCall
 from session_server.registry import ActorRegistry
 from session_server.schema import SCHEMA_VERSION, schema_sql
@@ -163,23 +164,8 @@ def turn_messages(n: int) -> list[ContextMessage]:
 
 
 def turn_events(n: int) -> list[SessionEvent]:
-    call_id = f"call_{n}"
-    return [
-        SessionEvent(action="user_message", content=_USER.format(n=n)),
-        SessionEvent(
-            action="tool_call_request",
-            content="",
-            tool_calls=[ToolCall(id=call_id, name=TOOL, arguments={"query": "q3 north", "n": n})],
-        ),
-        SessionEvent(
-            action="tool_result",
-            content=_RESULT.format(n=n),
-            tool_call_id=call_id,
-            tool_name=TOOL,
-            is_success=True,
-        ),
-        SessionEvent(action="agent_message", content=_ANSWER.format(n=n)),
-    ]
+    """The same turn as events (for bulk ``append_events``)."""
+    return [message_to_event("", m) for m in turn_messages(n)]
 
 
 def turn_items(n: int) -> list[dict[str, Any]]:
