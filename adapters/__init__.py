@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from session_server.errors import InvalidParamsError
-from session_server.events import ContextMessage
-from session_server.validation import parse_message
+from session_server.core.errors import InvalidParamsError
+from session_server.core.events import ContextMessage
+from session_server.core.validation import parse_message
 
 from . import anthropic, openai_chat, openai_responses, workers_ai
 from .base import ModelFormatAdapter
@@ -50,7 +50,7 @@ def render_context(
 
     ``system_instructions`` is a list of strings (``None`` for none); ``messages`` are
     ``ContextMessage``s or JSON objects of that shape (validated with
-    ``session_server.validation.parse_message``, errors naming ``messages[i]``). Pure: the
+    ``session_server.core.validation.parse_message``, errors naming ``messages[i]``). Pure: the
     result is plain JSON-compatible data. Raises ``InvalidParamsError`` for an unknown
     adapter or invalid input, and its subclass ``RenderError`` for a context the format
     cannot express.

@@ -40,7 +40,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from session_server.events import ContextMessage
+from session_server.core.events import ContextMessage
 
 from .checks import check_images, check_tool_pairing, render_error
 

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 
-from session_server.errors import RenderError
-from session_server.events import ContextMessage
+from session_server.core.errors import RenderError
+from session_server.core.events import ContextMessage
 
 __all__ = ["check_images", "check_tool_pairing", "render_error"]
 

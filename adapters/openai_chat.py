@@ -28,8 +28,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from session_server.codec import encode_json
-from session_server.events import ContextMessage
+from session_server.core.codec import encode_json
+from session_server.core.events import ContextMessage
 
 from .checks import check_images, check_tool_pairing
 

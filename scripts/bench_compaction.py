@@ -2,7 +2,7 @@
 """Compaction benchmark (pure; not part of the tests).
 
 1. Tokens of the built context for each strategy on a generated 200-turn, tool-heavy
-   session (``session_server.tokens``, o200k_base), against no compaction.
+   session (``session_server.core.tokens``, o200k_base), against no compaction.
 2. Pure build time (``build_compacted_context``) and planning time (``plan_compact``)
    at 1k and 100k events. The store-backed timing is measured elsewhere.
 
@@ -26,10 +26,10 @@ from session_server.compaction import (
     build_compacted_context,
     load_from_seq,
     plan_compact,
-    run_compaction,
 )
-from session_server.events import SessionEvent, ToolCall
-from session_server.tokens import count_messages
+from session_server.core.events import SessionEvent, ToolCall
+from session_server.core.tokens import count_messages
+from session_server.runtime.compaction_run import run_compaction
 
 TOOLS = ("search", "read_file", "run_code", "weather_api")
 CODE = "import pandas as pd\ndf = pd.read_csv('data.csv')\nprint(df.describe())\n" * 3

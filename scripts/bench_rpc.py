@@ -34,10 +34,10 @@ from websockets.asyncio.client import connect
 from websockets.asyncio.server import ServerConnection, serve
 
 from session_server.client import SessionClient
-from session_server.context import WorkingContext
-from session_server.events import ContextMessage, ToolCall
-from session_server.registry import ActorRegistry
+from session_server.core.context import WorkingContext
+from session_server.core.events import ContextMessage, ToolCall
 from session_server.rpc.methods import CallContext, PersistParams, rpc_method
+from session_server.runtime.registry import ActorRegistry
 from session_server.server import SessionServer
 
 

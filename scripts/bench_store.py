@@ -49,10 +49,10 @@ from typing import Any, TypeVar
 
 from tqdm import tqdm
 
-from session_server.codec import message_to_event
-from session_server.events import ContextMessage, SessionEvent, ToolCall
-from session_server.registry import ActorRegistry
-from session_server.schema import SCHEMA_VERSION, schema_sql
+from session_server.core.codec import message_to_event
+from session_server.core.events import ContextMessage, SessionEvent, ToolCall
+from session_server.runtime.registry import ActorRegistry
+from session_server.storage.schema import SCHEMA_VERSION, schema_sql
 
 T = TypeVar("T")
 

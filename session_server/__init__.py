@@ -1,6 +1,6 @@
 """session-server: durable per-agent session memory for LLM agents.
 
-Core names (pure) live in ``session_server.events``, ``.codec``, ``.context``, ``.turns``
+Core names (pure) live in ``session_server.core.events``, ``.codec``, ``.context``, ``.turns``
 and ``.tokens``. ``ActorRegistry`` and ``AgentActor`` (the I/O shell) are loaded lazily so
 that importing the core never imports ``asyncio`` or the SQLite store.
 """
@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .errors import SessionServerError
+from .core.errors import SessionServerError
 
 if TYPE_CHECKING:
-    from .actor import AgentActor
-    from .registry import ActorRegistry
-    from .store import AppendResult
+    from .runtime.actor import AgentActor
+    from .runtime.registry import ActorRegistry
+    from .storage.store import AppendResult
 
 __all__ = ["ActorRegistry", "AgentActor", "AppendResult", "SessionServerError", "__version__"]
 
@@ -23,15 +23,15 @@ __version__ = "0.1.0"
 
 def __getattr__(name: str) -> Any:
     if name == "ActorRegistry":
-        from .registry import ActorRegistry
+        from .runtime.registry import ActorRegistry
 
         return ActorRegistry
     if name == "AgentActor":
-        from .actor import AgentActor
+        from .runtime.actor import AgentActor
 
         return AgentActor
     if name == "AppendResult":
-        from .store import AppendResult
+        from .storage.store import AppendResult
 
         return AppendResult
     raise AttributeError(f"module 'session_server' has no attribute {name!r}")

@@ -139,7 +139,7 @@ def _run_serve(args: argparse.Namespace) -> int:
 
 
 async def _serve(args: argparse.Namespace, tokens: TokenSet) -> int:
-    from .registry import ActorRegistry
+    from .runtime.registry import ActorRegistry
     from .server import SessionServer
 
     host = args.host or DEFAULT_HOST
@@ -217,8 +217,8 @@ def _run_offline(args: argparse.Namespace, job: Any, *, must_exist: bool = True)
     While a server holds the agent, its lock makes this fail with a clear message rather
     than write beside it. ``must_exist``: refuse an unknown agent instead of creating it.
     """
-    from .errors import NotFoundError, SessionServerError
-    from .registry import ActorRegistry
+    from .core.errors import NotFoundError, SessionServerError
+    from .runtime.registry import ActorRegistry
 
     agent_id = args.agent_id if hasattr(args, "agent_id") else args.agent
 
@@ -239,7 +239,7 @@ def _run_offline(args: argparse.Namespace, job: Any, *, must_exist: bool = True)
 
 
 def _run_export(args: argparse.Namespace) -> int:
-    from . import transfer
+    from .runtime import transfer
 
     async def job(actor: Any) -> str:
         info = await transfer.export_session(actor, args.session, args.out, name=args.name)
@@ -249,7 +249,7 @@ def _run_export(args: argparse.Namespace) -> int:
 
 
 def _run_import(args: argparse.Namespace) -> int:
-    from . import transfer
+    from .runtime import transfer
 
     async def job(actor: Any) -> str:
         info = await transfer.import_session(actor, args.folder, session_id=args.session)
@@ -262,9 +262,9 @@ def _run_import(args: argparse.Namespace) -> int:
 
 
 def _run_inspect(args: argparse.Namespace) -> int:
-    from .codec import encode_json
+    from .core.codec import encode_json
     from .mirror.view import MemoryViewOptions, format_memory_view
-    from .mirror.view_files import read_memory_view
+    from .mirror_io.view_files import read_memory_view
 
     async def job(actor: Any) -> str:
         # Touching the agent repairs a mirror a crash left behind; drain writes it out.

@@ -31,9 +31,9 @@ import msgspec
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
-from .agent_ids import validate_agent_id
-from .context import WorkingContext
-from .errors import (
+from .core.agent_ids import validate_agent_id
+from .core.context import WorkingContext
+from .core.errors import (
     ConflictError,
     ForbiddenError,
     InternalError,
@@ -45,9 +45,9 @@ from .errors import (
     SessionServerError,
     TooLargeError,
 )
-from .events import ContextMessage, SessionEvent
+from .core.events import ContextMessage, SessionEvent
 from .server import DEFAULT_MAX_FRAME_BYTES
-from .store import AppendResult
+from .storage.store import AppendResult
 
 __all__ = ["ERROR_CLASSES", "ConnectionLostError", "SessionClient", "Subscription", "error_from"]
 

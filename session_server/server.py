@@ -32,16 +32,16 @@ from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 from websockets.typing import Subprotocol
 
-from .agent_ids import validate_agent_id
 from .auth import BEARER_SUBPROTOCOL_PREFIX, Grant, TokenSet, token_from_headers
-from .errors import InvalidAgentIdError, NotFoundError, SessionServerError
-from .events import SessionEvent
+from .core.agent_ids import validate_agent_id
+from .core.errors import InvalidAgentIdError, NotFoundError, SessionServerError
+from .core.events import SessionEvent
 from .rpc.methods import AGENT, SERVER, CallContext, Endpoint, dispatch
 from .rpc.protocol import encode_message, error_response, notification, parse_frame
 
 if TYPE_CHECKING:
-    from .actor import AgentActor
-    from .registry import ActorRegistry
+    from .runtime.actor import AgentActor
+    from .runtime.registry import ActorRegistry
 
 __all__ = ["DEFAULT_MAX_FRAME_BYTES", "JSONRPC_SUBPROTOCOL", "SessionServer"]
 

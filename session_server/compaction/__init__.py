@@ -1,4 +1,4 @@
-"""Compaction (DESIGN §6): strategy config, planners, builder, summarizers, metrics.
+"""Compaction (DESIGN §6), pure: strategy config, planners, builder, records, triggers.
 
 The actor's part is small::
 
@@ -14,7 +14,8 @@ The actor's part is small::
                                   base_seq=last_seq, config=config)
 
 and on persist: ``token_pressure(usage, config).required`` is the
-``compaction_required`` flag. Everything here is pure except ``OpenAISummarizer``.
+``compaction_required`` flag. Everything here is pure: the summarizers, the runner
+(``run_compaction``) and the metrics live in ``session_server.runtime``.
 """
 
 from __future__ import annotations
@@ -32,7 +33,6 @@ from .config import (
     validate_strategy,
 )
 from .memory import SemanticFact, memory_block, merge_semantic, turn_id
-from .metrics import CompactionMetrics
 from .placeholders import input_placeholder, output_placeholder, tool_selected
 from .records import (
     RECORD_VERSION,
@@ -41,7 +41,6 @@ from .records import (
     make_compaction_event,
     record_memory,
 )
-from .run import run_compaction
 from .summarize import (
     SummaryPlan,
     SummaryRequest,
@@ -50,13 +49,6 @@ from .summarize import (
     make_summary_record,
     plan_summarize,
     render_transcript,
-)
-from .summarizers import (
-    ExtractiveSummarizer,
-    OpenAISummarizer,
-    Summarizer,
-    default_summarizer,
-    resolve_openai_settings,
 )
 from .summary_json import parse_summary_json
 from .triggers import (
@@ -74,14 +66,10 @@ __all__ = [
     "LEVELS",
     "RECORD_VERSION",
     "BuiltContext",
-    "CompactionMetrics",
     "CompactionPlan",
-    "ExtractiveSummarizer",
     "Mode",
-    "OpenAISummarizer",
     "SemanticFact",
     "StrategyConfig",
-    "Summarizer",
     "SummaryPlan",
     "SummaryRequest",
     "SummaryResult",
@@ -92,7 +80,6 @@ __all__ = [
     "build_parts",
     "check_compact_triggers",
     "compaction_required",
-    "default_summarizer",
     "effective_remaining_pct",
     "input_budget",
     "input_placeholder",
@@ -108,9 +95,7 @@ __all__ = [
     "plan_summarize",
     "record_memory",
     "render_transcript",
-    "resolve_openai_settings",
     "resolve_strategy",
-    "run_compaction",
     "token_pressure",
     "tool_selected",
     "turn_id",

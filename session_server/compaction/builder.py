@@ -22,11 +22,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..codec import event_to_message
-from ..context import WorkingContext
-from ..events import ContextMessage, SessionEvent
-from ..tokens import MESSAGE_OVERHEAD, count_messages, get_counter
-from ..turns import drop_orphan_results
+from ..core.codec import event_to_message
+from ..core.context import WorkingContext
+from ..core.events import ContextMessage, SessionEvent
+from ..core.tokens import MESSAGE_OVERHEAD, count_messages, get_counter
+from ..core.turns import drop_orphan_results
 from .config import StrategyConfig
 from .memory import memory_block
 from .placeholders import PlaceholderParams, call_name_index, compact_message

@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from ..codec import now_ms as _now_ms
-from ..events import SessionEvent
+from ..core.codec import now_ms as _now_ms
+from ..core.events import SessionEvent
 from .builder import BuiltContext, build_parts
 from .config import COMPACT_PARAM_NAMES, StrategyConfig
 from .records import RECORD_VERSION, CompactionPlan, record_memory

@@ -16,7 +16,7 @@ from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, model_validator
 
-from ..errors import InvalidParamsError
+from ..core.errors import InvalidParamsError
 
 __all__ = [
     "COMPACT_PARAM_NAMES",

@@ -24,7 +24,7 @@ from typing import Any
 
 import msgspec
 
-from ..events import ContextMessage, SessionEvent, ToolCall
+from ..core.events import ContextMessage, SessionEvent, ToolCall
 
 __all__ = [
     "PlaceholderParams",

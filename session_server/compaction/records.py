@@ -25,9 +25,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from ..codec import new_event_id, now_ms
-from ..errors import CorruptRecordError
-from ..events import SessionEvent
+from ..core.codec import new_event_id, now_ms
+from ..core.errors import CorruptRecordError
+from ..core.events import SessionEvent
 
 __all__ = [
     "RECORD_VERSION",

@@ -19,10 +19,10 @@ from typing import Any
 
 import msgspec
 
-from ..codec import encode_json
-from ..codec import now_ms as _now_ms
-from ..errors import SummarizerError
-from ..events import SessionEvent
+from ..core.codec import encode_json
+from ..core.codec import now_ms as _now_ms
+from ..core.errors import SummarizerError
+from ..core.events import SessionEvent
 from .config import StrategyConfig
 from .memory import SemanticFact, make_episodic_item, merge_semantic, turn_id
 from .records import RECORD_VERSION, record_memory

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..errors import SummarizerError
+from ..core.errors import SummarizerError
 from .memory import SemanticFact
 from .summarize import SummaryResult
 

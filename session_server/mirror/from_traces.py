@@ -22,8 +22,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..codec import encode_json, new_event_id
-from ..events import SessionEvent, ToolCall
+from ..core.codec import encode_json, new_event_id
+from ..core.events import SessionEvent, ToolCall
 from .traces import (
     ASSISTANT_TRACE_META,
     CALL_TRACES_META,

@@ -20,12 +20,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Final
 
-from ..codec import encode_json
-from ..events import ROLES, ContextMessage, Role, ToolCall
-from .jsonl import read_json
+from ..core.codec import encode_json
+from ..core.events import ROLES, ContextMessage, Role, ToolCall
 from .traces import parse_tool_result
 
 __all__ = [
@@ -33,10 +31,8 @@ __all__ = [
     "SNAPSHOT_SCHEMA_VERSION",
     "RestoredSnapshot",
     "build_snapshot",
-    "load_snapshot_cache",
     "message_from_snapshot",
     "message_to_snapshot",
-    "read_snapshot",
     "restore_snapshot",
     "snapshot_problem",
     "validate_snapshot",
@@ -230,29 +226,3 @@ def restore_snapshot(payload: dict[str, Any]) -> RestoredSnapshot:
         else None,
         last_seq=payload.get("last_seq"),
     )
-
-
-def read_snapshot(path: Path) -> dict[str, Any] | None:
-    """The snapshot at ``path`` when it exists and is valid; else ``None`` (a warning is logged)."""
-    payload = read_json(path)
-    if payload is None:
-        return None
-    problem = snapshot_problem(payload)
-    if problem is not None:
-        logger.warning("%s: invalid snapshot ignored (%s)", path, problem)
-        return None
-    return payload
-
-
-def load_snapshot_cache(session_dir: Path, *, last_seq: int) -> RestoredSnapshot | None:
-    """The session's cached context when valid and taken at ``last_seq``; else ``None``.
-
-    ``None`` means "rebuild from SQLite": the file is missing, corrupt, invalid, has no
-    ``last_seq`` or was taken at another seq. Never raises on file content.
-    """
-    payload = read_snapshot(session_dir / SNAPSHOT_FILE)
-    if payload is None:
-        return None
-    if payload.get("last_seq") != last_seq:
-        return None
-    return restore_snapshot(payload)

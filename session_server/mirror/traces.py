@@ -38,7 +38,7 @@ from typing import Any, Final
 
 import msgspec
 
-from ..events import SessionEvent
+from ..core.events import SessionEvent
 
 __all__ = [
     "ASSISTANT_TRACE_META",

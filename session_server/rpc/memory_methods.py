@@ -13,9 +13,9 @@ from pydantic import Field
 
 import adapters
 
-from .. import transfer
 from ..mirror.view import MemoryViewOptions, page_snapshots
-from ..mirror.view_files import list_snapshot_summaries, read_memory_view
+from ..mirror_io.view_files import list_snapshot_summaries, read_memory_view
+from ..runtime import transfer
 from .methods import (
     SERVER,
     CallContext,

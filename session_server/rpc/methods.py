@@ -32,16 +32,16 @@ import pydantic
 from pydantic import ConfigDict, Field, PlainValidator
 
 from ..auth import Grant
-from ..context import WorkingContext
-from ..errors import (
+from ..core.context import WorkingContext
+from ..core.errors import (
     InternalError,
     InvalidParamsError,
     MethodNotFoundError,
     NotFoundError,
     SessionServerError,
 )
-from ..events import Action, ContextMessage, SessionEvent
-from ..validation import parse_events, parse_messages
+from ..core.events import Action, ContextMessage, SessionEvent
+from ..core.validation import parse_events, parse_messages
 from .protocol import (
     Invalid,
     Request,
@@ -52,8 +52,8 @@ from .protocol import (
 )
 
 if TYPE_CHECKING:
-    from ..actor import AgentActor
-    from ..registry import ActorRegistry
+    from ..runtime.actor import AgentActor
+    from ..runtime.registry import ActorRegistry
 
 __all__ = [
     "AGENT",

@@ -20,7 +20,7 @@ from typing import Any, Final
 import msgspec
 import pydantic
 
-from ..errors import (
+from ..core.errors import (
     InvalidParamsError,
     InvalidRequestError,
     ParseError,

@@ -7,8 +7,8 @@ import pytest
 import adapters
 from adapters import anthropic, openai_chat, openai_responses, workers_ai
 from adapters.base import ModelFormatAdapter
-from session_server.errors import InvalidParamsError, RenderError
-from session_server.events import ContextMessage, ToolCall
+from session_server.core.errors import InvalidParamsError, RenderError
+from session_server.core.events import ContextMessage, ToolCall
 
 
 def test_all_four_adapters_are_registered() -> None:

@@ -26,7 +26,7 @@ from pydantic import ConfigDict, TypeAdapter, ValidationError
 
 from adapters import anthropic as anthropic_adapter
 from adapters import openai_chat, openai_responses
-from session_server.events import ContextMessage, ToolCall
+from session_server.core.events import ContextMessage, ToolCall
 
 STRICT = ConfigDict(extra="forbid", strict=True)
 CHAT_MESSAGES: TypeAdapter[Any] = TypeAdapter(list[ChatCompletionMessageParam], config=STRICT)

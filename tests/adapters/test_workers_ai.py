@@ -11,9 +11,14 @@ import pytest
 import adapters
 from adapters.base import ModelFormatAdapter
 from adapters.workers_ai import WorkersAIAdapter, adapter
-from session_server.codec import dehydrate_event, event_to_message, hydrate_event, message_to_event
-from session_server.context import WorkingContext, build_working_context
-from session_server.events import ContextMessage, SessionEvent, ToolCall
+from session_server.core.codec import (
+    dehydrate_event,
+    event_to_message,
+    hydrate_event,
+    message_to_event,
+)
+from session_server.core.context import WorkingContext, build_working_context
+from session_server.core.events import ContextMessage, SessionEvent, ToolCall
 
 MESSAGE_KEYS = {"role", "content", "tool_calls", "tool_call_id", "name"}
 

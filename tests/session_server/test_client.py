@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from session_server.client import ConnectionLostError, SessionClient, error_from
-from session_server.errors import (
+from session_server.core.errors import (
     ConflictError,
     ForbiddenError,
     InternalError,
@@ -19,8 +19,8 @@ from session_server.errors import (
     MethodNotFoundError,
     NotFoundError,
 )
-from session_server.events import ContextMessage, SessionEvent, ToolCall
-from session_server.store import AppendResult
+from session_server.core.events import ContextMessage, SessionEvent, ToolCall
+from session_server.storage.store import AppendResult
 from tests.support.server import RunningServer, running_server, turn_messages
 
 AGENT = "client é?#%"  # needs quoting in the URL

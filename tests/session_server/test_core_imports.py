@@ -12,20 +12,22 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 FORBIDDEN = ("asyncio", "aiosqlite", "websockets")
-CORE_MODULES = (
-    "events",
-    "codec",
-    "context",
-    "turns",
-    "tokens",
-    "validation",
-    "agent_ids",
-    "errors",
-    "schema",
-)
+# Folders (and single modules) that hold pure code: values in, values out, no I/O.
+PURE_FOLDERS = ("core", "compaction", "mirror")
+PURE_EXTRA = (ROOT / "session_server" / "rpc" / "protocol.py",)
+# What a pure module may not import, on top of the event loop: a database, the network,
+# the shell's folders.
+FORBIDDEN_IN_PURE = (*FORBIDDEN, "sqlite3", "openai", "httpx", "prometheus_client")
+SHELL_FOLDERS = ("runtime", "storage", "mirror_io")
 CORE_FILES = sorted(
-    [ROOT / "session_server" / f"{name}.py" for name in CORE_MODULES]
+    [p for folder in PURE_FOLDERS for p in (ROOT / "session_server" / folder).glob("*.py")]
+    + list(PURE_EXTRA)
     + list((ROOT / "adapters").glob("*.py")),
+)
+CORE_MODULES = sorted(
+    ".".join(p.relative_to(ROOT / "session_server").with_suffix("").parts).removesuffix(".__init__")
+    for p in CORE_FILES
+    if p.is_relative_to(ROOT / "session_server")
 )
 
 
@@ -54,6 +56,43 @@ def test_every_core_file_exists() -> None:
     for path in CORE_FILES:
         assert path.is_file(), path
     assert (ROOT / "adapters" / "workers_ai.py") in CORE_FILES
+    assert (ROOT / "session_server" / "core" / "codec.py") in CORE_FILES
+    assert len(CORE_FILES) >= 30
+
+
+def relative_targets(path: Path) -> set[str]:
+    """Package-relative modules that ``path`` imports (``from ..runtime import x`` ->
+    ``runtime``), resolved against the file's own package."""
+    package = path.relative_to(ROOT / "session_server").parent.parts
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    targets: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level > 0:
+            base = list(package[: len(package) - (node.level - 1)])
+            targets.add(".".join([*base, *(node.module.split(".") if node.module else [])]))
+        elif (
+            isinstance(node, ast.ImportFrom)
+            and node.module
+            and node.level == 0
+            and node.module.startswith("session_server.")
+        ):
+            targets.add(node.module.removeprefix("session_server."))
+    return targets
+
+
+@pytest.mark.parametrize(
+    "path",
+    [p for p in CORE_FILES if p.is_relative_to(ROOT / "session_server")],
+    ids=lambda p: str(p.relative_to(ROOT)),
+)
+def test_pure_module_imports_nothing_from_the_shell(path: Path) -> None:
+    bad = sorted(
+        name
+        for name in imported_modules(path)
+        if any(name == f or name.startswith(f + ".") for f in FORBIDDEN_IN_PURE)
+    )
+    shell = sorted(t for t in relative_targets(path) if t.split(".")[0] in SHELL_FOLDERS)
+    assert bad == [] and shell == [], f"{path.relative_to(ROOT)} imports {bad + shell}"
 
 
 @pytest.mark.parametrize("path", CORE_FILES, ids=lambda p: str(p.relative_to(ROOT)))
@@ -96,7 +135,7 @@ def loaded_after_import(modules: str) -> list[str]:
     "modules",
     [
         # The set the issue names.
-        "session_server.codec, session_server.context, session_server.turns, adapters",
+        "session_server.core.codec, session_server.core.context, session_server.core.turns, adapters",
         # Every core module, the package root and every adapter (tiktoken and msgspec
         # included: neither pulls asyncio in today, so all three names are checked).
         ", ".join(

@@ -9,7 +9,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-from session_server.schema import SCHEMA_VERSION, schema_sql
+from session_server.storage.schema import SCHEMA_VERSION, schema_sql
 
 ROOT = Path(__file__).resolve().parents[2]
 CREATE_EVENTS = re.compile(r"CREATE TABLE (IF NOT EXISTS )?events\b")

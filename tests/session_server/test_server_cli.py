@@ -9,7 +9,7 @@ import pytest
 
 from session_server.cli import build_parser, main
 from session_server.client import SessionClient
-from session_server.errors import ForbiddenError
+from session_server.core.errors import ForbiddenError
 from tests.support.server import ServerProcess
 
 SERVE_OPTIONS = (

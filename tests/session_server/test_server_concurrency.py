@@ -12,7 +12,7 @@ import pytest
 from websockets.asyncio.client import ClientConnection, connect
 
 from session_server.client import SessionClient
-from session_server.events import SessionEvent
+from session_server.core.events import SessionEvent
 from session_server.rpc.methods import METHODS, CallContext, NoParams, rpc_method
 from tests.support.server import RunningServer, running_server
 

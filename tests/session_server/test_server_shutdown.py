@@ -13,8 +13,8 @@ import signal
 from pathlib import Path
 
 from session_server.client import ConnectionLostError, SessionClient
-from session_server.registry import ActorRegistry
-from session_server.store import AppendResult
+from session_server.runtime.registry import ActorRegistry
+from session_server.storage.store import AppendResult
 from tests.support.server import ServerProcess, turn_messages
 
 AGENT = "shutdown-agent"

@@ -20,9 +20,9 @@ import asyncio
 import re
 import sys
 
-from session_server.context import WorkingContext
-from session_server.events import ContextMessage, ToolCall
-from session_server.registry import ActorRegistry
+from session_server.core.context import WorkingContext
+from session_server.core.events import ContextMessage, ToolCall
+from session_server.runtime.registry import ActorRegistry
 
 TOOL_NAME = "lookup"
 _TURN_RE = re.compile(r"^answer of turn (\d+)$")

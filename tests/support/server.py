@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from session_server.auth import TokenSet, parse_token_spec
-from session_server.events import ContextMessage, ToolCall
-from session_server.registry import ActorRegistry
+from session_server.core.events import ContextMessage, ToolCall
+from session_server.runtime.registry import ActorRegistry
 from session_server.server import SessionServer
 
 __all__ = ["RunningServer", "ServerProcess", "running_server", "turn_messages"]

@@ -5,17 +5,17 @@ from typing import Any
 import pytest
 
 from adapters.workers_ai import adapter as workers_ai
-from session_server.codec import encode_json, event_to_message
 from session_server.compaction.builder import build_compacted_context, load_from_seq
 from session_server.compaction.compact import plan_compact
 from session_server.compaction.config import StrategyConfig
 from session_server.compaction.memory import RECENT_HEADER
 from session_server.compaction.placeholders import output_placeholder
 from session_server.compaction.records import latest_record, make_compaction_event
-from session_server.context import build_working_context
-from session_server.errors import CorruptRecordError
-from session_server.events import SessionEvent
-from session_server.tokens import count_messages, get_counter
+from session_server.core.codec import encode_json, event_to_message
+from session_server.core.context import build_working_context
+from session_server.core.errors import CorruptRecordError
+from session_server.core.events import SessionEvent
+from session_server.core.tokens import count_messages, get_counter
 
 from .sessions import SessionLog, tool_session
 

@@ -2,12 +2,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from session_server.codec import encode_json
 from session_server.compaction.builder import build_parts
 from session_server.compaction.compact import plan_compact
 from session_server.compaction.config import StrategyConfig
 from session_server.compaction.placeholders import input_placeholder, output_placeholder
 from session_server.compaction.records import CompactionPlan
+from session_server.core.codec import encode_json
 
 from .sessions import SessionLog, tool_session
 

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-from session_server.codec import event_to_message
 from session_server.compaction.placeholders import (
     PlaceholderParams,
     call_name_index,
@@ -9,7 +8,8 @@ from session_server.compaction.placeholders import (
     output_placeholder,
     tool_selected,
 )
-from session_server.events import ContextMessage, SessionEvent, ToolCall
+from session_server.core.codec import event_to_message
+from session_server.core.events import ContextMessage, SessionEvent, ToolCall
 
 from .sessions import SessionLog
 

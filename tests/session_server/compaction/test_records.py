@@ -1,7 +1,7 @@
 from __future__ import annotations
 
-from session_server.codec import dehydrate_event, hydrate_event
 from session_server.compaction.records import latest_record, make_compaction_event, record_memory
+from session_server.core.codec import dehydrate_event, hydrate_event
 
 from .sessions import SessionLog
 

@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import pytest
 
-from session_server.codec import encode_json
 from session_server.compaction.builder import build_compacted_context, load_from_seq
 from session_server.compaction.config import StrategyConfig
 from session_server.compaction.memory import SemanticFact, memory_block, merge_semantic
@@ -12,7 +11,8 @@ from session_server.compaction.summarize import (
     plan_summarize,
     render_transcript,
 )
-from session_server.errors import SummarizerError
+from session_server.core.codec import encode_json
+from session_server.core.errors import SummarizerError
 
 from .sessions import SessionLog, tool_session
 

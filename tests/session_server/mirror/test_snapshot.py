@@ -9,16 +9,15 @@ from typing import Any
 
 import pytest
 
-from session_server.events import ContextMessage, ToolCall
+from session_server.core.events import ContextMessage, ToolCall
 from session_server.mirror.snapshot import (
     build_snapshot,
-    load_snapshot_cache,
     message_from_snapshot,
-    read_snapshot,
     restore_snapshot,
     snapshot_problem,
     validate_snapshot,
 )
+from session_server.mirror_io.snapshot_files import load_snapshot_cache, read_snapshot
 
 FIXTURES = Path(__file__).resolve().parents[3] / ".." / "shared" / "fixtures" / "reference-memory"
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from session_server.events import SessionEvent
+from session_server.core.events import SessionEvent
 from session_server.mirror.traces import (
     TRACE_KEY_ORDER,
     TraceState,

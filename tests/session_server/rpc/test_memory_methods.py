@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from session_server.client import SessionClient
-from session_server.errors import InvalidParamsError, NotFoundError
+from session_server.core.errors import InvalidParamsError, NotFoundError
 from tests.support.server import RunningServer, running_server
 
 AGENT = "memory agent"

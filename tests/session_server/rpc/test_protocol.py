@@ -10,13 +10,13 @@ import msgspec
 import pydantic
 import pytest
 
-from session_server.errors import (
+from session_server.core.errors import (
     InvalidParamsError,
     InvalidRequestError,
     NotFoundError,
     ParseError,
 )
-from session_server.events import SessionEvent
+from session_server.core.events import SessionEvent
 from session_server.rpc.protocol import (
     Invalid,
     Request,

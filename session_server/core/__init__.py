@@ -1,0 +1,1 @@
+"""The pure core: values, codec, context, turns, tokens, validation, errors (no I/O)."""

@@ -1,0 +1,108 @@
+"""Event and message value types (pure).
+
+``SessionEvent`` is one row of a session's log; ``ContextMessage`` is one entry of a
+working context, close to the OpenAI chat message shape. Both are ``msgspec.Struct``s
+that omit unset optional fields when encoded, so ``msgspec.to_builtins`` gives only the
+keys that are set; ``role``/``content`` of a message and ``action``/``content`` of an
+event are always present.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final, Literal
+
+import msgspec
+
+__all__ = [
+    "ACTIONS",
+    "ROLES",
+    "Action",
+    "ContextMessage",
+    "Role",
+    "SessionEvent",
+    "ToolCall",
+]
+
+Action = Literal[
+    "user_message",
+    "agent_message",
+    "tool_call_request",
+    "tool_result",
+    "system_instruction",
+    "compaction",
+]
+Role = Literal["system", "user", "assistant", "tool"]
+
+ACTIONS: Final[tuple[str, ...]] = (
+    "user_message",
+    "agent_message",
+    "tool_call_request",
+    "tool_result",
+    "system_instruction",
+    "compaction",
+)
+ROLES: Final[tuple[str, ...]] = ("system", "user", "assistant", "tool")
+
+
+class ToolCall(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """One function call requested by the model; ``arguments`` is always an object."""
+
+    id: str
+    name: str
+    arguments: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+class ContextMessage(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=True):
+    """One message of a working context.
+
+    ``compacted`` marks a message whose payload a compaction replaced by a placeholder;
+    ``is_error`` marks a tool result that reports a failure; ``images`` are image URLs
+    (``data:`` URLs included); ``reasoning`` is kept for the record and never sent to a
+    provider by the adapters.
+    """
+
+    role: Role
+    # A factory default (not ``= ""``) keeps ``content`` in the encoded form even when empty:
+    # ``omit_defaults`` drops only plain defaults, and ``content`` is never "unset".
+    content: str = msgspec.field(default_factory=str)
+    name: str | None = None
+    tool_call_id: str | None = None
+    tool_calls: list[ToolCall] | None = None
+    metadata: dict[str, Any] | None = None
+    reasoning: str | None = None
+    images: list[str] | None = None
+    is_error: bool = False
+    compacted: bool = False
+
+
+class SessionEvent(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=True):
+    """One event of a session's log.
+
+    Common fields: ``id, session_id, seq, timestamp (ms), action, content``. Per action:
+    ``model`` (agent_message), ``tool_calls`` (tool_call_request), ``tool_call_id,
+    tool_name, is_success`` (tool_result), ``compacted_event_count`` and ``compaction``
+    (the compaction record). ``metadata`` holds any other keys of the stored metadata.
+    ``turn`` and ``token_count`` are filled in by the store on write.
+    """
+
+    id: str = ""
+    session_id: str = ""
+    seq: int = 0
+    timestamp: int = 0
+    # Factory defaults keep ``action`` and ``content`` in the encoded form even when they
+    # equal their defaults (``omit_defaults`` drops only plain defaults): a client reading
+    # an event always finds them.
+    action: Action = msgspec.field(default_factory=lambda: "user_message")
+    content: str = msgspec.field(default_factory=str)
+    model: str | None = None
+    tool_calls: list[ToolCall] | None = None
+    tool_call_id: str | None = None
+    tool_name: str | None = None
+    is_success: bool | None = None
+    compacted_event_count: int | None = None
+    compaction: dict[str, Any] | None = None
+    reasoning: str | None = None
+    images: list[str] | None = None
+    metadata: dict[str, Any] | None = None
+    turn: int | None = None
+    token_count: int | None = None

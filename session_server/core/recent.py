@@ -1,0 +1,151 @@
+"""The actor's cache of recently written events per session (pure, no I/O).
+
+Building a context must not decode rows it has already seen: the actor keeps, per
+session, a complete run of the log up to the last commit (what it read once, plus every
+event it committed since), with the session state a build needs (last seq, latest
+compaction record, the pressure flag, the persisted strategy). ``window`` answers from it
+exactly as ``store.context_window`` would, or says it cannot (``None``) and the actor
+reads the store and ``seed``s the cache.
+
+Staleness: every commit that changes a session's events bumps its version; a seed read
+that raced with a commit is refused, and deletes drop the session's entry.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+
+from ..compaction.builder import load_from_seq
+from .events import SessionEvent
+from .turns import drop_orphan_results, tail_window
+
+__all__ = ["RecentCache", "SessionView"]
+
+
+class SessionView(msgspec.Struct):
+    """A context window and the session state it was read with."""
+
+    events: list[SessionEvent]
+    last_seq: int
+    record: dict[str, Any] | None = None
+    compaction_required: bool = False
+    strategy: dict[str, Any] | None = None
+
+
+class _Entry:
+    __slots__ = ("compaction_required", "complete", "events", "last_seq", "record", "strategy")
+
+    def __init__(self, events: list[SessionEvent], complete: bool, view: SessionView) -> None:
+        self.events = events
+        self.complete = complete
+        self.last_seq = view.last_seq
+        self.record = view.record
+        self.compaction_required = view.compaction_required
+        self.strategy = view.strategy
+
+
+class RecentCache:
+    """Recent events of at most ``max_sessions`` sessions (least recently used go first),
+    at most ``cap`` events each."""
+
+    def __init__(self, cap: int, max_sessions: int = 64) -> None:
+        self.cap = cap
+        self.max_sessions = max_sessions
+        self._entries: OrderedDict[str, _Entry] = OrderedDict()
+        self._versions: dict[str, int] = {}
+
+    def version(self, session_id: str) -> int:
+        return self._versions.get(session_id, 0)
+
+    def _bump(self, session_id: str) -> None:
+        self._versions[session_id] = self._versions.get(session_id, 0) + 1
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+    def forget(self, session_id: str) -> None:
+        """Drop a session's entry (its events were deleted, or it was)."""
+        self._entries.pop(session_id, None)
+        self._bump(session_id)
+
+    def seed(
+        self,
+        session_id: str,
+        suffix: list[SessionEvent],
+        complete: bool,
+        view: SessionView,
+        version: int,
+    ) -> None:
+        """Keep what a store read returned, unless a commit happened since ``version``."""
+        if self.version(session_id) == version and len(suffix) <= self.cap:
+            self._entries[session_id] = _Entry(list(suffix), complete, view)
+            self._entries.move_to_end(session_id)
+            while len(self._entries) > self.max_sessions:
+                self._entries.popitem(last=False)
+
+    def appended(
+        self,
+        session_id: str,
+        stored: Sequence[SessionEvent],
+        last_seq: int,
+        compaction_required: bool,
+    ) -> None:
+        """Record committed events (and the flag the commit left)."""
+        self._bump(session_id)
+        entry = self._entries.get(session_id)
+        if entry is None:
+            return
+        entry.events.extend(stored)
+        entry.last_seq = last_seq
+        entry.compaction_required = compaction_required
+        for event in stored:
+            if event.action == "compaction" and event.compaction is not None:
+                entry.record = event.compaction
+        excess = len(entry.events) - self.cap
+        if excess > 0:
+            del entry.events[:excess]
+            entry.complete = False
+
+    def flag_changed(self, session_id: str, compaction_required: bool) -> None:
+        self._bump(session_id)  # a seed read before this change must not be kept
+        entry = self._entries.get(session_id)
+        if entry is not None:
+            entry.compaction_required = compaction_required
+
+    def strategy_changed(self, session_id: str, strategy: dict[str, Any] | None) -> None:
+        self._bump(session_id)
+        entry = self._entries.get(session_id)
+        if entry is not None:
+            entry.strategy = strategy
+
+    def window(self, session_id: str, limit: int) -> SessionView | None:
+        """The view ``store.context_window`` would give, or ``None`` when unsure."""
+        entry = self._entries.get(session_id)
+        if entry is None:
+            return None
+        self._entries.move_to_end(session_id)
+        from_seq = load_from_seq(entry.record)
+        events: list[SessionEvent] | None
+        if from_seq is None:
+            events = tail_window(entry.events, limit, complete=entry.complete)
+        else:
+            covered = entry.complete or (bool(entry.events) and entry.events[0].seq <= from_seq)
+            sub = [e for e in entry.events if e.seq >= from_seq]
+            if covered and len(sub) <= limit:
+                events = drop_orphan_results(sub)
+            else:
+                # Widening below from_seq is clamped by the store: let it decide.
+                events = tail_window(sub, limit, complete=False)
+        if events is None:
+            return None
+        return SessionView(
+            events=events,
+            last_seq=entry.last_seq,
+            record=entry.record,
+            compaction_required=entry.compaction_required,
+            strategy=entry.strategy,
+        )

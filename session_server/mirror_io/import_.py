@@ -1,0 +1,186 @@
+"""Import a reference memory folder into events for a new session (synchronous file I/O).
+
+A reference folder is ``<root>/agents/<name>/`` (or the same files in the folder given):
+``raw_traces_archive.jsonl`` then ``raw_traces.jsonl`` (read in that order: the archive
+holds the older turns), ``episodic.jsonl``, ``semantic.jsonl`` and
+``working_context_snapshot.json`` (returned only as a validated cache; never needed).
+Reading is lenient: blank or malformed lines are skipped with a warning naming the file
+and line, ``ts`` may be an int, ids are opaque.
+
+When the folder has archived traces or episodic/semantic items, one ``summarize``
+compaction event is inserted right after the events of the archived lines, with the
+record in the compaction engine's format (``strategy: "summarize"``, ``turn_ids``,
+``seq_range``, ``tail_start_seq``, ``tail_start_turn``, ``episodic``, ``semantic``, ...);
+appending the events then recreates the same files, and the context builder shows the
+archived turns as the memory block.
+``seq`` values are set assuming the events are appended from ``first_seq`` on (1 for a
+new session); the store may reassign them, but the compaction record refers to them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from ..core.codec import new_event_id
+from ..core.errors import InvalidParamsError
+from ..core.events import SessionEvent
+from ..core.turns import assign_turns
+from ..mirror.from_traces import TraceEntry, traces_to_events
+from ..mirror.snapshot import SNAPSHOT_FILE
+from ..mirror.traces import ms_from_ts
+from .jsonl import read_jsonl, read_jsonl_numbered
+from .snapshot_files import read_snapshot
+from .writer import ACTIVE_FILE, ARCHIVE_FILE, EPISODIC_FILE, MIRROR_FILES, SEMANTIC_FILE
+
+__all__ = ["ImportResult", "find_reference_folder", "import_reference_folder"]
+
+
+@dataclass(slots=True)
+class ImportResult:
+    """What a reference folder holds, as events ready to append to a new session."""
+
+    name: str
+    events: list[SessionEvent] = field(default_factory=list)
+    compaction: dict[str, Any] | None = None
+    snapshot: dict[str, Any] | None = None
+    trace_count: int = 0
+
+
+def _has_reference_files(folder: Path) -> bool:
+    return any((folder / name).is_file() for name in (*MIRROR_FILES, SNAPSHOT_FILE))
+
+
+def find_reference_folder(path: str | Path) -> Path:
+    """The folder holding the reference files: ``path`` itself, or its single agent.
+
+    Accepts ``<root>``/``<root>/agents`` with exactly one agent folder, or the agent
+    folder. Raises ``InvalidParamsError`` naming the path otherwise.
+    """
+    folder = Path(path)
+    if not folder.is_dir():
+        raise InvalidParamsError(f"path {str(folder)!r}: not a folder", data={"field": "path"})
+    if _has_reference_files(folder):
+        return folder
+    agents = folder / "agents" if (folder / "agents").is_dir() else folder
+    candidates = sorted(p for p in agents.iterdir() if p.is_dir() and _has_reference_files(p))
+    if len(candidates) == 1:
+        return candidates[0]
+    problem = (
+        "holds no reference memory files"
+        if not candidates
+        else (f"holds {len(candidates)} agent folders; give one of them")
+    )
+    raise InvalidParamsError(f"path {str(folder)!r}: {problem}", data={"field": "path"})
+
+
+def _entries(folder: Path) -> list[TraceEntry]:
+    entries: list[TraceEntry] = []
+    for name, archived in ((ARCHIVE_FILE, True), (ACTIVE_FILE, False)):
+        path = folder / name
+        entries.extend(
+            TraceEntry(f"{path}:{number}", line, archived)
+            for number, line in read_jsonl_numbered(path)
+        )
+    return entries
+
+
+def import_reference_folder(
+    path: str | Path,
+    *,
+    session_id: str = "",
+    first_seq: int = 1,
+    progress: bool | None = None,
+) -> ImportResult:
+    """Read a reference folder into events (see the module doc).
+
+    ``progress``: ``None`` shows a bar only on a terminal and only for a long import;
+    ``False`` never.
+    """
+    folder = find_reference_folder(path)
+    entries = _entries(folder)
+    bar = tqdm(
+        entries,
+        desc=f"import {folder.name}",
+        unit="line",
+        disable=None if progress is None else not progress,
+        delay=0.5,
+        leave=False,
+    )
+    imported = traces_to_events(bar, session_id=session_id)
+    bar.close()
+    events = imported.events
+    episodic = read_jsonl(folder / EPISODIC_FILE)
+    semantic = read_jsonl(folder / SEMANTIC_FILE)
+    result = ImportResult(name=folder.name, trace_count=len(entries))
+    if imported.archived_turn_ids or episodic or semantic:
+        result.compaction = _insert_compaction(
+            events,
+            imported.archived_until,
+            imported.archived_turn_ids,
+            episodic,
+            semantic,
+            session_id=session_id,
+            first_seq=first_seq,
+        )
+    for i, event in enumerate(events):
+        event.seq = first_seq + i
+    result.events = events
+    result.snapshot = read_snapshot(folder / SNAPSHOT_FILE)
+    return result
+
+
+def _ids(items: list[dict[str, Any]]) -> list[Any]:
+    return [item["id"] for item in items if "id" in item]
+
+
+def _insert_compaction(
+    events: list[SessionEvent],
+    k: int,
+    turn_ids: list[str],
+    episodic: list[dict[str, Any]],
+    semantic: list[dict[str, Any]],
+    *,
+    session_id: str,
+    first_seq: int,
+) -> dict[str, Any]:
+    """Insert the summarize compaction event after the first ``k`` events; its record."""
+    turns, _ = assign_turns(events)
+    tail_start_seq = first_seq + k + 1  # the event after the compaction event
+    tail_start_turn = turns[k] if k < len(turns) else (turns[-1] + 1 if turns else 1)
+    stamp = events[k - 1].timestamp if k else (events[0].timestamp if events else 0)
+    last_item_ms = ms_from_ts(episodic[-1].get("ts")) if episodic else None
+    created = max(stamp, last_item_ms or 0)
+    record: dict[str, Any] = {
+        "version": 1,
+        "strategy": "summarize",
+        "boundary_seq": tail_start_seq,
+        "boundary_turn": tail_start_turn,
+        "tail_start_seq": tail_start_seq,
+        "tail_start_turn": tail_start_turn,
+        "turn_ids": turn_ids,
+        "seq_range": [first_seq, first_seq + k - 1] if k else None,
+        "episodic": episodic,
+        "semantic": semantic,
+        "added": {"episodic": _ids(episodic), "semantic": _ids(semantic)},
+        "triggers": ["import"],
+        "summarizer": "import",
+        "source": "import",
+        "created_at": created,
+    }
+    events.insert(
+        k,
+        SessionEvent(
+            id=new_event_id(),
+            session_id=session_id,
+            timestamp=created,
+            action="compaction",
+            content=f"summarize compaction: {k} imported events before seq {tail_start_seq}",
+            compacted_event_count=k,
+            compaction=record,
+        ),
+    )
+    return record

@@ -1,0 +1,174 @@
+"""Read memory folders for the memory view and the snapshot index (synchronous file I/O).
+
+A memory folder is either a session mirror folder
+(``<memory_dir>/agents/<agent_id>/sessions/<session_id>/``) or a flat reference folder
+(``<root>/agents/<agent_id>/`` holding the files directly, as exports and the reference
+fixtures do). Missing files read as empty (``None`` for the snapshot); malformed lines are
+skipped with a warning.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..core.agent_ids import validate_agent_id
+from ..core.errors import NotFoundError
+from ..mirror.snapshot import SNAPSHOT_FILE
+from ..mirror.view import MemoryViewOptions, SnapshotSummary, build_memory_view, page_snapshots
+from .jsonl import read_jsonl
+from .snapshot_files import read_snapshot
+from .writer import (
+    ACTIVE_FILE,
+    ARCHIVE_FILE,
+    EPISODIC_FILE,
+    MIRROR_FILES,
+    SEMANTIC_FILE,
+    validate_session_id,
+)
+
+__all__ = [
+    "MemoryFiles",
+    "list_snapshot_summaries",
+    "list_snapshots",
+    "read_memory_folder",
+    "read_memory_view",
+    "resolve_memory_folder",
+    "summarize_folder",
+]
+
+_ALL_FILES = (*MIRROR_FILES, SNAPSHOT_FILE)
+
+
+@dataclass(slots=True)
+class MemoryFiles:
+    """The parsed contents of one memory folder."""
+
+    snapshot: dict[str, Any] | None = None
+    episodic: list[dict[str, Any]] = field(default_factory=list)
+    semantic: list[dict[str, Any]] = field(default_factory=list)
+    raw_active: list[dict[str, Any]] = field(default_factory=list)
+    raw_archive: list[dict[str, Any]] = field(default_factory=list)
+
+
+def read_memory_folder(folder: Path, options: MemoryViewOptions | None = None) -> MemoryFiles:
+    """Parse the files of ``folder`` that ``options`` need (all by default)."""
+    opts = options or MemoryViewOptions()
+    files = MemoryFiles()
+    if opts.include_working_context:
+        files.snapshot = read_snapshot(folder / SNAPSHOT_FILE)
+    if opts.include_episodic:
+        files.episodic = read_jsonl(folder / EPISODIC_FILE)
+    if opts.include_semantic:
+        files.semantic = read_jsonl(folder / SEMANTIC_FILE)
+    if opts.include_raw_traces or opts.include_conversation:
+        files.raw_active = read_jsonl(folder / ACTIVE_FILE)
+        if opts.include_archive:
+            files.raw_archive = read_jsonl(folder / ARCHIVE_FILE)
+    return files
+
+
+def _mtime(folder: Path) -> float | None:
+    times: list[float] = []
+    for name in _ALL_FILES:
+        try:
+            times.append((folder / name).stat().st_mtime)
+        except OSError:
+            continue
+    return max(times) if times else None
+
+
+def resolve_memory_folder(
+    memory_dir: str | Path, agent_id: str, session_id: str | None = None
+) -> Path:
+    """The folder to view for an agent (and session).
+
+    With ``session_id``: that session's mirror folder. Without: the agent folder when it
+    holds reference files directly, else its most recently updated session folder.
+    Raises ``NotFoundError`` when there is nothing to view.
+    """
+    agent_dir = Path(memory_dir) / "agents" / validate_agent_id(agent_id)
+    if session_id is not None:
+        folder = agent_dir / "sessions" / validate_session_id(session_id)
+        if not folder.is_dir():
+            raise NotFoundError(
+                f"session_id {session_id!r}: no mirror folder for agent {agent_id!r}",
+                data={"field": "session_id"},
+            )
+        return folder
+    if _mtime(agent_dir) is not None:
+        return agent_dir
+    sessions = agent_dir / "sessions"
+    candidates = [(t, p.name, p) for p in _subdirs(sessions) if (t := _mtime(p)) is not None]
+    if not candidates:
+        raise NotFoundError(f"agent_id {agent_id!r}: no memory files", data={"field": "agent_id"})
+    return max(candidates)[2]
+
+
+def read_memory_view(
+    memory_dir: str | Path,
+    agent_id: str,
+    *,
+    session_id: str | None = None,
+    options: MemoryViewOptions | None = None,
+) -> dict[str, Any]:
+    """The memory view (``view.build_memory_view``) of an agent's folder on disk."""
+    folder = resolve_memory_folder(memory_dir, agent_id, session_id)
+    files = read_memory_folder(folder, options)
+    is_session = folder.parent.name == "sessions" and folder.parent.parent.name == agent_id
+    return build_memory_view(
+        agent_id,
+        snapshot=files.snapshot,
+        episodic=files.episodic,
+        semantic=files.semantic,
+        raw_active=files.raw_active,
+        raw_archive=files.raw_archive,
+        options=options,
+        session_id=folder.name if is_session else None,
+    )
+
+
+def _subdirs(folder: Path) -> list[Path]:
+    try:
+        return sorted(p for p in folder.iterdir() if p.is_dir())
+    except OSError:
+        return []
+
+
+def summarize_folder(folder: Path, agent_id: str, session_id: str | None) -> SnapshotSummary | None:
+    """Which files ``folder`` holds; ``None`` when it holds none."""
+    updated = _mtime(folder)
+    if updated is None:
+        return None
+    return SnapshotSummary(
+        agent_id=agent_id,
+        session_id=session_id,
+        last_updated=updated,
+        has_working_context=(folder / SNAPSHOT_FILE).is_file(),
+        has_episodic=(folder / EPISODIC_FILE).is_file(),
+        has_semantic=(folder / SEMANTIC_FILE).is_file(),
+        has_raw_traces=(folder / ACTIVE_FILE).is_file(),
+        has_raw_archive=(folder / ARCHIVE_FILE).is_file(),
+    )
+
+
+def list_snapshot_summaries(memory_dir: str | Path) -> list[SnapshotSummary]:
+    """One summary per memory folder: flat agent folders and session mirror folders."""
+    out: list[SnapshotSummary] = []
+    for agent_dir in _subdirs(Path(memory_dir) / "agents"):
+        flat = summarize_folder(agent_dir, agent_dir.name, None)
+        if flat is not None:
+            out.append(flat)
+        for session_dir in _subdirs(agent_dir / "sessions"):
+            summary = summarize_folder(session_dir, agent_dir.name, session_dir.name)
+            if summary is not None:
+                out.append(summary)
+    return out
+
+
+def list_snapshots(
+    memory_dir: str | Path, *, search: str | None = None, page: int = 1, page_size: int = 50
+) -> dict[str, Any]:
+    """``memory.list_snapshots``: a page of summaries, newest first (see ``page_snapshots``)."""
+    return page_snapshots(list_snapshot_summaries(memory_dir), search, page, page_size)

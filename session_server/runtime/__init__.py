@@ -1,0 +1,1 @@
+"""The I/O shell: actor pump, registry, mirror link, compaction runner, summarizers, metrics."""

@@ -1,0 +1,247 @@
+"""``ActorRegistry``: activation, hibernation and the open-file bound (I/O shell).
+
+There is one ``AgentActor`` per agent id per registry (so per process, when the process
+uses one registry). Actors are cheap objects; what is bounded is the number whose SQLite
+store is open: at most ``max_open``. Opening one more hibernates the least recently used
+idle actor; actors idle for ``idle_timeout`` seconds are hibernated by a background sweep.
+A hibernated actor re-opens on its next call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import os
+import time
+from collections import OrderedDict
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from ..compaction import resolve_strategy, validate_strategy
+from ..core.agent_ids import validate_agent_id
+from ..core.errors import InvalidParamsError
+from ..storage.store import Synchronous
+from .actor import AgentActor
+from .metrics import CompactionMetrics
+from .summarizers import Summarizer, default_summarizer
+
+__all__ = ["ActorRegistry", "default_memory_dir"]
+
+log = logging.getLogger(__name__)
+
+
+def default_memory_dir() -> Path:
+    """``$SESSION_SERVER_MEMORY_DIR`` or ``./memory``."""
+    return Path(os.environ.get("SESSION_SERVER_MEMORY_DIR") or "memory")
+
+
+class ActorRegistry:
+    """Owns the actors of one memory dir. Use ``async with ActorRegistry(dir) as reg``.
+
+    Options: ``synchronous`` ("FULL" default, or "NORMAL"), ``idle_timeout`` seconds
+    (default 300; ``None`` disables the sweep), ``max_open`` open stores (default 256),
+    ``busy_timeout_ms`` (5000), ``context_limit`` (default window of
+    ``build_working_context``, 200 events), ``mirror`` (keep the JSONL mirror, default
+    True), ``io_threads`` (worker threads for SQLite calls, shared by all agents, 8),
+    ``default_strategy`` (server default compaction strategy), ``summarizer`` (default:
+    ``SESSION_SERVER_SUMMARIZER``, extractive), ``metrics`` (``CompactionMetrics``).
+    """
+
+    def __init__(
+        self,
+        memory_dir: str | os.PathLike[str] | None = None,
+        *,
+        synchronous: Synchronous = "FULL",
+        idle_timeout: float | None = 300.0,
+        max_open: int = 256,
+        busy_timeout_ms: int = 5000,
+        context_limit: int = 200,
+        mirror: bool = True,
+        io_threads: int = 8,
+        default_strategy: dict[str, Any] | None = None,
+        summarizer: Summarizer | None = None,
+        metrics: CompactionMetrics | None = None,
+        **options: Any,
+    ) -> None:
+        if synchronous not in ("FULL", "NORMAL"):
+            raise InvalidParamsError("synchronous: must be 'FULL' or 'NORMAL'")
+        if max_open < 1:
+            raise InvalidParamsError("max_open: must be at least 1")
+        self.memory_dir = Path(memory_dir) if memory_dir is not None else default_memory_dir()
+        self.synchronous: Synchronous = synchronous
+        self.idle_timeout = idle_timeout
+        self.max_open = max_open
+        self.busy_timeout_ms = busy_timeout_ms
+        self.context_limit = context_limit
+        self.mirror = mirror
+        self.options = options
+        # The server-wide default level of the strategy precedence; validated now.
+        self.default_strategy = (
+            validate_strategy(default_strategy, source="server strategy") or None
+            if default_strategy
+            else None
+        )
+        resolve_strategy(self.default_strategy)
+        self.summarizer: Summarizer = summarizer or default_summarizer()
+        self.metrics = metrics or CompactionMetrics(CollectorRegistry())
+        # SQLite calls run here, a whole transaction per call; the thread count is bounded
+        # whatever the number of agents.
+        self.executor = ThreadPoolExecutor(
+            max_workers=max(1, io_threads), thread_name_prefix="session-server-sqlite"
+        )
+        self._actors: dict[str, AgentActor] = {}
+        self._open: OrderedDict[str, AgentActor] = OrderedDict()
+        self._closing: set[AgentActor] = set()
+        self._open_gate = asyncio.Lock()  # one store opens at a time: the bound is exact
+        self._evictions: set[asyncio.Task[None]] = set()
+        self._sweeper: asyncio.Task[None] | None = None
+        self._is_closed = False
+
+    async def __aenter__(self) -> ActorRegistry:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    def agent_dir(self, agent_id: str) -> Path:
+        return self.memory_dir / "agents" / validate_agent_id(agent_id)
+
+    async def get(self, agent_id: str) -> AgentActor:
+        """The actor of ``agent_id`` (validated before any file is touched)."""
+        if self._is_closed:
+            raise InvalidParamsError("registry is closed")
+        actor = self._actors.get(agent_id)
+        if actor is None:
+            path = self.agent_dir(agent_id) / "agent.sqlite"
+            actor = AgentActor(
+                self,
+                agent_id,
+                path,
+                synchronous=self.synchronous,
+                busy_timeout_ms=self.busy_timeout_ms,
+                context_limit=self.context_limit,
+            )
+            self._actors[agent_id] = actor
+        self._start_sweeper()
+        return actor
+
+    def list_agents(self) -> list[str]:
+        """Agent ids with a folder under ``<memory_dir>/agents``, sorted."""
+        root = self.memory_dir / "agents"
+        if not root.is_dir():
+            return []
+        return sorted(p.name for p in root.iterdir() if p.is_dir())
+
+    @property
+    def open_count(self) -> int:
+        return len(self._open)
+
+    # -- bookkeeping called by actors --------------------------------------------------
+
+    def _opened(self, actor: AgentActor) -> None:
+        self._open[actor.agent_id] = actor
+        self._open.move_to_end(actor.agent_id)
+
+    def _idle_open(self) -> Iterator[AgentActor]:
+        """Open actors that may be hibernated now, least recently used first."""
+        return (a for a in list(self._open.values()) if not a.busy and a not in self._closing)
+
+    async def _make_room(self) -> None:
+        """Hibernate least recently used idle actors until one more store fits the bound.
+
+        Called under ``_open_gate`` before a store opens. When every open actor is busy
+        the bound is exceeded until one goes idle (``_evict`` then closes it).
+        """
+        while len(self._open) >= self.max_open:
+            victim = next(self._idle_open(), None)
+            if victim is None:
+                log.info("all %d open agents are busy; exceeding max_open", len(self._open))
+                return
+            self._closing.add(victim)
+            try:
+                await victim.hibernate()
+            finally:
+                self._closing.discard(victim)
+
+    def _touched(self, actor: AgentActor) -> None:
+        if actor.agent_id in self._open:
+            self._open.move_to_end(actor.agent_id)
+
+    def _closed(self, actor: AgentActor) -> None:
+        self._open.pop(actor.agent_id, None)
+
+    def _hibernated(self, actor: AgentActor, task: asyncio.Task[None]) -> None:
+        self._closing.discard(actor)
+        self._evictions.discard(task)
+        _log_failure(task)
+
+    def _evict(self) -> None:
+        excess = len(self._open) - self.max_open
+        if excess <= 0:
+            return
+        for actor in self._idle_open():
+            if excess <= 0:
+                break
+            # It leaves ``_open`` when its store is really closed (``_closed``); until
+            # then it is counted, and a hibernate that finds it busy keeps it tracked.
+            excess -= 1
+            self._closing.add(actor)
+            task = asyncio.ensure_future(actor.hibernate())
+            self._evictions.add(task)
+            task.add_done_callback(functools.partial(self._hibernated, actor))
+
+    def _start_sweeper(self) -> None:
+        if self._sweeper is None and self.idle_timeout is not None:
+            self._sweeper = asyncio.ensure_future(self._sweep())
+
+    async def _sweep(self) -> None:
+        assert self.idle_timeout is not None
+        period = max(0.05, self.idle_timeout / 4)
+        while True:
+            await asyncio.sleep(period)
+            await self.hibernate_idle()
+
+    async def settle(self) -> None:
+        """Wait for background evictions (actors over the bound that went idle)."""
+        while self._evictions:
+            await asyncio.gather(*list(self._evictions), return_exceptions=True)
+
+    async def hibernate_idle(self, older_than: float | None = None) -> int:
+        """Hibernate actors idle for more than ``older_than`` (default ``idle_timeout``) s."""
+        limit = self.idle_timeout if older_than is None else older_than
+        if limit is None:
+            return 0
+        now = time.monotonic()
+        idle = [a for a in self._open.values() if not a.busy and now - a.last_used > limit]
+        for actor in idle:
+            await actor.hibernate()
+        return len(idle)
+
+    async def close(self) -> None:
+        """Finish writes in flight and close every store."""
+        self._is_closed = True
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
+            self._sweeper = None
+        await asyncio.gather(*(a.close() for a in self._actors.values()), return_exceptions=True)
+        self._open.clear()
+        self.executor.shutdown(wait=True)
+
+
+def _log_failure(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.warning("hibernating an actor failed: %r", task.exception())

@@ -1,0 +1,1 @@
+"""SQLite storage: schema, SQL operations, the async store (I/O)."""

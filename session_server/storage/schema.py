@@ -1,0 +1,21 @@
+"""Locate and read ``schema.sql`` (shipped inside the package; at the repo root in a checkout)."""
+
+from __future__ import annotations
+
+import functools
+from importlib import resources
+from pathlib import Path
+
+__all__ = ["SCHEMA_VERSION", "schema_sql"]
+
+SCHEMA_VERSION = 1
+
+
+@functools.cache
+def schema_sql() -> str:
+    """The DDL the store executes on a new database."""
+    packaged = resources.files("session_server").joinpath("schema.sql")
+    if packaged.is_file():
+        return packaged.read_text(encoding="utf-8")
+    # Editable installs and checkouts: the file lives at the repository root.
+    return (Path(__file__).resolve().parents[2] / "schema.sql").read_text(encoding="utf-8")

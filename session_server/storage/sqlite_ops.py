@@ -1,0 +1,314 @@
+"""Synchronous SQLite operations of one agent file, one function per transaction (I/O).
+
+Each function here runs start to finish on a worker thread (see ``store``): a write is one
+``BEGIN IMMEDIATE`` ... ``COMMIT`` with every statement inside, so a turn costs one thread
+hop instead of one per statement. Connections are in autocommit mode
+(``isolation_level=None``); the functions manage transactions explicitly and roll back on
+any failure, so a refused or failed write leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Final
+
+import msgspec
+
+from ..core.codec import dehydrate_event, encode_json, hydrate_event, now_ms
+from ..core.errors import (
+    AgentUnavailableError,
+    ConflictError,
+    CorruptRecordError,
+    NotFoundError,
+    StorageError,
+)
+from ..core.events import SessionEvent
+from .schema import SCHEMA_VERSION, schema_sql
+
+__all__ = [
+    "EVENT_COLUMNS",
+    "AppendResult",
+    "append",
+    "connect",
+    "insert_session",
+    "migrate",
+    "rows_to_events",
+    "session_row",
+    "storage_error",
+    "write_txn",
+]
+
+EVENT_COLUMNS: Final = (
+    "id, session_id, seq, action, content, metadata, created_at, turn, turn_start_seq, token_count"
+)
+_DECODER: Final = msgspec.json.Decoder()
+
+
+class AppendResult(msgspec.Struct):
+    """What an append wrote: the seqs of the new events, and the session's last seq."""
+
+    seqs: list[int]
+    last_seq: int
+    compaction_required: bool = False
+
+
+def storage_error(exc: sqlite3.Error, what: str) -> StorageError:
+    """A ``StorageError`` saying what failed; a full disk is named as such."""
+    full = getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL or "disk is full" in str(
+        exc
+    )
+    if full:
+        return StorageError(
+            f"{what} failed: the disk is full ({exc}); nothing was written",
+            data={"reason": "disk_full", "sqlite_error": str(exc)},
+        )
+    return StorageError(f"{what} failed: {exc}", data={"sqlite_error": str(exc)})
+
+
+def connect(
+    path: Path, *, synchronous: str, busy_timeout_ms: int, readonly: bool
+) -> sqlite3.Connection:
+    """Open ``path`` in WAL mode with the given durability; fails on a non-SQLite file."""
+    # check_same_thread=False: the store hands the connection to pool threads, one call at
+    # a time (its locks guarantee that), never concurrently.
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    try:
+        conn.row_factory = sqlite3.Row
+        conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+        conn.execute("PRAGMA journal_mode=WAL")  # any read fails here on a non-SQLite file
+        conn.execute(f"PRAGMA synchronous={synchronous}")
+        if readonly:
+            conn.execute("PRAGMA query_only=1")
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _statements(script: str) -> list[str]:
+    """Split a DDL script into statements (``executescript`` would commit implicitly)."""
+    out: list[str] = []
+    buf = ""
+    for line in script.splitlines(keepends=True):
+        if not buf and line.strip().startswith("--"):
+            continue
+        buf += line
+        if sqlite3.complete_statement(buf):
+            out.append(buf.strip())
+            buf = ""
+    return [s for s in out if s]
+
+
+# MIGRATIONS[n] upgrades a file at user_version n to n + 1. Version 0 means "empty file":
+# it gets the whole current schema at once, so this only grows for later versions.
+MIGRATIONS: dict[int, Sequence[str]] = {}
+
+
+def migrate(conn: sqlite3.Connection) -> None:
+    """Bring the database to ``SCHEMA_VERSION`` (new file: ``schema.sql``), atomically."""
+    version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+    if version > SCHEMA_VERSION:
+        raise AgentUnavailableError(
+            f"database schema version {version} is newer than this program ({SCHEMA_VERSION})"
+        )
+    if version == SCHEMA_VERSION:
+        return
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        if version == 0:
+            for statement in _statements(schema_sql()):
+                conn.execute(statement)
+            version = SCHEMA_VERSION
+        while version < SCHEMA_VERSION:
+            for statement in MIGRATIONS[version]:
+                conn.execute(statement)
+            version += 1
+        conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+
+
+def write_txn(conn: sqlite3.Connection, what: str, body: Any, *args: Any) -> Any:
+    """Run ``body(conn, *args)`` inside ``BEGIN IMMEDIATE`` ... ``COMMIT``.
+
+    Any exception rolls back. SQLite errors become ``StorageError`` (a unique-constraint
+    violation becomes ``ConflictError``); the project's own errors pass through.
+    """
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+    except sqlite3.Error as exc:
+        raise storage_error(exc, what) from exc
+    try:
+        result = body(conn, *args)
+        conn.execute("COMMIT")
+        return result
+    except BaseException as exc:
+        if conn.in_transaction:
+            # SQLite may already have rolled back after a hard failure.
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+        if isinstance(exc, sqlite3.IntegrityError):
+            raise ConflictError(
+                f"{what}: an id already exists ({exc})", data={"field": "id"}
+            ) from exc
+        if isinstance(exc, sqlite3.Error):
+            raise storage_error(exc, what) from exc
+        raise
+
+
+def session_row(row: sqlite3.Row) -> dict[str, Any]:
+    out = dict(row)
+    raw = out.get("metadata")
+    if raw is not None:
+        try:
+            out["metadata"] = _DECODER.decode(raw)
+        except msgspec.DecodeError as exc:
+            raise CorruptRecordError(
+                f"session {out['id']!r}: field 'metadata' is not valid JSON"
+            ) from exc
+    return out
+
+
+def insert_session(
+    conn: sqlite3.Connection, agent_id: str, session_id: str, metadata: dict[str, Any] | None
+) -> None:
+    """Insert a session row; ``ConflictError`` when the id exists."""
+    if conn.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone():
+        raise ConflictError(
+            f"session_id: session {session_id!r} already exists", data={"field": "session_id"}
+        )
+    now = now_ms()
+    conn.execute(
+        "INSERT INTO sessions (id, agent_id, created_at, updated_at, metadata)"
+        " VALUES (?, ?, ?, ?, ?)",
+        (session_id, agent_id, now, now, None if metadata is None else encode_json(metadata)),
+    )
+
+
+def rows_to_events(rows: Sequence[sqlite3.Row]) -> list[SessionEvent]:
+    return [hydrate_event(dict(r)) for r in rows]
+
+
+def append(
+    conn: sqlite3.Connection,
+    session_id: str,
+    events: Sequence[SessionEvent],
+    token_counts: Sequence[int],
+    expected_last_seq: int | None,
+    idempotency_key: str | None,
+    compaction_required: bool | None,
+    mirror_seq: int | None,
+    create: tuple[str, dict[str, Any] | None] | None = None,
+) -> tuple[AppendResult, list[SessionEvent], bool]:
+    """The body of an append transaction (run inside ``write_txn``).
+
+    Returns the result, the stored events (seq, turn, session_id filled in) and whether it
+    was a replay of an earlier call with the same idempotency key (nothing written).
+    ``create`` (agent id, metadata) first creates the session in the same transaction, so
+    a new session appears with all its events or not at all (imports).
+    """
+    if create is not None:
+        insert_session(conn, create[0], session_id, create[1])
+    row = conn.execute(
+        "SELECT last_seq, last_turn, last_turn_start_seq, compaction_required"
+        " FROM sessions WHERE id = ?",
+        (session_id,),
+    ).fetchone()
+    if row is None:
+        raise NotFoundError.session(session_id)
+    last_seq, turn, turn_start = int(row[0]), int(row[1]), int(row[2])
+    if idempotency_key is not None:
+        prev = conn.execute(
+            "SELECT result FROM idempotency WHERE session_id = ? AND key = ?",
+            (session_id, idempotency_key),
+        ).fetchone()
+        if prev is not None:
+            return msgspec.json.decode(prev[0], type=AppendResult), [], True
+    if expected_last_seq is not None and expected_last_seq != last_seq:
+        raise ConflictError(
+            f"expected_last_seq: session {session_id!r} is at seq {last_seq}, "
+            f"not {expected_last_seq}",
+            data={"last_seq": last_seq, "field": "expected_last_seq"},
+        )
+    # Tool results join the turn of their call, even when the call came in an earlier append.
+    wanted = [e.tool_call_id for e in events if e.action == "tool_result" and e.tool_call_id]
+    known: dict[str, tuple[int, int]] = {}
+    if wanted:
+        marks = ",".join("?" * len(wanted))
+        for r in conn.execute(
+            f"SELECT call_id, turn, turn_start_seq FROM tool_calls"
+            f" WHERE session_id = ? AND call_id IN ({marks})",
+            (session_id, *wanted),
+        ):
+            known[r[0]] = (int(r[1]), int(r[2]))
+    now = now_ms()
+    stored: list[SessionEvent] = []
+    rows_out: list[tuple[Any, ...]] = []
+    calls_out: list[tuple[Any, ...]] = []
+    seq = last_seq
+    for ev, tokens in zip(events, token_counts, strict=True):
+        seq += 1
+        if ev.action == "user_message":
+            turn, turn_start = turn + 1, seq
+            ev_turn, ev_start = turn, turn_start
+        elif ev.action == "tool_result" and ev.tool_call_id in known:
+            ev_turn, ev_start = known[ev.tool_call_id]
+        else:
+            ev_turn, ev_start = turn, turn_start
+        new = msgspec.structs.replace(
+            ev,
+            session_id=session_id,
+            seq=seq,
+            timestamp=ev.timestamp or now,
+            turn=ev_turn,
+            token_count=tokens,
+        )
+        if ev.action == "tool_call_request":
+            for call in ev.tool_calls or ():
+                known[call.id] = (ev_turn, ev_start)
+                calls_out.append((session_id, call.id, ev_turn, ev_start))
+        d = dehydrate_event(new)
+        rows_out.append(
+            (d["id"], session_id, seq, d["action"], d["content"], d["metadata"],
+             d["created_at"], ev_turn, ev_start, tokens)
+        )  # fmt: skip
+        stored.append(new)
+    if rows_out:
+        try:
+            conn.executemany(
+                f"INSERT INTO events ({EVENT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                rows_out,
+            )
+        except sqlite3.IntegrityError as exc:
+            raise ConflictError(
+                f"events: an event id already exists in this agent ({exc})",
+                data={"field": "events[].id", "last_seq": last_seq},
+            ) from exc
+    if calls_out:
+        conn.executemany(
+            "INSERT OR IGNORE INTO tool_calls (session_id, call_id, turn, turn_start_seq)"
+            " VALUES (?, ?, ?, ?)",
+            calls_out,
+        )
+    flag = bool(row[3]) if compaction_required is None else compaction_required
+    if rows_out or compaction_required is not None:
+        conn.execute(
+            "UPDATE sessions SET last_seq = ?, last_turn = ?, last_turn_start_seq = ?,"
+            " updated_at = ?, compaction_required = ?, mirror_seq = COALESCE(?, mirror_seq)"
+            " WHERE id = ?",
+            (seq, turn, turn_start, now, int(flag), mirror_seq, session_id),
+        )
+    result = AppendResult(
+        seqs=list(range(last_seq + 1, seq + 1)), last_seq=seq, compaction_required=flag
+    )
+    if idempotency_key is not None:
+        conn.execute(
+            "INSERT INTO idempotency (session_id, key, result, created_at) VALUES (?, ?, ?, ?)",
+            (session_id, idempotency_key, encode_json(result), now),
+        )
+    return result, stored, False

@@ -1,0 +1,493 @@
+"""The SQLite store of one agent (I/O shell).
+
+One file per agent (``<memory_dir>/agents/<agent_id>/agent.sqlite``) in WAL mode with two
+connections: a writer, used only under the actor's write lock, and a read-only reader,
+so reads see the last committed state and never wait for a write in progress (WAL
+snapshot isolation). Every operation is one synchronous function (``sqlite_ops``) run on
+a worker thread of the registry's pool, the shape of aiosqlite (a worker thread fed a
+queue of calls) but with a whole transaction per call: aiosqlite's public API costs one
+thread hop per statement, which measured 3-6x slower per turn than raw ``sqlite3`` here.
+
+The store does not serialise writers itself: the caller (``AgentActor``) must hold its
+write lock around every writer method. Reads are serialised on the reader connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import os
+import sqlite3
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Executor
+from pathlib import Path
+from typing import Any, Final, Literal, TypeVar
+
+import msgspec
+
+from ..compaction.builder import load_from_seq
+from ..core.codec import hydrate_event
+from ..core.errors import AgentUnavailableError, InvalidParamsError, NotFoundError
+from ..core.events import ACTIONS, SessionEvent
+from ..core.turns import drop_orphan_results, safe_window_start
+from . import sqlite_ops as ops
+from .sqlite_ops import EVENT_COLUMNS, AppendResult
+
+__all__ = ["AgentStore", "AppendResult", "ContextWindow", "Synchronous"]
+
+Synchronous = Literal["FULL", "NORMAL"]
+T = TypeVar("T")
+
+_SESSION_COLUMNS: Final = "id, agent_id, created_at, updated_at, metadata, last_seq"
+_DECODER: Final = msgspec.json.Decoder()
+
+
+class ContextWindow(msgspec.Struct):
+    """Events of a context window (oldest first) and the session seq they were read at."""
+
+    events: list[SessionEvent]
+    last_seq: int
+    compaction_required: bool
+    strategy: dict[str, Any] | None
+    # Every event loaded (a complete run of the log up to last_seq, before the window was
+    # cut), and whether it starts at the session's first event: the actor caches it.
+    suffix: list[SessionEvent] = msgspec.field(default_factory=list)
+    complete: bool = False
+    # The ``compaction`` record of the session's latest compaction event, if any.
+    record: dict[str, Any] | None = None
+
+
+class AgentStore:
+    """Sessions and events of one agent. Create with ``await AgentStore.open(...)``."""
+
+    def __init__(
+        self,
+        path: Path,
+        agent_id: str,
+        synchronous: Synchronous,
+        busy_timeout_ms: int,
+        executor: Executor | None,
+    ) -> None:
+        self.path = path
+        self.agent_id = agent_id
+        self.synchronous = synchronous
+        self.busy_timeout_ms = busy_timeout_ms
+        self._executor = executor
+        self._writer: sqlite3.Connection | None = None
+        self._reader: sqlite3.Connection | None = None
+        self._read_lock = asyncio.Lock()
+        self._lock_fd: int | None = None
+
+    # -- plumbing ------------------------------------------------------------------
+
+    async def _call(self, fn: Callable[..., T], *args: Any) -> T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, fn, *args)
+
+    @property
+    def writer(self) -> sqlite3.Connection:
+        if self._writer is None:
+            raise AgentUnavailableError(f"agent {self.agent_id!r}: store is closed")
+        return self._writer
+
+    async def _write(self, what: str, body: Callable[..., T], *args: Any) -> T:
+        result: T = await self._call(ops.write_txn, self.writer, what, body, *args)
+        return result
+
+    def _reader_conn(self) -> sqlite3.Connection:
+        if self._reader is None:
+            self._reader = ops.connect(
+                self.path,
+                synchronous=self.synchronous,
+                busy_timeout_ms=self.busy_timeout_ms,
+                readonly=True,
+            )
+        return self._reader
+
+    async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn(reader)`` on a worker thread; one read at a time per connection."""
+
+        def run() -> T:
+            try:
+                return fn(self._reader_conn())
+            except sqlite3.Error as exc:
+                raise ops.storage_error(exc, "read") from exc
+
+        async with self._read_lock:
+            return await self._call(run)
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    @classmethod
+    async def open(
+        cls,
+        path: Path,
+        agent_id: str,
+        *,
+        synchronous: Synchronous = "FULL",
+        busy_timeout_ms: int = 5000,
+        executor: Executor | None = None,
+    ) -> AgentStore:
+        """Open (creating and migrating if needed) the agent file.
+
+        Raises ``AgentUnavailableError`` when the file is not a usable SQLite database.
+        """
+        store = cls(path, agent_id, synchronous, busy_timeout_ms, executor)
+
+        def open_writer() -> sqlite3.Connection:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            store._lock_fd = _lock_agent_dir(path.parent, agent_id)
+            try:
+                conn = ops.connect(
+                    path, synchronous=synchronous, busy_timeout_ms=busy_timeout_ms, readonly=False
+                )
+                try:
+                    ops.migrate(conn)
+                except BaseException:
+                    conn.close()
+                    raise
+            except BaseException:
+                os.close(store._lock_fd)
+                store._lock_fd = None
+                raise
+            return conn
+
+        try:
+            store._writer = await store._call(open_writer)
+        except sqlite3.DatabaseError as exc:
+            raise AgentUnavailableError(
+                f"agent {agent_id!r}: database file {path.name} is unusable ({exc})",
+                data={"agent_id": agent_id},
+            ) from exc
+        return store
+
+    async def close(self) -> None:
+        conns = [c for c in (self._reader, self._writer) if c is not None]
+        self._reader = self._writer = None
+        lock_fd, self._lock_fd = self._lock_fd, None
+
+        def close_all() -> None:
+            for conn in conns:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.close()
+            if lock_fd is not None:
+                os.close(lock_fd)  # releases the agent lock
+
+        async with self._read_lock:
+            await self._call(close_all)
+
+    # -- sessions ------------------------------------------------------------------------
+
+    async def create_session(self, metadata: dict[str, Any] | None, session_id: str) -> str:
+        def body(conn: sqlite3.Connection) -> str:
+            ops.insert_session(conn, self.agent_id, session_id, metadata)
+            return session_id
+
+        return await self._write("create_session", body)
+
+    async def get_session(self, session_id: str) -> dict[str, Any] | None:
+        def fn(conn: sqlite3.Connection) -> dict[str, Any] | None:
+            row = conn.execute(
+                f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE id = ?", (session_id,)
+            ).fetchone()
+            return None if row is None else ops.session_row(row)
+
+        return await self._read(fn)
+
+    async def list_sessions(self) -> list[dict[str, Any]]:
+        def fn(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+            rows = conn.execute(
+                f"SELECT {_SESSION_COLUMNS} FROM sessions"
+                " ORDER BY updated_at DESC, created_at DESC, id"
+            ).fetchall()
+            return [ops.session_row(r) for r in rows]
+
+        return await self._read(fn)
+
+    async def delete_session(self, session_id: str) -> bool:
+        def body(conn: sqlite3.Connection) -> bool:
+            deleted = conn.execute("DELETE FROM sessions WHERE id = ?", (session_id,)).rowcount > 0
+            for table in ("events", "tool_calls", "idempotency"):
+                conn.execute(f"DELETE FROM {table} WHERE session_id = ?", (session_id,))
+            return deleted
+
+        return await self._write("delete_session", body)
+
+    async def stale_mirrors(self) -> list[str]:
+        """Sessions whose stored mirror cursor is not their last seq (a crash, or I/O)."""
+
+        def fn(conn: sqlite3.Connection) -> list[str]:
+            rows = conn.execute("SELECT id FROM sessions WHERE mirror_seq != last_seq")
+            return [str(r[0]) for r in rows]
+
+        return await self._read(fn)
+
+    async def session_state(self, session_id: str) -> dict[str, Any] | None:
+        """Internal columns of a session (last_seq, strategy, flags, mirror cursor)."""
+
+        def fn(conn: sqlite3.Connection) -> dict[str, Any] | None:
+            row = conn.execute(
+                "SELECT last_seq, last_turn, strategy, compaction_required, mirror_seq"
+                " FROM sessions WHERE id = ?",
+                (session_id,),
+            ).fetchone()
+            return None if row is None else dict(row)
+
+        return await self._read(fn)
+
+    async def update_session_fields(self, session_id: str, **fields: Any) -> None:
+        """Set internal columns (``strategy``, ``compaction_required``, ``mirror_seq``)."""
+        bad = set(fields) - {"strategy", "compaction_required", "mirror_seq"}
+        if bad:
+            raise InvalidParamsError(f"unknown session fields: {sorted(bad)}")
+        sets = ", ".join(f"{k} = ?" for k in fields)
+
+        def body(conn: sqlite3.Connection) -> None:
+            cur = conn.execute(
+                f"UPDATE sessions SET {sets} WHERE id = ?", (*fields.values(), session_id)
+            )
+            if cur.rowcount == 0:
+                raise NotFoundError.session(session_id)
+
+        await self._write("update session", body)
+
+    # -- events ------------------------------------------------------------------------
+
+    async def append_events(
+        self,
+        session_id: str,
+        events: Sequence[SessionEvent],
+        token_counts: Sequence[int],
+        *,
+        expected_last_seq: int | None = None,
+        idempotency_key: str | None = None,
+        compaction_required: bool | None = None,
+        mirror_seq: int | None = None,
+        create_metadata: dict[str, Any] | None = None,
+        create: bool = False,
+    ) -> tuple[AppendResult, list[SessionEvent], bool]:
+        """Append ``events`` in one transaction; all or nothing (see ``sqlite_ops.append``).
+
+        ``mirror_seq``, when given, records the JSONL mirror cursor in the same transaction
+        (the actor passes the cursor confirmed by the previous append, so the stored
+        cursor lags by at most one append and a crash is always detected on activation).
+        """
+        return await self._write(
+            "append_events",
+            ops.append,
+            session_id,
+            events,
+            token_counts,
+            expected_last_seq,
+            idempotency_key,
+            compaction_required,
+            mirror_seq,
+            (self.agent_id, create_metadata) if create else None,
+        )
+
+    async def load_events(
+        self,
+        session_id: str,
+        *,
+        limit: int | None = 50,
+        tail: bool = True,
+        since: int | None = None,
+        after_seq: int | None = None,
+        actions: Iterable[str] | None = None,
+    ) -> list[SessionEvent]:
+        """Events of a session, oldest first; filters apply before the limit.
+
+        ``tail=True`` gives the last ``limit`` matching events, ``tail=False`` the first.
+        ``since`` is a ms timestamp (inclusive); ``after_seq`` is exclusive.
+        """
+        where = ["session_id = ?"]
+        args: list[Any] = [session_id]
+        if since is not None:
+            where.append("created_at >= ?")
+            args.append(since)
+        if after_seq is not None:
+            where.append("seq > ?")
+            args.append(after_seq)
+        if actions is not None:
+            acts = list(actions)
+            unknown = [a for a in acts if a not in ACTIONS]
+            if unknown:
+                raise InvalidParamsError(
+                    f"actions: unknown action(s) {unknown}; known: {list(ACTIONS)}",
+                    data={"field": "actions"},
+                )
+            if not acts:
+                return []
+            where.append(f"action IN ({','.join('?' * len(acts))})")
+            args.extend(acts)
+        order = "DESC" if tail else "ASC"
+        sql = f"SELECT {EVENT_COLUMNS} FROM events WHERE {' AND '.join(where)} ORDER BY seq {order}"
+        if limit is not None:
+            sql += " LIMIT ?"
+            args.append(max(0, int(limit)))
+
+        def fn(conn: sqlite3.Connection) -> list[SessionEvent]:
+            events = ops.rows_to_events(conn.execute(sql, args).fetchall())
+            if tail:
+                events.reverse()
+            return events
+
+        return await self._read(fn)
+
+    async def delete_events(self, session_id: str, event_ids: Sequence[str]) -> int:
+        if not event_ids:
+            return 0
+        marks = ",".join("?" * len(event_ids))
+
+        def body(conn: sqlite3.Connection) -> int:
+            return conn.execute(
+                f"DELETE FROM events WHERE session_id = ? AND id IN ({marks})",
+                (session_id, *event_ids),
+            ).rowcount
+
+        return await self._write("delete_events", body)
+
+    async def context_window(
+        self,
+        session_id: str,
+        *,
+        limit: int | None,
+        from_seq: int | None = None,
+        from_record: bool = False,
+    ) -> ContextWindow:
+        """A tool-pair-safe window for a working context, read in one snapshot.
+
+        With ``from_seq``, the events from that seq on (at most the last ``limit``);
+        otherwise the last ``limit`` events. A cut that would split a tool call from its
+        results moves to the nearest turn boundary; results whose call lies before
+        everything loaded are dropped from the window (they stay stored).
+        ``from_record`` takes ``from_seq`` from the latest compaction record instead
+        (``compaction.builder.load_from_seq``), read in the same snapshot.
+        """
+        return await self._read(
+            lambda conn: _context_window(conn, session_id, limit, from_seq, from_record)
+        )
+
+    async def all_events(self, session_id: str) -> list[SessionEvent]:
+        return await self.load_events(session_id, limit=None, tail=False)
+
+    async def get_setting(self, key: str) -> str | None:
+        def fn(conn: sqlite3.Connection) -> str | None:
+            row = conn.execute("SELECT value FROM agent_settings WHERE key = ?", (key,)).fetchone()
+            return None if row is None else str(row[0])
+
+        return await self._read(fn)
+
+    async def set_setting(self, key: str, value: str) -> None:
+        def body(conn: sqlite3.Connection) -> None:
+            conn.execute(
+                "INSERT INTO agent_settings (key, value) VALUES (?, ?)"
+                " ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                (key, value),
+            )
+
+        await self._write("set_setting", body)
+
+    async def delete_setting(self, key: str) -> None:
+        def body(conn: sqlite3.Connection) -> None:
+            conn.execute("DELETE FROM agent_settings WHERE key = ?", (key,))
+
+        await self._write("delete_setting", body)
+
+
+def _context_window(
+    conn: sqlite3.Connection,
+    session_id: str,
+    limit: int | None,
+    from_seq: int | None,
+    from_record: bool,
+) -> ContextWindow:
+    conn.execute("BEGIN")  # one read snapshot for the session row and the events
+    try:
+        srow = conn.execute(
+            "SELECT last_seq, compaction_required, strategy FROM sessions WHERE id = ?",
+            (session_id,),
+        ).fetchone()
+        if srow is None:
+            raise NotFoundError.session(session_id)
+        crow = conn.execute(
+            f"SELECT {EVENT_COLUMNS} FROM events WHERE session_id = ?"
+            " AND action = 'compaction' ORDER BY seq DESC LIMIT 1",
+            (session_id,),
+        ).fetchone()
+        record = None if crow is None else hydrate_event(dict(crow)).compaction
+        if from_record:
+            from_seq = load_from_seq(record)
+        where = "session_id = ?"
+        args: list[Any] = [session_id]
+        if from_seq is not None:
+            where += " AND seq >= ?"
+            args.append(from_seq)
+        sql = f"SELECT {EVENT_COLUMNS} FROM events WHERE {where} ORDER BY seq DESC"
+        if limit is not None:
+            sql += " LIMIT ?"
+            args.append(max(0, int(limit)))
+        rows = conn.execute(sql, args).fetchall()
+        rows.reverse()
+        prefix: list[sqlite3.Row] = []
+        if rows and limit is not None and len(rows) >= limit:
+            first = rows[0]
+            # Widen to the turn of the first event and of any result whose call is older.
+            start = min(
+                int(r["turn_start_seq"]) for r in rows if r is first or r["action"] == "tool_result"
+            )
+            lower = start if from_seq is None else max(start, from_seq)
+            if lower < int(first["seq"]):
+                prefix = conn.execute(
+                    f"SELECT {EVENT_COLUMNS} FROM events WHERE session_id = ?"
+                    " AND seq >= ? AND seq < ? ORDER BY seq",
+                    (session_id, lower, int(first["seq"])),
+                ).fetchall()
+        head = prefix[0] if prefix else (rows[0] if rows else None)
+        complete = from_seq is None and (
+            head is None
+            or conn.execute(
+                "SELECT 1 FROM events WHERE session_id = ? AND seq < ? LIMIT 1",
+                (session_id, int(head["seq"])),
+            ).fetchone()
+            is None
+        )
+    finally:
+        conn.execute("COMMIT")
+    events = ops.rows_to_events([*prefix, *rows])
+    start_index = safe_window_start(events, len(prefix)) if prefix else 0
+    strategy = None if srow["strategy"] is None else _DECODER.decode(srow["strategy"])
+    return ContextWindow(
+        events=drop_orphan_results(events[start_index:]),
+        last_seq=int(srow["last_seq"]),
+        compaction_required=bool(srow["compaction_required"]),
+        strategy=strategy,
+        suffix=events,
+        complete=complete,
+        record=record,
+    )
+
+
+LOCK_FILE: Final = "agent.lock"
+
+
+def _lock_agent_dir(folder: Path, agent_id: str) -> int:
+    """Take the agent's exclusive lock (``agent.lock``, flock) for as long as it is open.
+
+    One writer per file (DESIGN §4) across processes too: the actor's caches and the
+    mirror assume no other process writes while the store is open. A second process
+    (a CLI command while the server holds the agent) gets ``AgentUnavailableError``. The
+    kernel drops the lock when the holder dies, SIGKILL included.
+    """
+    fd = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise AgentUnavailableError(
+            f"agent {agent_id!r} is open in another process (its {LOCK_FILE} is locked); "
+            "use that process (for example the server's RPC methods) or stop it first",
+            data={"agent_id": agent_id},
+        ) from None
+    return fd

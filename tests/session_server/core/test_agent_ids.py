@@ -1,0 +1,76 @@
+"""Agent ids name a folder: they must never escape it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from session_server.core.agent_ids import MAX_AGENT_ID_BYTES, validate_agent_id
+from session_server.core.errors import InvalidAgentIdError, InvalidParamsError
+
+
+@pytest.mark.parametrize(
+    "agent_id",
+    [
+        "db manager_db manager_1393",  # spaces, as the reference fixtures use
+        "SingleAgentXml_Tester_1436",
+        "Worker_Worker_1317",
+        "a",
+        "agent.v2",
+        "naïve-agent ☕",
+        "user@example.com:main (test) #1",
+        "x" * MAX_AGENT_ID_BYTES,
+        "é" * (MAX_AGENT_ID_BYTES // 2),  # 2 bytes each: exactly the limit
+    ],
+)
+def test_allowed(agent_id: str) -> None:
+    assert validate_agent_id(agent_id) == agent_id
+
+
+@pytest.mark.parametrize(
+    ("agent_id", "problem"),
+    [
+        ("", "empty"),
+        ("a/b", "path separator"),
+        ("/etc", "path separator"),
+        ("a\\b", "path separator"),
+        ("..", "'..'"),
+        ("../escape", "path separator"),
+        ("a..b", "'..'"),
+        (".", "'.'"),
+        ("a\x00b", "control"),
+        ("\x00", "control"),
+        ("line\nbreak", "control"),
+        ("tab\there", "control"),
+        ("bell\x07", "control"),
+        ("del\x7f", "control"),
+        ("c1\x85", "control"),
+        (" leading", "whitespace"),
+        ("trailing ", "whitespace"),
+        ("x" * (MAX_AGENT_ID_BYTES + 1), "128 bytes"),
+        ("é" * (MAX_AGENT_ID_BYTES // 2 + 1), "128 bytes"),  # 130 bytes, 65 characters
+        ("\ud800", "surrogate"),
+    ],
+)
+def test_refused(agent_id: str, problem: str) -> None:
+    with pytest.raises(InvalidAgentIdError) as info:
+        validate_agent_id(agent_id)
+    err = info.value
+    assert problem in err.message
+    assert err.message.startswith("agent_id")
+    assert err.data == {"field": "agent_id"}
+    assert err.code == -32602
+    assert isinstance(err, InvalidParamsError)
+
+
+@pytest.mark.parametrize("value", [None, 42, b"bytes", ["a"]])
+def test_not_a_string(value: Any) -> None:
+    with pytest.raises(InvalidAgentIdError, match="must be a string"):
+        validate_agent_id(value)
+
+
+def test_long_ids_are_truncated_in_the_message() -> None:
+    with pytest.raises(InvalidAgentIdError) as info:
+        validate_agent_id("x" * 10_000)
+    assert len(info.value.message) < 200

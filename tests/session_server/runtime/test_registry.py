@@ -1,0 +1,92 @@
+"""Registry: one actor per agent, hibernation, the open-file bound, bad agent ids and files."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from session_server import ActorRegistry
+from session_server.core.errors import AgentUnavailableError, InvalidAgentIdError
+from session_server.core.events import SessionEvent
+
+
+def open_sqlite_fds() -> int:
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.endswith((".sqlite", ".sqlite-wal", ".sqlite-shm")):
+            count += 1
+    return count
+
+
+async def test_one_actor_per_agent(tmp_path: Path) -> None:
+    async with ActorRegistry(tmp_path) as reg:
+        assert await reg.get("a") is await reg.get("a")
+        assert await reg.get("a") is not await reg.get("b")
+
+
+async def test_idle_actors_hibernate_and_reopen(tmp_path: Path) -> None:
+    async with ActorRegistry(tmp_path, idle_timeout=3600) as reg:
+        actor = await reg.get("sleepy")
+        sid = await actor.create_session()
+        assert actor.is_open and reg.open_count == 1
+        assert await reg.hibernate_idle(older_than=-1) == 1
+        assert not actor.is_open and reg.open_count == 0
+        # the next call re-opens transparently
+        await actor.append_events(sid, [SessionEvent(action="user_message", content="hi")])
+        assert actor.is_open
+        assert [e.content for e in await actor.load_events(sid)] == ["hi"]
+
+
+async def test_open_files_stay_under_the_bound(tmp_path: Path) -> None:
+    baseline = open_sqlite_fds()
+    async with ActorRegistry(tmp_path, max_open=8, idle_timeout=None) as reg:
+        for i in range(60):
+            actor = await reg.get(f"agent-{i}")
+            sid = await actor.create_session()
+            await actor.load_events(sid)
+            assert reg.open_count <= 8
+        # wal + shm + db per connection, two connections per open store
+        assert open_sqlite_fds() - baseline <= 8 * 6
+        # an evicted agent still works
+        first = await reg.get("agent-0")
+        assert len(await first.list_sessions()) == 1
+    assert open_sqlite_fds() == baseline
+
+
+@pytest.mark.parametrize(
+    "bad",
+    ["", "a/b", "a\\b", "..", "x..y", ".", "nul\x00", "tab\tid", "x" * 129, "é" * 65],
+)
+async def test_invalid_agent_ids_touch_no_file(tmp_path: Path, bad: str) -> None:
+    async with ActorRegistry(tmp_path / "mem") as reg:
+        with pytest.raises(InvalidAgentIdError, match="agent_id"):
+            await reg.get(bad)
+    assert not (tmp_path / "mem").exists()
+
+
+async def test_spaces_are_allowed(tmp_path: Path) -> None:
+    async with ActorRegistry(tmp_path) as reg:
+        actor = await reg.get("db manager_db manager_1393")
+        await actor.create_session()
+        assert reg.list_agents() == ["db manager_db manager_1393"]
+
+
+async def test_corrupt_file_fails_only_that_agent(tmp_path: Path) -> None:
+    bad_dir = tmp_path / "agents" / "broken"
+    bad_dir.mkdir(parents=True)
+    (bad_dir / "agent.sqlite").write_bytes(b"this is not a sqlite database" * 100)
+    async with ActorRegistry(tmp_path) as reg:
+        broken = await reg.get("broken")
+        with pytest.raises(AgentUnavailableError, match="broken"):
+            await broken.list_sessions()
+        healthy = await reg.get("healthy")
+        sid = await healthy.create_session()
+        assert (await healthy.get_session(sid)) is not None
+        with pytest.raises(AgentUnavailableError):
+            await broken.create_session()
