@@ -13,7 +13,11 @@ list of content blocks. (This module never imports the ``anthropic`` SDK.)
   per URL: ``data:`` URLs become ``base64`` sources (JPEG, PNG, GIF or WebP, base64
   encoded), ``http(s)`` URLs become ``url`` sources.
 - assistant messages: a ``text`` block (when non-empty) then one ``tool_use`` block per
-  tool call (``id``, ``name``, ``input`` = the arguments object).
+  tool call (``id``, ``name``, ``input`` = the arguments object). ``input`` must be an
+  object: arguments a model sent as anything else are wrapped
+  (``core.codec.arguments_object``): a string holding a JSON object is that object,
+  any other string (malformed JSON) becomes ``{"_raw": "<the string>"}``, any other
+  value ``{"_value": <the value>}``.
 - tool results: ``tool_result`` blocks (``tool_use_id``; ``content`` the text, or text
   and image blocks when the result has images; ``is_error: true`` for an error result)
   inside the user message that follows the assistant message; the results of one
@@ -40,6 +44,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from session_server.core.codec import arguments_object
 from session_server.core.events import ContextMessage
 
 from .checks import check_images, check_tool_pairing, render_error
@@ -100,7 +105,12 @@ def _blocks(msg: ContextMessage, index: int) -> list[dict[str, Any]]:
         return [_tool_result(msg, index)]
     blocks = _text_and_images(msg, index)
     blocks.extend(
-        {"type": "tool_use", "id": call.id, "name": call.name, "input": dict(call.arguments)}
+        {
+            "type": "tool_use",
+            "id": call.id,
+            "name": call.name,
+            "input": arguments_object(call.arguments),
+        }
         for call in msg.tool_calls or ()
     )
     return blocks

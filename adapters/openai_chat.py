@@ -10,8 +10,11 @@ The result is a list of ``ChatCompletionMessageParam`` objects, ready for
   part (when the text is non-empty) followed by one ``image_url`` part per URL
   (``data:`` URLs included, passed through unchanged);
 - assistant tool calls are native ``tool_calls`` (``type: "function"``, ``arguments`` a
-  compact JSON string); an assistant message with tool calls and no text has no
-  ``content`` key;
+  compact JSON string, or the string the model sent when it was stored as one, malformed
+  JSON included); an assistant message with tool calls and no text has no ``content``
+  key. A call group of several consecutive assistant messages with tool calls (the
+  Responses shape: one call per item) becomes one assistant message, since every call
+  must precede its results here: its texts joined by a blank line, its calls in order;
 - tool results are ``role: "tool"`` messages with ``tool_call_id``; Chat Completions has
   no error flag, so an error result (``is_error``) is sent as its content, unchanged, and
   a compacted placeholder is sent as the content it holds;
@@ -28,10 +31,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from session_server.core.codec import encode_json
+from session_server.core.codec import arguments_text
 from session_server.core.events import ContextMessage
 
-from .checks import check_images, check_tool_pairing
+from .checks import call_groups, check_images, check_tool_pairing
 
 __all__ = ["OpenAIChatAdapter", "adapter"]
 
@@ -44,6 +47,18 @@ def _user_content(msg: ContextMessage) -> str | list[dict[str, Any]]:
         parts.append({"type": "text", "text": msg.content})
     parts.extend({"type": "image_url", "image_url": {"url": url}} for url in msg.images)
     return parts
+
+
+def _merged(group: list[ContextMessage]) -> ContextMessage:
+    """One assistant message holding every call of a call group."""
+    if len(group) == 1:
+        return group[0]
+    return ContextMessage(
+        role="assistant",
+        content="\n\n".join(m.content for m in group if m.content),
+        name=next((m.name for m in group if m.name is not None), None),
+        tool_calls=[call for m in group for call in m.tool_calls or ()],
+    )
 
 
 def _render(msg: ContextMessage) -> dict[str, Any]:
@@ -60,7 +75,7 @@ def _render(msg: ContextMessage) -> dict[str, Any]:
             {
                 "id": call.id,
                 "type": "function",
-                "function": {"name": call.name, "arguments": encode_json(call.arguments)},
+                "function": {"name": call.name, "arguments": arguments_text(call.arguments)},
             }
             for call in msg.tool_calls
         ]
@@ -85,7 +100,7 @@ class OpenAIChatAdapter:
         out: list[dict[str, Any]] = []
         if system_instructions:
             out.append({"role": "system", "content": "\n\n".join(system_instructions)})
-        out.extend(_render(msg) for msg in messages)
+        out.extend(_render(_merged(group)) for group in call_groups(messages))
         return {"messages": out}
 
 

@@ -18,8 +18,11 @@ Items:
   one ``input_image`` per URL (``detail: "auto"``; ``data:`` URLs passed unchanged);
 - assistant messages: a ``message`` item with the text (omitted when the message has tool
   calls and no text), then one native ``function_call`` item per tool call
-  (``call_id``, ``name``, ``arguments`` a compact JSON string; no item ``id``: the
-  provider's ``fc_...`` ids are not known here);
+  (``call_id``, ``name``, ``arguments`` a compact JSON string, or the string the model
+  sent when it was stored as one, malformed JSON included; no item ``id``: the
+  provider's ``fc_...`` ids are not known here). Consecutive assistant messages with
+  tool calls (the API's own shape, one ``function_call`` per item) stay consecutive
+  items, their outputs after them;
 - tool results: ``function_call_output`` items paired by ``call_id``; ``output`` is the
   content (a compacted placeholder passes through as it is), or, with images, a list of
   ``input_text``/``input_image`` parts. The format has no error flag: an error result
@@ -36,7 +39,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from session_server.core.codec import encode_json
+from session_server.core.codec import arguments_text
 from session_server.core.events import ContextMessage
 
 from .checks import check_images, check_tool_pairing
@@ -69,7 +72,7 @@ def _render(msg: ContextMessage) -> list[dict[str, Any]]:
             "type": "function_call",
             "call_id": call.id,
             "name": call.name,
-            "arguments": encode_json(call.arguments),
+            "arguments": arguments_text(call.arguments),
         }
         for call in msg.tool_calls or ()
     )

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from session_server.core.codec import encode_json
+from session_server.core.codec import arguments_text
 from session_server.core.events import ContextMessage
 
 __all__ = ["WorkersAIAdapter", "adapter"]
@@ -33,7 +33,10 @@ class WorkersAIAdapter:
                     {
                         "id": call.id,
                         "type": "function",
-                        "function": {"name": call.name, "arguments": encode_json(call.arguments)},
+                        "function": {
+                            "name": call.name,
+                            "arguments": arguments_text(call.arguments),
+                        },
                     }
                     for call in msg.tool_calls
                 ]

@@ -11,7 +11,10 @@ carrying summarize ``memory``) events before ``tail_start_seq`` are dropped and 
 memory block is appended to the system instructions; with a compact record, tool
 payloads of events with ``seq < boundary_seq`` become placeholders (see
 ``placeholders``). Tool results whose call is not in the window are dropped (no provider
-accepts them; they stay in storage). The output depends only on the events and the
+accepts them; they stay in storage), and the tool pairing is repaired
+(``core.repair.repair_tool_pairing``: synthetic results for calls that never got one,
+late results moved to their call, reused call ids made unique), so every stored history
+builds a context every adapter renders. The output depends only on the events and the
 record, so the messages for a given prefix of events are identical from one request to
 the next until a new record is written: provider prompt caches keep working.
 """
@@ -25,6 +28,7 @@ from typing import Any
 from ..core.codec import event_to_message
 from ..core.context import WorkingContext
 from ..core.events import ContextMessage, SessionEvent
+from ..core.repair import repair_tool_pairing
 from ..core.tokens import MESSAGE_OVERHEAD, count_messages, get_counter
 from ..core.turns import drop_orphan_results
 from .config import StrategyConfig
@@ -106,8 +110,11 @@ def build_parts(
     )
     names = call_name_index(evs) if params is not None else {}
     messages: list[ContextMessage] = []
+    # Token count of each message by identity (None: the event has no stored count);
+    # messages a placeholder changed are counted afresh, and so are the ones the repair
+    # below makes up or changes (they are not in this map).
+    known: dict[int, int | None] = {}
     removed = 0
-    stored: int | None = 0
     counter = None
     for ev in evs:
         msg = event_to_message(ev)
@@ -117,16 +124,27 @@ def build_parts(
         if params is not None:
             msg, n = compact_message(ev, msg, params, names)
             removed += n
-        if stored is not None:
-            if n:
-                counter = counter or get_counter(model)
-                stored += counter.count_message(msg)
-            elif ev.token_count is not None:
-                stored += ev.token_count
-            else:
-                stored = None
+        if n:
+            counter = counter or get_counter(model)
+            known[id(msg)] = counter.count_message(msg)
+        else:
+            known[id(msg)] = ev.token_count
         messages.append(msg)
-    return BuiltContext(extra, messages, removed, stored)
+    # ``mapped`` stays referenced (a local lives until the return): the ids in ``known``
+    # cannot be reused by the messages the repair makes.
+    mapped = messages
+    repaired = repair_tool_pairing(mapped)
+    total = 0
+    for msg in repaired:
+        if id(msg) in known:
+            tokens = known[id(msg)]
+        else:
+            counter = counter or get_counter(model)
+            tokens = counter.count_message(msg)
+        if tokens is None:
+            return BuiltContext(extra, repaired, removed, None)
+        total += tokens
+    return BuiltContext(extra, repaired, removed, total)
 
 
 def build_compacted_context(

@@ -19,7 +19,7 @@ from typing import Any
 
 import msgspec
 
-from ..core.codec import encode_json
+from ..core.codec import arguments_text, encode_json
 from ..core.codec import now_ms as _now_ms
 from ..core.errors import SummarizerError
 from ..core.events import SessionEvent
@@ -230,7 +230,7 @@ def render_transcript(request: SummaryRequest, *, max_chars: int = 2000) -> str:
                 if ev.content:
                     lines.append(f"  Assistant: {_clip(ev.content, max_chars)}")
                 for call in ev.tool_calls or ():
-                    args = _clip(encode_json(call.arguments), max_chars)
+                    args = _clip(arguments_text(call.arguments), max_chars)
                     lines.append(f"  Tool call {call.name} (call_id={call.id}): {args}")
             elif ev.action == "tool_result":
                 kind = "Tool error" if ev.is_success is False else "Tool result"

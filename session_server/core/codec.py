@@ -17,9 +17,11 @@ from typing import Any, Final
 import msgspec
 
 from .errors import CorruptRecordError
-from .events import ACTIONS, Action, ContextMessage, SessionEvent, ToolCall
+from .events import ACTIONS, Action, ContextMessage, SessionEvent, ToolArguments, ToolCall
 
 __all__ = [
+    "arguments_object",
+    "arguments_text",
     "dehydrate_event",
     "encode_json",
     "event_to_message",
@@ -46,6 +48,33 @@ _OWN_KEYS: Final[dict[str, tuple[str, ...]]] = {
 def encode_json(value: Any) -> str:
     """Compact JSON (``,``/``:`` separators) with non-ASCII characters kept as they are."""
     return _ENCODER.encode(value).decode("utf-8")
+
+
+def arguments_text(arguments: ToolArguments) -> str:
+    """Tool call arguments as the JSON string the OpenAI formats carry.
+
+    A string is the text the model sent and is passed through unchanged (even when it is
+    not valid JSON); any other value is encoded as compact JSON.
+    """
+    return arguments if isinstance(arguments, str) else encode_json(arguments)
+
+
+def arguments_object(arguments: ToolArguments) -> dict[str, Any]:
+    """Tool call arguments as an object (Anthropic's ``tool_use.input`` must be one).
+
+    An object is returned as a copy; a string holding a JSON object is that object; any
+    other string (malformed JSON, or JSON that is not an object) is wrapped as
+    ``{"_raw": <the string>}``; any other value as ``{"_value": <the value>}``.
+    """
+    if isinstance(arguments, dict):
+        return dict(arguments)
+    if isinstance(arguments, str):
+        try:
+            value = _DECODER.decode(arguments)
+        except msgspec.DecodeError:
+            return {"_raw": arguments}
+        return value if isinstance(value, dict) else {"_raw": arguments}
+    return {"_value": arguments}
 
 
 def now_ms() -> int:
@@ -99,15 +128,9 @@ def _tool_calls_from_json(raw: Any, event_id: str) -> list[ToolCall]:
                 f"event {event_id!r}: metadata 'toolCalls[{i}]' must be an object",
                 data={"event_id": event_id, "field": f"metadata.toolCalls[{i}]"},
             )
+        # Arguments read back exactly as they were stored: an object, or whatever else the
+        # model sent (a JSON string, possibly malformed); the adapters render each form.
         args = item.get("arguments", {})
-        if isinstance(args, str):
-            # Some writers store arguments as a JSON string; read them as an object.
-            try:
-                args = _DECODER.decode(args) if args else {}
-            except msgspec.DecodeError:
-                args = {"_raw": args}
-        if not isinstance(args, dict):
-            args = {"_value": args}
         call_id, name = item.get("id"), item.get("name")
         calls.append(
             ToolCall(

@@ -12,6 +12,7 @@ from typing import Any
 
 from .codec import event_to_message as default_event_to_message
 from .events import ContextMessage, SessionEvent
+from .repair import repair_tool_pairing
 
 __all__ = ["EventMapper", "WorkingContext", "build_working_context"]
 
@@ -81,10 +82,11 @@ def build_working_context(
 ) -> WorkingContext:
     """Map events (oldest first) to messages; a mapper returning ``None`` skips an event.
 
-    ``base_seq`` defaults to the highest seq among ``events`` (0 when there are none).
+    The tool pairing of the messages is repaired (``core.repair.repair_tool_pairing``),
+    so the context renders for every adapter whatever the events hold. ``base_seq`` defaults to the highest seq among ``events`` (0 when there are none).
     """
     mapper = event_to_message or default_event_to_message
-    messages = [m for m in (mapper(e) for e in events) if m is not None]
+    messages = repair_tool_pairing([m for m in (mapper(e) for e in events) if m is not None])
     if base_seq is None:
         base_seq = max((e.seq for e in events), default=0)
     return WorkingContext(

@@ -20,6 +20,7 @@ __all__ = [
     "ContextMessage",
     "Role",
     "SessionEvent",
+    "ToolArguments",
     "ToolCall",
 ]
 
@@ -44,18 +45,31 @@ ACTIONS: Final[tuple[str, ...]] = (
 ROLES: Final[tuple[str, ...]] = ("system", "user", "assistant", "tool")
 
 
+ToolArguments = dict[str, Any] | list[Any] | str | int | float | bool | None
+"""Tool call arguments as the model sent them: usually an object, but a model may send
+malformed JSON (kept as the string it sent) or a JSON value that is not an object. They
+are stored and returned unchanged; the adapters render them faithfully
+(``core.codec.arguments_text`` / ``arguments_object``)."""
+
+
 class ToolCall(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """One function call requested by the model; ``arguments`` is always an object."""
+    """One function call requested by the model.
+
+    ``arguments`` is normally an object; anything else a model sent (a string that is not
+    valid JSON, an array, a number) is kept as it came, never refused.
+    """
 
     id: str
     name: str
-    arguments: dict[str, Any] = msgspec.field(default_factory=dict)
+    arguments: ToolArguments = msgspec.field(default_factory=dict)
 
 
 class ContextMessage(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=True):
     """One message of a working context.
 
     ``compacted`` marks a message whose payload a compaction replaced by a placeholder;
+    ``synthetic`` marks a message the builder made up to repair a stored history (a
+    result for a call that never got one; see ``core.repair``), never a stored one;
     ``is_error`` marks a tool result that reports a failure; ``images`` are image URLs
     (``data:`` URLs included); ``reasoning`` is kept for the record and never sent to a
     provider by the adapters.
@@ -73,6 +87,7 @@ class ContextMessage(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=T
     images: list[str] | None = None
     is_error: bool = False
     compacted: bool = False
+    synthetic: bool = False
 
 
 class SessionEvent(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=True):

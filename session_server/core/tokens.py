@@ -14,7 +14,7 @@ import math
 from collections.abc import Iterable
 from typing import Any, Final, NamedTuple
 
-from .codec import encode_json
+from .codec import arguments_text
 from .events import ContextMessage
 
 __all__ = [
@@ -77,7 +77,7 @@ class TokenCounter:
         if message.name:
             total += self.count(message.name)
         for call in message.tool_calls or ():
-            total += self.count(call.name) + self.count(encode_json(call.arguments)) + 3
+            total += self.count(call.name) + self.count(arguments_text(call.arguments)) + 3
         return total
 
     def count_messages(

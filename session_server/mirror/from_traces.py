@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.codec import encode_json, new_event_id
-from ..core.events import SessionEvent, ToolCall
+from ..core.events import SessionEvent, ToolArguments, ToolCall
 from .traces import (
     ASSISTANT_TRACE_META,
     CALL_TRACES_META,
@@ -76,10 +76,9 @@ def _images(line: dict[str, Any]) -> list[str] | None:
     return None
 
 
-def _arguments(raw: object) -> dict[str, Any]:
-    if isinstance(raw, dict):
-        return raw
-    return {} if raw is None else {"_value": raw}
+def _arguments(raw: Any) -> ToolArguments:
+    # Arguments are kept as they were written (an object, or what the model sent).
+    return {} if raw is None else raw
 
 
 def traces_to_events(entries: Iterable[TraceEntry], *, session_id: str = "") -> ImportedTraces:

@@ -162,7 +162,7 @@ def message_from_snapshot(msg: dict[str, Any]) -> ContextMessage:
             ToolCall(
                 id=_text(c.get("id")),
                 name=_text(c.get("name")),
-                arguments=c["arguments"] if isinstance(c.get("arguments"), dict) else {},
+                arguments=c.get("arguments", {}),
             )
             for c in raw_calls
             if isinstance(c, dict)

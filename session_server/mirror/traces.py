@@ -38,7 +38,7 @@ from typing import Any, Final
 
 import msgspec
 
-from ..core.events import SessionEvent
+from ..core.events import SessionEvent, ToolArguments
 
 __all__ = [
     "ASSISTANT_TRACE_META",
@@ -143,7 +143,7 @@ class TraceState:
         self.turn = 0
         self.next_seq: dict[int, int] = {}
         self.call_turns: dict[str, int] = {}
-        self.pending: dict[str, tuple[int, str, dict[str, Any]]] = {}
+        self.pending: dict[str, tuple[int, str, ToolArguments]] = {}
 
     @classmethod
     def from_events(cls, events: Iterable[SessionEvent]) -> TraceState:

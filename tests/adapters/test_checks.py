@@ -43,20 +43,20 @@ REFUSED = [
     pytest.param(
         [user(), calls("c1"), user("again"), result("c1")],
         "messages[1]: tool call 'c1' has no result before messages[2] (user); "
-        "a call may stay unanswered only in the last assistant message",
+        "a call may stay unanswered only in the last call group",
         id="result-after-another-message",
     ),
     pytest.param(
         [user(), calls("c1", "c2"), result("c1"), ContextMessage(role="assistant", content="x")],
         "messages[1]: tool call 'c2' has no result before messages[3] (assistant); "
-        "a call may stay unanswered only in the last assistant message",
+        "a call may stay unanswered only in the last call group",
         id="missing-result-then-assistant",
     ),
     pytest.param(
-        [user(), calls("c1"), calls("c2")],
-        "messages[1]: tool call 'c1' has no result before messages[2] (assistant); "
-        "a call may stay unanswered only in the last assistant message",
-        id="missing-result-then-more-calls",
+        [user(), calls("c1"), calls("c2"), result("c1"), calls("c3")],
+        "messages[2]: tool call 'c2' has no result before messages[4] (assistant); "
+        "a call may stay unanswered only in the last call group",
+        id="group-missing-a-result-then-more-calls",
     ),
     pytest.param(
         [user(), calls("c1"), result("c1"), calls("c1")],
@@ -105,6 +105,11 @@ ACCEPTED = [
     pytest.param([user(), calls("c1")], id="pending-last"),
     pytest.param([user(), calls("c1", "c2"), result("c1")], id="partly-answered-last"),
     pytest.param([calls("c1"), result("c1"), calls("c2"), result("c2")], id="chained-calls"),
+    pytest.param(
+        [user(), calls("c1"), calls("c2"), result("c2"), result("c1"), user()], id="group"
+    ),
+    pytest.param([user(), calls("c1"), calls("c2")], id="pending-group"),
+    pytest.param([user(), calls("c1"), calls("c2"), result("c1")], id="partly-answered-group"),
 ]
 
 
@@ -113,6 +118,26 @@ def test_check_tool_pairing_accepts(messages: list[ContextMessage]) -> None:
     check_tool_pairing(messages)
     for adapter in CHECKED:
         assert adapter.to_model_messages([], messages)
+
+
+def test_chat_merges_a_call_group_into_one_assistant_message() -> None:
+    first = ContextMessage(role="assistant", content="Checking.", tool_calls=[ToolCall("c1", "t")])
+    rendered = openai_chat.adapter.to_model_messages(
+        [], [user(), first, calls("c2"), result("c1"), result("c2")]
+    )["messages"]
+    assert [m["role"] for m in rendered] == ["user", "assistant", "tool", "tool"]
+    assert rendered[1]["content"] == "Checking."
+    assert [c["id"] for c in rendered[1]["tool_calls"]] == ["c1", "c2"]
+    responses = openai_responses.adapter.to_model_messages(
+        [], [user(), calls("c1"), calls("c2"), result("c1"), result("c2")]
+    )["input"]
+    assert [item["type"] for item in responses] == [
+        "message",
+        "function_call",
+        "function_call",
+        "function_call_output",
+        "function_call_output",
+    ]
 
 
 def test_render_error_names_the_path_and_is_invalid_params() -> None:

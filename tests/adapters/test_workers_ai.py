@@ -302,10 +302,15 @@ def test_full_agentic_loop_conversation() -> None:
     assert len(store.rows) == 8
     assert [r["seq"] for r in store.rows] == list(range(1, 9))
 
-    # Everything stored maps back to exactly the messages that were added.
+    # Everything stored maps back to the messages that were added; the fake model reused
+    # the call id ``call_w1`` in the second turn, which the build makes unique.
     rebuilt = build_working_context(store.load())
     assert rebuilt.base_seq == 8
-    assert [event_to_message(e) for e in store.load()] == rebuilt.messages
+    mapped = [event_to_message(e) for e in store.load()]
+    ids = [m.tool_call_id for m in rebuilt.messages if m.tool_call_id]
+    ids += [c.id for m in rebuilt.messages for c in m.tool_calls or ()]
+    assert sorted(ids) == ["call_w1", "call_w1", "call_w1_2", "call_w1_2"]
+    assert [m.content for m in mapped if m] == [m.content for m in rebuilt.messages]
     final = render(["You are a weather bot."], rebuilt.messages)
     assert final[-1] == {"role": "assistant", "content": "It is 21°C in Paris."}
     for request in model.requests:

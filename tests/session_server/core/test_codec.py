@@ -12,6 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from session_server.core.codec import (
+    arguments_object,
+    arguments_text,
     dehydrate_event,
     encode_json,
     event_to_message,
@@ -216,10 +218,35 @@ class TestHydrate:
     def test_tool_calls_missing_reads_as_no_calls(self) -> None:
         assert hydrate_event(row("tool_call_request", "", None)).tool_calls == []
 
-    def test_tool_call_arguments_stored_as_json_string_read_as_object(self) -> None:
-        meta = '{"toolCalls":[{"id":"c","name":"f","arguments":"{\\"q\\":1}"}]}'
+    def test_tool_call_arguments_stored_as_json_string_read_as_stored(self) -> None:
+        # Stored as sent (a JSON string), read back unchanged; the adapters render it.
+        meta = '{"toolCalls":[{"id":"c","name":"f","arguments":"{\\"q\\": 1}"}]}'
         ev = hydrate_event(row("tool_call_request", "", meta))
-        assert ev.tool_calls == [ToolCall("c", "f", {"q": 1})]
+        assert ev.tool_calls == [ToolCall("c", "f", '{"q": 1}')]
+        assert arguments_text(ev.tool_calls[0].arguments) == '{"q": 1}'
+        assert arguments_object(ev.tool_calls[0].arguments) == {"q": 1}
+
+    @pytest.mark.parametrize(
+        ("stored", "text", "obj"),
+        [
+            ({"a": [1]}, '{"a":[1]}', {"a": [1]}),
+            ('{"city": "Par', '{"city": "Par', {"_raw": '{"city": "Par'}),
+            ("[1, 2]", "[1, 2]", {"_raw": "[1, 2]"}),
+            ([1, 2], "[1,2]", {"_value": [1, 2]}),
+            (7, "7", {"_value": 7}),
+            (None, "null", {"_value": None}),
+        ],
+    )
+    def test_tool_call_arguments_any_shape_round_trip_and_render(
+        self, stored: Any, text: str, obj: dict[str, Any]
+    ) -> None:
+        event = SessionEvent(
+            id="e", action="tool_call_request", tool_calls=[ToolCall("c", "f", stored)]
+        )
+        back = hydrate_event(dehydrate_event(event))
+        assert back.tool_calls == [ToolCall("c", "f", stored)]
+        assert arguments_text(stored) == text
+        assert arguments_object(stored) == obj
 
     def test_tool_call_arguments_missing_read_as_empty_object(self) -> None:
         ev = hydrate_event(row("tool_call_request", "", '{"toolCalls":[{"id":"c","name":"f"}]}'))

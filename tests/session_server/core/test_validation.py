@@ -76,15 +76,16 @@ class TestParseMessage:
         assert "str" in err.message
         assert err.data == {"field": "messages[2].content"}
 
-    @pytest.mark.parametrize("arguments", ['{"a":1}', [1, 2], 3, None])
-    def test_non_object_arguments(self, arguments: Any) -> None:
-        bad = {
+    @pytest.mark.parametrize("arguments", ['{"a":1}', '{"a": tru', [1, 2], 3, 1.5, None])
+    def test_non_object_arguments_are_kept_as_sent(self, arguments: Any) -> None:
+        # What a model really sends (malformed JSON, a bare value) is never refused.
+        sent = {
             "role": "assistant",
             "tool_calls": [{"id": "c", "name": "f", "arguments": arguments}],
         }
-        err = refused(parse_messages, in_batch(bad))
-        assert err.message.startswith("messages[2].tool_calls[0].arguments: ")
-        assert "object" in err.message
+        (msg,) = parse_messages([sent])
+        assert msg.tool_calls is not None
+        assert msg.tool_calls[0].arguments == arguments
 
     def test_tool_call_without_id_or_name(self) -> None:
         err = refused(
@@ -182,13 +183,14 @@ class TestParseEvent:
         )
         assert err.message.startswith("event.tool_calls: ")
 
-    def test_non_object_arguments(self) -> None:
-        bad = {
+    def test_non_object_arguments_are_kept_as_sent(self) -> None:
+        sent = {
             "action": "tool_call_request",
             "tool_calls": [{"id": "c", "name": "f", "arguments": "x"}],
         }
-        err = refused(parse_events, [bad])
-        assert err.message.startswith("events[0].tool_calls[0].arguments: ")
+        (event,) = parse_events([sent])
+        assert event.tool_calls is not None
+        assert event.tool_calls[0].arguments == "x"
 
     def test_content_not_a_string(self) -> None:
         err = refused(parse_events, [{"action": "user_message", "content": 5}])

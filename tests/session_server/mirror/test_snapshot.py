@@ -148,7 +148,7 @@ def test_reference_tool_messages_with_null_content() -> None:
             "tool_payload": {"tool_calls": [{"id": "9", "name": "w", "arguments": "bad"}]},
         }
     )
-    assert call.content == "" and call.tool_calls == [ToolCall(id="9", name="w", arguments={})]
+    assert call.content == "" and call.tool_calls == [ToolCall(id="9", name="w", arguments="bad")]
 
 
 def test_cache_loader_never_raises(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:

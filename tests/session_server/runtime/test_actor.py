@@ -236,9 +236,10 @@ async def test_window_widens_to_the_call_of_a_late_result(actor: AgentActor) -> 
     await actor.append_events(
         sid, [SessionEvent(action="tool_result", tool_call_id="late", content="ok")]
     )
-    # the late result belongs to turn 1; a 2-event window is widened back to that turn
+    # the late result belongs to turn 1; a 2-event window is widened back to that turn,
+    # and the result is placed with its call
     built = await actor.build_working_context(sid, limit=2)
-    assert [m.role for m in built.messages] == ["user", "assistant", "user", "tool"]
+    assert [m.role for m in built.messages] == ["user", "assistant", "tool", "user"]
     # with the call out of reach (from_seq cut), the orphan result is dropped, not sent
     store = await actor._ensure_store()
     window = await store.context_window(sid, limit=None, from_seq=3)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -151,14 +152,17 @@ async def test_append_is_all_or_nothing(actor: AgentActor) -> None:
     not_str = SessionEvent(action="user_message", content=5)  # type: ignore[arg-type]
     with pytest.raises(InvalidParamsError, match=r"events\[0\]\.content"):
         await actor.append_events(sid, [not_str])
-    bad_args = SessionEvent(
-        action="tool_call_request",
-        tool_calls=[ToolCall(id="c", name="f", arguments=[1])],  # type: ignore[arg-type]
-    )
-    with pytest.raises(InvalidParamsError, match="arguments"):
-        await actor.append_events(sid, [bad_args])
     assert [e.seq for e in await actor.load_events(sid)] == [1]
     assert (await actor.append_events(sid, [user(sid, "four")])).seqs == [2]
+
+
+async def test_tool_arguments_are_stored_as_sent(actor: AgentActor) -> None:
+    sid = await actor.create_session()
+    sent: list[Any] = ['{"city": "Par', [1], 7, {"a": None}]
+    calls = [ToolCall(id=f"c{i}", name="f", arguments=a) for i, a in enumerate(sent)]
+    await actor.append_events(sid, [SessionEvent(action="tool_call_request", tool_calls=calls)])
+    (stored,) = await actor.load_events(sid)
+    assert [c.arguments for c in stored.tool_calls or ()] == sent
 
 
 async def test_load_events_filters_limits_and_order(actor: AgentActor) -> None:

@@ -1,0 +1,174 @@
+"""Repair of tool call / tool result pairing in a built context (pure).
+
+Stored histories are whatever clients persisted: an agent that crashed (or was cancelled,
+or hit its step limit) between a tool call and its result, a provider that reuses
+``call_1`` in every turn, results that arrived after later messages, results whose call
+was never stored. No provider accepts such a history as it is, and stored events are
+never rewritten, so the context builder repairs the *messages* it builds:
+
+- **attribution**: a result answers the latest unanswered call with its id before it (a
+  call id reused in a later turn therefore pairs with its own results); a result that
+  comes before every call with its id answers the first of them; a result may also name
+  a call by its repaired id (see renaming). A result that answers nothing (its call is not
+  in the context, or the call already has a result) is left out.
+- **placement**: the results of a *call group* (a run of consecutive assistant messages
+  with tool calls, as the Responses API's one ``function_call`` per item produces) come
+  right after the group, in the order they were stored; a late result moves up to its
+  call.
+- **missing results**: a call without a result gets a synthetic error result right after
+  its group, with the content ``⟦missing: no result was recorded for NAME
+  (call_id=ID)⟧`` and ``synthetic: true`` — unless its group is the last thing in the
+  context (nothing but results after it): those calls stay pending, since the caller is
+  about to answer them.
+- **renaming**: a call id already used earlier in the context becomes ``ID_2`` (then
+  ``ID_3``, ... skipping any id already used), and its results follow. The choice
+  depends only on the messages before it, so the prompt prefix is byte-identical from
+  one build to the next.
+
+The output passes :func:`adapters.checks.check_tool_pairing` for every input. Messages
+that need no repair are returned as the same objects, so callers can tell what changed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import msgspec
+
+from .events import ContextMessage, ToolCall
+
+__all__ = ["missing_result_text", "repair_tool_pairing"]
+
+
+def missing_result_text(tool_name: str, call_id: str) -> str:
+    """The content of the synthetic result for a call that never got one."""
+    return f"⟦missing: no result was recorded for {tool_name} (call_id={call_id})⟧"
+
+
+@dataclass
+class _Slot:
+    """One tool call of the context: where it is, its ids, and the result attributed to it."""
+
+    message: int
+    original: str
+    id: str
+    name: str
+    result: int | None = None
+
+
+@dataclass
+class _Calls:
+    slots: list[_Slot] = field(default_factory=list)
+    by_original: dict[str, list[_Slot]] = field(default_factory=dict)
+    by_id: dict[str, _Slot] = field(default_factory=dict)
+
+
+def _unique(call_id: str, used: set[str]) -> str:
+    k = 2
+    while f"{call_id}_{k}" in used:
+        k += 1
+    return f"{call_id}_{k}"
+
+
+def _collect_calls(messages: Sequence[ContextMessage]) -> _Calls:
+    calls = _Calls()
+    used: set[str] = set()
+    for i, msg in enumerate(messages):
+        if msg.role != "assistant" or not msg.tool_calls:
+            continue
+        for call in msg.tool_calls:
+            base = call.id or "call"  # an empty id (never accepted, but readable) gets one
+            new_id = base if base not in used else _unique(base, used)
+            used.add(new_id)
+            slot = _Slot(i, call.id, new_id, call.name)
+            calls.slots.append(slot)
+            calls.by_original.setdefault(call.id, []).append(slot)
+            calls.by_id[new_id] = slot
+    return calls
+
+
+def _attribute(messages: Sequence[ContextMessage], calls: _Calls) -> None:
+    """Give each result to the call it answers (rules in the module docstring)."""
+    for j, msg in enumerate(messages):
+        if msg.role != "tool" or not msg.tool_call_id:
+            continue
+        call_id = msg.tool_call_id
+        candidates = calls.by_original.get(call_id)
+        if candidates is None:
+            # Not an id any call was stored with: maybe a repaired one (``ID_2``).
+            renamed = calls.by_id.get(call_id)
+            if renamed is not None and renamed.result is None:
+                renamed.result = j
+            continue
+        before = [s for s in candidates if s.message < j]
+        if before:
+            latest_open = next((s for s in reversed(before) if s.result is None), None)
+            if latest_open is not None:
+                latest_open.result = j
+            continue  # otherwise a second result for an answered call: left out
+        first_open = next((s for s in candidates if s.result is None), None)
+        if first_open is not None:
+            first_open.result = j
+
+
+def _renamed(msg: ContextMessage, slots: list[_Slot]) -> ContextMessage:
+    if all(s.id == s.original for s in slots):
+        return msg
+    tool_calls = [
+        ToolCall(id=s.id, name=c.name, arguments=c.arguments)
+        for s, c in zip(slots, msg.tool_calls or (), strict=True)
+    ]
+    return msgspec.structs.replace(msg, tool_calls=tool_calls)
+
+
+def _result(msg: ContextMessage, slot: _Slot) -> ContextMessage:
+    if msg.tool_call_id == slot.id:
+        return msg
+    return msgspec.structs.replace(msg, tool_call_id=slot.id)
+
+
+def _synthetic(slot: _Slot) -> ContextMessage:
+    return ContextMessage(
+        role="tool",
+        content=missing_result_text(slot.name, slot.id),
+        tool_call_id=slot.id,
+        name=slot.name or None,
+        is_error=True,
+        synthetic=True,
+    )
+
+
+def repair_tool_pairing(messages: Sequence[ContextMessage]) -> list[ContextMessage]:
+    """The messages with every call paired with one result (see the module docstring)."""
+    if not any(m.role == "tool" or m.tool_calls for m in messages):
+        return list(messages)
+    calls = _collect_calls(messages)
+    _attribute(messages, calls)
+    slots_of: dict[int, list[_Slot]] = {}
+    for slot in calls.slots:
+        slots_of.setdefault(slot.message, []).append(slot)
+    # The last message that is not a result: a call group ending there may stay pending.
+    last_other = max((i for i, m in enumerate(messages) if m.role != "tool"), default=-1)
+    out: list[ContextMessage] = []
+    n = len(messages)
+    i = 0
+    while i < n:
+        msg = messages[i]
+        if msg.role == "tool":
+            i += 1  # placed with its call, or left out
+            continue
+        if i not in slots_of:
+            out.append(msg)
+            i += 1
+            continue
+        group: list[_Slot] = []
+        while i < n and i in slots_of:
+            out.append(_renamed(messages[i], slots_of[i]))
+            group.extend(slots_of[i])
+            i += 1
+        answered = sorted((s for s in group if s.result is not None), key=lambda s: s.result or 0)
+        out.extend(_result(messages[s.result], s) for s in answered if s.result is not None)
+        if i - 1 < last_other:
+            out.extend(_synthetic(s) for s in group if s.result is None)
+    return out

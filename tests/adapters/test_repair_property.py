@@ -1,0 +1,134 @@
+"""Property: every stored history builds a context every adapter renders, the same each time.
+
+Logs are generated the way real agents break them: crashes between a call and its result,
+providers that reuse ``call_1`` in every turn, results that arrive turns later, results
+whose call was never stored, duplicate results, system messages in the middle, arguments
+that are malformed JSON or not an object, and the Responses shape (one call per assistant
+item). Each is built (``build_compacted_context``, the builder of ``context.build`` /
+``context.render``), rendered by every adapter, validated against the ``openai`` and
+``anthropic`` SDK request types, and built a second time to the same bytes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import adapters
+from session_server.compaction import build_compacted_context
+from session_server.core.codec import encode_json
+from session_server.core.context import build_working_context
+from session_server.core.events import SessionEvent, ToolCall
+from session_server.core.repair import missing_result_text
+
+from .test_sdk_types import _check_all
+
+_text = st.text(alphabet="ab ⟦\n", max_size=6)
+_ids = st.sampled_from(["call_1", "call_2", "call_1_2", "c"])
+_arguments = st.sampled_from([{"city": "Paris"}, '{"city": "Par', "[1]", [1, 2], 3, None, {}])
+
+
+@st.composite
+def logs(draw: st.DrawFn) -> list[SessionEvent]:
+    events: list[SessionEvent] = []
+    deferred: list[SessionEvent] = []  # results that arrive later (or never)
+    fresh = 0
+    for _ in range(draw(st.integers(0, 12))):
+        kind = draw(
+            st.sampled_from(["user", "assistant", "system", "calls", "late", "orphan", "dup"])
+        )
+        if kind == "user":
+            events.append(SessionEvent(action="user_message", content=draw(_text)))
+        elif kind == "assistant":
+            events.append(SessionEvent(action="agent_message", content=draw(_text)))
+        elif kind == "system":
+            events.append(SessionEvent(action="system_instruction", content=draw(_text)))
+        elif kind == "calls":
+            calls = []
+            for _ in range(draw(st.integers(1, 3))):
+                fresh += 1
+                call_id = draw(_ids | st.just(f"f{fresh}"))
+                calls.append(ToolCall(id=call_id, name=f"tool{fresh}", arguments=draw(_arguments)))
+            if draw(st.booleans()):  # one request event per call (the Responses shape)
+                events.extend(
+                    SessionEvent(action="tool_call_request", tool_calls=[c]) for c in calls
+                )
+            else:
+                events.append(
+                    SessionEvent(action="tool_call_request", content=draw(_text), tool_calls=calls)
+                )
+            for call in calls:
+                fate = draw(st.sampled_from(["now", "later", "never"]))
+                res = SessionEvent(
+                    action="tool_result",
+                    content=draw(_text),
+                    tool_call_id=call.id,
+                    tool_name=call.name,
+                    is_success=draw(st.booleans()),
+                )
+                if fate == "now":
+                    events.append(res)
+                elif fate == "later":
+                    deferred.append(res)
+        elif kind == "late" and deferred:
+            events.append(deferred.pop(draw(st.integers(0, len(deferred) - 1))))
+        elif kind == "orphan":
+            events.append(SessionEvent(action="tool_result", content="o", tool_call_id="nowhere"))
+        elif kind == "dup":
+            done = [e for e in events if e.action == "tool_result"]
+            if done:
+                events.append(draw(st.sampled_from(done)))
+    return [
+        SessionEvent(**{**_fields(e), "id": f"e{i}", "seq": i + 1}) for i, e in enumerate(events)
+    ]
+
+
+def _fields(event: SessionEvent) -> dict[str, Any]:
+    return {f: getattr(event, f) for f in event.__struct_fields__}
+
+
+def _render(events: list[SessionEvent]) -> dict[str, Any]:
+    ctx = build_compacted_context(events, record=None, system_instructions=["Be brief."])
+    return {
+        name: adapters.get(name).to_model_messages(ctx.system_instructions, ctx.messages)
+        for name in adapters.names()
+    }
+
+
+def _check_anthropic_pairing(payload: dict[str, Any]) -> None:
+    """Each assistant ``tool_use`` is answered in the very next (user) message, except in
+    the last exchange, where calls may still be pending."""
+    messages = payload["messages"]
+    for i, msg in enumerate(messages):
+        uses = {b["id"] for b in msg["content"] if b["type"] == "tool_use"}
+        if not uses or i + 1 == len(messages):
+            continue
+        answered = {
+            b["tool_use_id"] for b in messages[i + 1]["content"] if b["type"] == "tool_result"
+        }
+        assert answered <= uses if i + 2 == len(messages) else answered == uses
+
+
+@settings(max_examples=150, deadline=None)
+@given(logs())
+def test_every_stored_history_renders_for_every_adapter(events: list[SessionEvent]) -> None:
+    stored = encode_json(events)
+    first = _render(events)
+    ctx = build_compacted_context(events, record=None, system_instructions=["Be brief."])
+    _check_all(ctx.system_instructions, ctx.messages)
+    _check_anthropic_pairing(first["anthropic"])
+    # A second build gives the same bytes (provider prompt caches keep working).
+    assert encode_json(_render(events)) == encode_json(first)
+    # The public local builder repairs the same way.
+    assert build_working_context(events, system_instructions=["Be brief."]).messages == ctx.messages
+    # Every synthetic result says which call it stands for.
+    names = {c.id: c.name for m in ctx.messages for c in m.tool_calls or ()}
+    for msg in ctx.messages:
+        if msg.synthetic:
+            assert msg.tool_call_id is not None
+            assert msg.content == missing_result_text(names[msg.tool_call_id], msg.tool_call_id)
+            assert msg.is_error
+    # The events a build reads are never changed by it.
+    assert encode_json(events) == stored
