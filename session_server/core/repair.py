@@ -11,10 +11,10 @@ never rewritten, so the context builder repairs the *messages* it builds:
   comes before every call with its id answers the first of them; a result may also name
   a call by its repaired id (see renaming). A result that answers nothing (its call is not
   in the context, or the call already has a result) is left out.
-- **placement**: the results of a *call group* (a run of consecutive assistant messages
-  with tool calls, as the Responses API's one ``function_call`` per item produces) come
-  right after the group, in the order they were stored; a late result moves up to its
-  call.
+- **placement**: the results of a *call group* (a run of assistant messages with tool
+  calls, as the Responses API's one ``function_call`` per item produces, with nothing
+  between them but results that answer none of the group's calls) come right after the
+  group, in the order they were stored; a late result moves up to its call.
 - **missing results**: a call without a result gets a synthetic error result right after
   its group, with the content ``⟦missing: no result was recorded for NAME
   (call_id=ID)⟧`` and ``synthetic: true`` — unless its group is the last thing in the
@@ -139,6 +139,23 @@ def _synthetic(slot: _Slot) -> ContextMessage:
     )
 
 
+def _next_in_group(
+    messages: Sequence[ContextMessage], k: int, group: list[_Slot], slots_of: dict[int, list[_Slot]]
+) -> int | None:
+    """The index of the call message that joins ``group`` after ``k - 1``, if any.
+
+    Results that answer none of the group's calls (late ones placed elsewhere, orphans
+    left out) do not end a group; a result of the group does: calls after it are the
+    model's next step, a new group.
+    """
+    own = {s.result for s in group if s.result is not None}
+    while k < len(messages) and messages[k].role == "tool":
+        if k in own:
+            return None
+        k += 1
+    return k if k in slots_of else None
+
+
 def repair_tool_pairing(messages: Sequence[ContextMessage]) -> list[ContextMessage]:
     """The messages with every call paired with one result (see the module docstring)."""
     if not any(m.role == "tool" or m.tool_calls for m in messages):
@@ -163,12 +180,15 @@ def repair_tool_pairing(messages: Sequence[ContextMessage]) -> list[ContextMessa
             i += 1
             continue
         group: list[_Slot] = []
-        while i < n and i in slots_of:
-            out.append(_renamed(messages[i], slots_of[i]))
-            group.extend(slots_of[i])
-            i += 1
+        end: int | None = i
+        while end is not None:
+            out.append(_renamed(messages[end], slots_of[end]))
+            group.extend(slots_of[end])
+            i = end
+            end = _next_in_group(messages, end + 1, group, slots_of)
+        end, i = i, i + 1
         answered = sorted((s for s in group if s.result is not None), key=lambda s: s.result or 0)
         out.extend(_result(messages[s.result], s) for s in answered if s.result is not None)
-        if i - 1 < last_other:
+        if end < last_other:
             out.extend(_synthetic(s) for s in group if s.result is None)
     return out

@@ -132,3 +132,8 @@ def test_consecutive_call_messages_are_one_group_with_results_after_them() -> No
 def test_calls_separated_by_their_results_are_separate_groups() -> None:
     messages = [user(), calls("a"), result("a"), calls("b"), result("b"), user()]
     assert repaired(messages) == messages
+
+
+def test_a_result_that_answers_nothing_does_not_split_a_group() -> None:
+    out = repaired([user(), calls("a"), result("ghost"), calls("b"), result("b")])
+    assert shape(out) == ["u", "call:a", "call:b", "res:b"]  # a stays pending, with b
