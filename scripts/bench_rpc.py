@@ -36,15 +36,18 @@ from websockets.asyncio.server import ServerConnection, serve
 from session_server.client import SessionClient
 from session_server.core.context import WorkingContext
 from session_server.core.events import ContextMessage, ToolCall
-from session_server.rpc.methods import CallContext, PersistParams, rpc_method
+from session_server.rpc.methods import CallContext, MethodSpec, PersistParams, method_table
+from session_server.rpc.table import ROWS
 from session_server.runtime.registry import ActorRegistry
 from session_server.server import SessionServer
 
 
-@rpc_method("bench.validate_only", PersistParams)
 async def validate_only(ctx: CallContext, p: PersistParams) -> dict[str, object]:
     """turn.persist's params validation and framing, without the actor (diagnostic)."""
     return {"seqs": [1, 2, 3, 4], "last_seq": 4, "compaction_required": False}
+
+
+METHODS = method_table(ROWS, [MethodSpec("bench.validate_only", PersistParams, validate_only)])
 
 
 def turn(n: int) -> list[ContextMessage]:
@@ -105,7 +108,7 @@ async def echo_rate(calls: int, warmup: int) -> float:
 async def persist_rates(calls: int, warmup: int, agents: int) -> tuple[float, float, float, float]:
     with tempfile.TemporaryDirectory() as tmp:
         async with ActorRegistry(Path(tmp), synchronous="NORMAL") as registry:
-            server = SessionServer(registry, port=0)
+            server = SessionServer(registry, port=0, methods=METHODS)
             async with server:
                 async with SessionClient(server.url, "bench-0") as client:
                     params = {"session_id": "s", "messages": turn(0), "idempotency_key": "k"}

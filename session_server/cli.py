@@ -139,6 +139,7 @@ def _run_serve(args: argparse.Namespace) -> int:
 
 
 async def _serve(args: argparse.Namespace, tokens: TokenSet) -> int:
+    from .rpc.table import BUILTIN_METHODS
     from .runtime.registry import ActorRegistry
     from .server import SessionServer
 
@@ -171,6 +172,7 @@ async def _serve(args: argparse.Namespace, tokens: TokenSet) -> int:
             port=args.port,
             tokens=tokens,
             max_frame_bytes=args.max_frame_bytes,
+            methods=BUILTIN_METHODS,
         )
         try:
             await server.start()

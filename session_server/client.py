@@ -46,8 +46,8 @@ from .core.errors import (
     TooLargeError,
 )
 from .core.events import ContextMessage, SessionEvent
-from .server import DEFAULT_MAX_FRAME_BYTES
-from .storage.store import AppendResult
+from .core.plans import AppendResult
+from .rpc.protocol import DEFAULT_MAX_FRAME_BYTES
 
 __all__ = ["ERROR_CLASSES", "ConnectionLostError", "SessionClient", "Subscription", "error_from"]
 
@@ -123,10 +123,12 @@ class Subscription:
         self._pending: list[SessionEvent] = []
         self._closed = False
 
-    def _feed(self, events: list[SessionEvent]) -> None:
+    def deliver(self, events: list[SessionEvent]) -> None:
+        """Queue the events of one notification (called by the client's reader)."""
         self._queue.put_nowait(events)
 
-    def _end(self, error: BaseException | None) -> None:
+    def end(self, error: BaseException | None) -> None:
+        """End the iteration, raising ``error`` when given (called by the client)."""
         self._queue.put_nowait(error if error is not None else _END)
 
     def __aiter__(self) -> AsyncIterator[SessionEvent]:
@@ -157,8 +159,8 @@ class Subscription:
         if self._closed:
             return
         self._closed = True
-        await self.client._unsubscribe(self)
-        self._end(None)
+        await self.client.unsubscribe(self)
+        self.end(None)
 
     async def __aenter__(self) -> Subscription:
         return self
@@ -248,7 +250,7 @@ class SessionClient:
             self._pending.clear()
             for subs in self._subs.values():
                 for sub in subs:
-                    sub._end(error)
+                    sub.end(error)
             self._subs.clear()
 
     def _route(self, message: Any) -> None:
@@ -265,7 +267,7 @@ class SessionClient:
                 if subs:
                     events = msgspec.convert(params.get("events", []), list[SessionEvent])
                     for sub in subs:
-                        sub._feed(events)
+                        sub.deliver(events)
             return
         future = self._pending.pop(message.get("id"), None)  # type: ignore[arg-type]
         if future is None or future.done():
@@ -462,7 +464,8 @@ class SessionClient:
         self._subs.pop(sub.session_id, None)
         return True
 
-    async def _unsubscribe(self, sub: Subscription) -> None:
+    async def unsubscribe(self, sub: Subscription) -> None:
+        """Stop the notifications of ``sub`` (``Subscription.close`` calls this)."""
         if self._forget(sub) and self._lost is None:
             with contextlib.suppress(ConnectionLostError):
                 await self.call("events.unsubscribe", {"session_id": sub.session_id})

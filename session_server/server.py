@@ -20,7 +20,7 @@ import http
 import logging
 import weakref
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import unquote, urlsplit
@@ -36,8 +36,15 @@ from .auth import BEARER_SUBPROTOCOL_PREFIX, Grant, TokenSet, token_from_headers
 from .core.agent_ids import validate_agent_id
 from .core.errors import InvalidAgentIdError, NotFoundError, SessionServerError
 from .core.events import SessionEvent
-from .rpc.methods import AGENT, SERVER, CallContext, Endpoint, dispatch
-from .rpc.protocol import encode_message, error_response, notification, parse_frame
+from .rpc.methods import AGENT, SERVER, CallContext, Endpoint, MethodSpec, dispatch
+from .rpc.protocol import (
+    DEFAULT_MAX_FRAME_BYTES,
+    encode_message,
+    error_response,
+    notification,
+    parse_frame,
+)
+from .rpc.table import BUILTIN_METHODS
 
 if TYPE_CHECKING:
     from .runtime.actor import AgentActor
@@ -47,7 +54,6 @@ __all__ = ["DEFAULT_MAX_FRAME_BYTES", "JSONRPC_SUBPROTOCOL", "SessionServer"]
 
 log = logging.getLogger("session_server.server")
 
-DEFAULT_MAX_FRAME_BYTES: Final = 16 * 1024 * 1024
 JSONRPC_SUBPROTOCOL: Final = "jsonrpc"
 AGENT_PREFIX: Final = "/v1/agents/"
 
@@ -205,14 +211,17 @@ class _Connection:
             endpoint = self.route.endpoint
             if not frame.batch:
                 ctx = self._context()
-                response = await dispatch(frame.items[0], ctx, endpoint)
+                response = await dispatch(frame.items[0], ctx, endpoint, self.server.methods)
                 if response is not None:
                     self.queue(response)
                 contexts = [ctx]
             else:
                 contexts = [self._context() for _ in frame.items]
                 answers = await asyncio.gather(
-                    *(dispatch(i, c, endpoint) for i, c in zip(frame.items, contexts, strict=True))
+                    *(
+                        dispatch(i, c, endpoint, self.server.methods)
+                        for i, c in zip(frame.items, contexts, strict=True)
+                    )
                 )
                 responses = [a for a in answers if a is not None]
                 if responses:
@@ -286,8 +295,11 @@ class SessionServer:
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         max_inflight: int = 64,
         drain_timeout: float = 30.0,
+        methods: Mapping[str, MethodSpec] | None = None,
     ) -> None:
         self.registry = registry
+        # The one method table (``rpc.table``) unless the caller passes another.
+        self.methods: Mapping[str, MethodSpec] = BUILTIN_METHODS if methods is None else methods
         self.host = host
         self.port = port
         self.tokens = tokens or TokenSet()

@@ -26,12 +26,13 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from ..core.codec import new_event_id, now_ms
-from ..core.errors import CorruptRecordError
 from ..core.events import SessionEvent
+from ..core.records import CompactionRecord, record_memory
 
 __all__ = [
     "RECORD_VERSION",
     "CompactionPlan",
+    "CompactionRecord",
     "latest_record",
     "make_compaction_event",
     "record_memory",
@@ -87,51 +88,3 @@ def latest_record(events: Sequence[SessionEvent]) -> dict[str, Any] | None:
         if ev.action == "compaction" and ev.compaction is not None:
             return ev.compaction
     return None
-
-
-def _int_key(record: Mapping[str, Any], key: str, where: str) -> int:
-    value = record.get(key)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise CorruptRecordError(
-            f"compaction record: {where}{key!r} must be an integer, got {value!r}",
-            data={"field": f"compaction.{where}{key}"},
-        )
-    return value
-
-
-def record_memory(record: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """The summarize memory a record carries (its own, or a compact record's ``memory``).
-
-    Returns ``{episodic, semantic, tail_start_seq, tail_start_turn}`` or ``None``. Raises
-    ``CorruptRecordError`` when the keys are missing or of the wrong type.
-    """
-    if record is None:
-        return None
-    strategy = record.get("strategy")
-    if strategy == "summarize":
-        source, where = record, ""
-    elif strategy == "compact":
-        memory = record.get("memory")
-        if memory is None:
-            return None
-        if not isinstance(memory, Mapping):
-            raise CorruptRecordError(
-                "compaction record: 'memory' must be an object", data={"field": "memory"}
-            )
-        source, where = memory, "memory."
-    else:
-        raise CorruptRecordError(
-            f"compaction record: unknown strategy {strategy!r}", data={"field": "strategy"}
-        )
-    episodic, semantic = source.get("episodic"), source.get("semantic")
-    if not isinstance(episodic, list) or not isinstance(semantic, list):
-        raise CorruptRecordError(
-            f"compaction record: {where}'episodic' and {where}'semantic' must be lists",
-            data={"field": f"compaction.{where}episodic"},
-        )
-    return {
-        "episodic": episodic,
-        "semantic": semantic,
-        "tail_start_seq": _int_key(source, "tail_start_seq", where),
-        "tail_start_turn": _int_key(source, "tail_start_turn", where),
-    }

@@ -19,8 +19,9 @@ from typing import Any
 
 import msgspec
 
-from ..compaction.builder import load_from_seq
 from .events import SessionEvent
+from .plans import ContextWindow
+from .records import CompactionRecord
 from .turns import drop_orphan_results, tail_window
 
 __all__ = ["RecentCache", "SessionView"]
@@ -31,9 +32,19 @@ class SessionView(msgspec.Struct):
 
     events: list[SessionEvent]
     last_seq: int
-    record: dict[str, Any] | None = None
+    record: CompactionRecord | None = None
     compaction_required: bool = False
     strategy: dict[str, Any] | None = None
+
+    @classmethod
+    def of(cls, window: ContextWindow) -> SessionView:
+        return cls(
+            events=window.events,
+            last_seq=window.state.last_seq,
+            record=window.record,
+            compaction_required=window.state.compaction_required,
+            strategy=window.state.strategy,
+        )
 
 
 class _Entry:
@@ -72,20 +83,16 @@ class RecentCache:
         self._entries.pop(session_id, None)
         self._bump(session_id)
 
-    def seed(
-        self,
-        session_id: str,
-        suffix: list[SessionEvent],
-        complete: bool,
-        view: SessionView,
-        version: int,
-    ) -> None:
-        """Keep what a store read returned, unless a commit happened since ``version``."""
-        if self.version(session_id) == version and len(suffix) <= self.cap:
-            self._entries[session_id] = _Entry(list(suffix), complete, view)
+    def seed(self, session_id: str, window: ContextWindow, version: int) -> SessionView:
+        """Keep what a store read returned, unless a commit happened since ``version``;
+        the view of the window either way."""
+        view = SessionView.of(window)
+        if self.version(session_id) == version and len(window.suffix) <= self.cap:
+            self._entries[session_id] = _Entry(list(window.suffix), window.complete, view)
             self._entries.move_to_end(session_id)
             while len(self._entries) > self.max_sessions:
                 self._entries.popitem(last=False)
+        return view
 
     def appended(
         self,
@@ -103,8 +110,9 @@ class RecentCache:
         entry.last_seq = last_seq
         entry.compaction_required = compaction_required
         for event in stored:
-            if event.action == "compaction" and event.compaction is not None:
-                entry.record = event.compaction
+            record = CompactionRecord.of(event)
+            if record is not None:
+                entry.record = record
         excess = len(entry.events) - self.cap
         if excess > 0:
             del entry.events[:excess]
@@ -128,7 +136,7 @@ class RecentCache:
         if entry is None:
             return None
         self._entries.move_to_end(session_id)
-        from_seq = load_from_seq(entry.record)
+        from_seq = None if entry.record is None else entry.record.from_seq
         events: list[SessionEvent] | None
         if from_seq is None:
             events = tail_window(entry.events, limit, complete=entry.complete)

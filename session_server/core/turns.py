@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Mapping, Sequence
+from typing import NamedTuple
 
 import msgspec
 
@@ -20,14 +21,18 @@ from .events import SessionEvent
 
 __all__ = [
     "Turn",
+    "TurnPosition",
     "assign_turns",
     "drop_orphan_results",
     "group_turns",
+    "number_turns",
     "safe_cut_points",
     "safe_window",
     "safe_window_start",
     "splits_tool_pair",
     "tail_window",
+    "widening_turns",
+    "window_from",
     "window_last_n",
 ]
 
@@ -37,34 +42,67 @@ class Turn(msgspec.Struct):
     events: list[SessionEvent]
 
 
+class TurnPosition(NamedTuple):
+    """Where an event sits: its turn and the seq of the user message opening that turn
+    (0 for turn 0, which has no opening message)."""
+
+    turn: int
+    start_seq: int
+
+
+_LOG_START = TurnPosition(0, 0)
+
+
+def number_turns(
+    events: Sequence[SessionEvent],
+    *,
+    first_seq: int = 1,
+    last: TurnPosition = _LOG_START,
+    calls: Mapping[str, TurnPosition] | None = None,
+) -> tuple[list[TurnPosition], dict[str, TurnPosition]]:
+    """The turn numbering rule, the only implementation (the store and every pure caller
+    use it): positions of ``events`` appended from seq ``first_seq`` after a log whose
+    last turn is ``last``.
+
+    ``calls`` maps tool call ids already in the log to their positions. Returns the
+    position of each event and the call ids this batch adds.
+    """
+    known = calls or {}
+    added: dict[str, TurnPosition] = {}
+    current = last
+    out: list[TurnPosition] = []
+    for seq, ev in enumerate(events, start=first_seq):
+        action = ev.action
+        if action == "user_message":
+            current = TurnPosition(current.turn + 1, seq)
+            out.append(current)
+            continue
+        if action == "tool_result" and ev.tool_call_id is not None:
+            pos = added.get(ev.tool_call_id) or known.get(ev.tool_call_id)
+            out.append(current if pos is None else pos)
+            continue
+        out.append(current)
+        if action == "tool_call_request":
+            for call in ev.tool_calls or ():
+                added[call.id] = current  # a re-used id: later results join the latest
+    return out, added
+
+
 def assign_turns(
     events: Sequence[SessionEvent],
     *,
     last_turn: int = 0,
     call_turns: Mapping[str, int] | None = None,
 ) -> tuple[list[int], dict[str, int]]:
-    """Turn numbers for ``events`` appended after a log whose last turn is ``last_turn``.
+    """Turn numbers for ``events`` appended after a log whose last turn is ``last_turn``
+    (``number_turns`` without the seqs).
 
     ``call_turns`` maps tool call ids already in the log to their turns. Returns the turn
     of each event and the call ids this batch adds (id -> turn).
     """
-    known = dict(call_turns or {})
-    added: dict[str, int] = {}
-    turn = last_turn
-    out: list[int] = []
-    for ev in events:
-        if ev.action == "user_message":
-            turn += 1
-            out.append(turn)
-        elif ev.action == "tool_result" and ev.tool_call_id in known:
-            out.append(known[ev.tool_call_id])
-        else:
-            out.append(turn)
-        if ev.action == "tool_call_request":
-            for call in ev.tool_calls or ():
-                known[call.id] = turn
-                added[call.id] = turn
-    return out, added
+    calls = {k: TurnPosition(t, 0) for k, t in (call_turns or {}).items()}
+    positions, added = number_turns(events, last=TurnPosition(last_turn, 0), calls=calls)
+    return [p.turn for p in positions], {k: p.turn for k, p in added.items()}
 
 
 def group_turns(events: Sequence[SessionEvent]) -> list[Turn]:
@@ -247,6 +285,31 @@ def drop_orphan_results(events: Sequence[SessionEvent]) -> list[SessionEvent]:
     return [e for e in events if e.action != "tool_result" or e.tool_call_id in calls]
 
 
+def widening_turns(window: Sequence[SessionEvent]) -> set[int]:
+    """The window rule's widening, the only implementation (the store's SQL path and the
+    actor's cache both use it).
+
+    A window cut from the end of the log that splits no tool pair stays as it is (the
+    empty set). Otherwise it is widened back to the opening message of the turn of its
+    first event and of every tool result in it (a result's turn is its call's); these are
+    the turns returned (turn 0 has no opening message: it starts at the log's start).
+    """
+    calls = _call_index(window)
+    if all(e.tool_call_id in calls for e in window if e.action == "tool_result"):
+        return set()
+    needed = {window[0].turn or 0}
+    needed.update(e.turn or 0 for e in window if e.action == "tool_result")
+    return needed
+
+
+def window_from(loaded: Sequence[SessionEvent], cut: int) -> list[SessionEvent]:
+    """The window of ``loaded`` (widened as ``widening_turns`` says) whose nominal start
+    is index ``cut``: moved to the nearest start that splits no pair, then without the
+    results whose call is still outside."""
+    start = safe_window_start(loaded, cut) if cut > 0 else 0
+    return drop_orphan_results(loaded[start:])
+
+
 def tail_window(
     suffix: Sequence[SessionEvent], limit: int, *, complete: bool
 ) -> list[SessionEvent] | None:
@@ -254,44 +317,39 @@ def tail_window(
 
     ``suffix`` holds every event of the session from some seq on (oldest first, with
     ``turn`` set as the store assigns it); ``complete`` says whether it starts at the
-    session's beginning. The window starts ``limit`` events from the end, widened to the
-    start of the turn of its first event and of any result whose call is older, then
-    moved to the nearest cut that splits no pair (``safe_window_start``); results whose
-    call is still outside are dropped. Returns ``None`` when ``suffix`` does not reach
-    back far enough to decide (the caller reads the store instead).
+    session's beginning. The window is the store's (``widening_turns``, then
+    ``window_from``). Returns ``None`` when ``suffix`` does not reach back far enough to
+    decide (the caller reads the store instead).
     """
     n = len(suffix)
     cut = n - limit
-    if cut <= 0:
-        return drop_orphan_results(suffix) if complete else None
+    if cut <= 0 and complete:
+        return drop_orphan_results(suffix)
+    if cut < 0 or not suffix:
+        return None  # fewer events than the window, and older ones not at hand
     window = suffix[cut:]
-    calls = _call_index(window)
-    if all(e.tool_call_id in calls for e in window if e.action == "tool_result"):
-        return list(window)  # the cut splits no pair: it stays where it is
-    # The same widening as the store's SQL path: the turns of the first event and of
-    # every result in the window (a result's turn is its call's).
-    turns_needed = {window[0].turn}
-    turns_needed.update(e.turn for e in window if e.action == "tool_result")
+    needed = widening_turns(window)
+    if not needed:
+        return list(window)
     # Turn numbers grow with each user message, so walk back from the end only until
     # every needed turn's opening message is found or passed.
-    starts: dict[int | None, int] = {}
-    lowest = min((t for t in turns_needed if t is not None), default=0)
+    starts: dict[int, int] = {}
+    lowest = min(needed)
     for i in range(n - 1, -1, -1):
         ev = suffix[i]
         if ev.action != "user_message":
             continue
-        if ev.turn in turns_needed:
-            starts[ev.turn] = i
-        if ev.turn is not None and ev.turn <= lowest:
+        turn = ev.turn or 0
+        if turn in needed:
+            starts[turn] = i
+        if turn <= lowest:
             break
     lower = cut
-    for turn in turns_needed:
+    for turn in needed:
         if turn in starts:
             lower = min(lower, starts[turn])
-        elif complete and not turn:
+        elif complete and turn == 0:
             lower = 0  # turn 0: everything before the first user message
         else:
             return None
-    head = suffix[lower:]
-    start = safe_window_start(head, cut - lower) if lower < cut else 0
-    return drop_orphan_results(head[start:])
+    return window_from(suffix[lower:], cut - lower)

@@ -1,13 +1,17 @@
 """RPC methods over compaction, rendering, the memory view and export/import (DESIGN §8).
 
-Registered in the same table as the session and event methods (``methods.METHODS``).
+Rows of the one method table (``rpc.table.BUILTIN_METHODS``). File reads (views,
+snapshot lists) run on the registry's worker threads, never on the event loop.
 Export and import move file contents inside the JSON-RPC messages: the server never
 reads or writes a path a client names.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+import asyncio
+import functools
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar
 
 from pydantic import Field
 
@@ -17,19 +21,34 @@ from ..mirror.view import MemoryViewOptions, page_snapshots
 from ..mirror_io.view_files import list_snapshot_summaries, read_memory_view
 from ..runtime import transfer
 from .methods import (
-    SERVER,
     CallContext,
     Instructions,
     JsonObject,
     NoParams,
     RpcParams,
     SessionId,
-    rpc_method,
 )
 
-__all__: list[str] = []
+__all__ = [
+    "adapters_list",
+    "context_render",
+    "export_session",
+    "import_session",
+    "memory_compact",
+    "memory_get_strategy",
+    "memory_list_snapshots",
+    "memory_set_strategy",
+    "memory_view",
+    "metrics_get",
+]
 
 Limit = Annotated[int, Field(ge=1)]
+T = TypeVar("T")
+
+
+async def _off_loop(ctx: CallContext, fn: Callable[[], T]) -> T:
+    """Run blocking file reads on the registry's worker threads."""
+    return await asyncio.get_running_loop().run_in_executor(ctx.registry.executor, fn)
 
 
 class StrategyQuery(RpcParams):
@@ -84,19 +103,16 @@ class ImportParams(RpcParams):
     session_id: SessionId | None = None
 
 
-@rpc_method("memory.get_strategy", StrategyQuery)
 async def memory_get_strategy(ctx: CallContext, p: StrategyQuery) -> dict[str, Any]:
     """Every level of the strategy precedence and the effective result."""
     return await (await ctx.actor()).get_strategy(p.session_id)
 
 
-@rpc_method("memory.set_strategy", SetStrategyParams)
 async def memory_set_strategy(ctx: CallContext, p: SetStrategyParams) -> dict[str, Any]:
     """Persist a session's strategy (or the agent default without ``session_id``)."""
     return await (await ctx.actor()).set_strategy(p.strategy, p.session_id)
 
 
-@rpc_method("memory.compact", CompactParams)
 async def memory_compact(ctx: CallContext, p: CompactParams) -> dict[str, Any]:
     """Compact now; ``compacted: false`` with a ``reason`` when there was nothing to do."""
     return await (await ctx.actor()).compact(
@@ -104,7 +120,6 @@ async def memory_compact(ctx: CallContext, p: CompactParams) -> dict[str, Any]:
     )
 
 
-@rpc_method("context.render", RenderParams)
 async def context_render(ctx: CallContext, p: RenderParams) -> dict[str, Any]:
     """The context rendered for one provider (``adapters.names()`` lists them)."""
     adapter = adapters.get(p.adapter)  # unknown names are refused before any read
@@ -119,44 +134,46 @@ async def context_render(ctx: CallContext, p: RenderParams) -> dict[str, Any]:
     }
 
 
-@rpc_method("memory.view", ViewParams)
 async def memory_view(ctx: CallContext, p: ViewParams) -> dict[str, Any]:
     """The memory view of a session's mirror (the latest session when none is given)."""
     actor = await ctx.actor()
     await actor.mirror.drain()  # the files reflect every commit answered so far
     options = MemoryViewOptions(**p.model_dump(exclude={"session_id"}))
-    return read_memory_view(
-        ctx.registry.memory_dir, actor.agent_id, session_id=p.session_id, options=options
+    return await _off_loop(
+        ctx,
+        functools.partial(
+            read_memory_view,
+            ctx.registry.memory_dir,
+            actor.agent_id,
+            session_id=p.session_id,
+            options=options,
+        ),
     )
 
 
-@rpc_method("memory.list_snapshots", SnapshotsParams, endpoint=SERVER)
 async def memory_list_snapshots(ctx: CallContext, p: SnapshotsParams) -> dict[str, Any]:
     """A page of memory snapshot summaries, newest first; a restricted token sees its own."""
-    summaries = [
-        s for s in list_snapshot_summaries(ctx.registry.memory_dir) if ctx.permits(s.agent_id)
-    ]
+    every = await _off_loop(
+        ctx, functools.partial(list_snapshot_summaries, ctx.registry.memory_dir)
+    )
+    summaries = [s for s in every if ctx.permits(s.agent_id)]
     return page_snapshots(summaries, p.search, p.page, p.page_size)
 
 
-@rpc_method("export.session", ExportParams)
 async def export_session(ctx: CallContext, p: ExportParams) -> dict[str, Any]:
     """``{name, files: {file name: text}, trace_count}`` in the reference layout."""
     return await transfer.export_files(await ctx.actor(), p.session_id, name=p.name)
 
 
-@rpc_method("import.session", ImportParams)
 async def import_session(ctx: CallContext, p: ImportParams) -> dict[str, Any]:
     """Import reference files (``{file name: text}``) into a new session."""
     return await transfer.import_files(await ctx.actor(), p.files, session_id=p.session_id)
 
 
-@rpc_method("adapters.list", NoParams, endpoint=SERVER)
 async def adapters_list(ctx: CallContext, p: NoParams) -> dict[str, Any]:
     return {"adapters": adapters.names()}
 
 
-@rpc_method("metrics.get", NoParams, endpoint=SERVER)
 async def metrics_get(ctx: CallContext, p: NoParams) -> dict[str, Any]:
     """Compaction counters (also served as Prometheus text on ``GET /metrics``)."""
     metrics = ctx.registry.metrics

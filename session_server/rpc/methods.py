@@ -1,16 +1,19 @@
 """RPC methods: one pydantic params model and one async handler per method.
 
-Adding a method is one entry::
+The handlers of the session and event methods are here, those over compaction, views and
+export in ``memory_methods``; the one table of every method the server answers is
+``rpc.table.BUILTIN_METHODS``, passed to ``SessionServer`` (``methods=``). Adding a
+method is a params model, a handler and one row in that table::
 
     class EchoParams(RpcParams):
         text: str
 
-    @rpc_method("debug.echo", EchoParams)              # agent endpoint (default)
     async def debug_echo(ctx: CallContext, p: EchoParams) -> dict[str, Any]:
         return {"text": p.text}
 
-Modules that add methods must be imported before the server starts (this package's
-``__init__`` imports the built-in ones). Handlers take ``(ctx, params)``: ``ctx.actor()``
+    MethodSpec("debug.echo", EchoParams, debug_echo)   # agent endpoint (default)
+
+Handlers take ``(ctx, params)``: ``ctx.actor()``
 gives the ``AgentActor`` of the connection's agent (agent endpoint), ``ctx.registry`` the
 registry, ``ctx.permits(agent_id)`` says whether the connection's token may address an
 agent, ``ctx.connection`` the connection (subscriptions). Results are plain JSON values
@@ -24,9 +27,9 @@ no I/O itself; it never imports ``asyncio`` or ``websockets``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol
 
 import pydantic
 from pydantic import ConfigDict, Field, PlainValidator
@@ -57,7 +60,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AGENT",
-    "METHODS",
     "SERVER",
     "CallContext",
     "ConnectionLike",
@@ -65,7 +67,7 @@ __all__ = [
     "MethodSpec",
     "RpcParams",
     "dispatch",
-    "rpc_method",
+    "method_table",
 ]
 
 log = logging.getLogger("session_server.rpc")
@@ -74,7 +76,6 @@ Endpoint = Literal["agent", "server"]
 AGENT: Endpoint = "agent"
 SERVER: Endpoint = "server"
 
-P = TypeVar("P", bound="RpcParams")
 Handler = Callable[["CallContext", Any], Awaitable[Any]]
 
 
@@ -127,45 +128,38 @@ class CallContext:
 
 @dataclass(frozen=True, slots=True)
 class MethodSpec:
+    """One row of the method table: the name, its params model, its handler and the
+    endpoint that answers it."""
+
     name: str
     params: type[RpcParams]
     handler: Handler
-    endpoint: Endpoint
+    endpoint: Endpoint = AGENT
 
 
-METHODS: dict[str, MethodSpec] = {}
-
-
-def rpc_method(
-    name: str, params: type[P], *, endpoint: Endpoint = AGENT
-) -> Callable[
-    [Callable[[CallContext, P], Awaitable[Any]]], Callable[[CallContext, P], Awaitable[Any]]
-]:
-    """Register ``handler`` as method ``name``; a name may be registered once."""
-
-    def register(
-        handler: Callable[[CallContext, P], Awaitable[Any]],
-    ) -> Callable[[CallContext, P], Awaitable[Any]]:
-        if name in METHODS:
-            raise ValueError(f"RPC method {name!r} is already registered")
-        METHODS[name] = MethodSpec(name, params, handler, endpoint)
-        return handler
-
-    return register
+def method_table(*groups: Iterable[MethodSpec]) -> dict[str, MethodSpec]:
+    """One table from rows; ``ValueError`` when a name appears twice."""
+    table: dict[str, MethodSpec] = {}
+    for group in groups:
+        for spec in group:
+            if spec.name in table:
+                raise ValueError(f"RPC method {spec.name!r} is in the table twice")
+            table[spec.name] = spec
+    return table
 
 
 async def dispatch(
     item: Request | Invalid,
     ctx: CallContext,
     endpoint: Endpoint,
-    methods: dict[str, MethodSpec] | None = None,
+    methods: Mapping[str, MethodSpec],
 ) -> dict[str, Any] | None:
-    """Run one request; return its response dict, or ``None`` for a notification."""
+    """Run one request against ``methods``; return its response dict, or ``None`` for a
+    notification."""
     if isinstance(item, Invalid):
         return None if item.notification else error_response(item.id, item.error)
-    table = METHODS if methods is None else methods
     try:
-        result = await _call(item, ctx, endpoint, table)
+        result = await _call(item, ctx, endpoint, methods)
     except SessionServerError as exc:
         if item.notification:
             return None
@@ -179,7 +173,7 @@ async def dispatch(
 
 
 async def _call(
-    req: Request, ctx: CallContext, endpoint: Endpoint, table: dict[str, MethodSpec]
+    req: Request, ctx: CallContext, endpoint: Endpoint, table: Mapping[str, MethodSpec]
 ) -> Any:
     spec = table.get(req.method)
     if spec is None:
@@ -291,7 +285,6 @@ async def _session_row(actor: AgentActor, session_id: str) -> dict[str, Any]:
     return row
 
 
-@rpc_method("session.create", CreateSessionParams)
 async def session_create(ctx: CallContext, p: CreateSessionParams) -> dict[str, Any]:
     """Create a session; answer the session object plus ``session_id``."""
     actor = await ctx.actor()
@@ -300,17 +293,14 @@ async def session_create(ctx: CallContext, p: CreateSessionParams) -> dict[str, 
     return {**(row or {"id": sid}), "session_id": sid}
 
 
-@rpc_method("session.get", SessionParams)
 async def session_get(ctx: CallContext, p: SessionParams) -> dict[str, Any]:
     return await _session_row(await ctx.actor(), p.session_id)
 
 
-@rpc_method("session.list", NoParams)
 async def session_list(ctx: CallContext, p: NoParams) -> dict[str, Any]:
     return {"sessions": await (await ctx.actor()).list_sessions()}
 
 
-@rpc_method("session.delete", SessionParams)
 async def session_delete(ctx: CallContext, p: SessionParams) -> dict[str, Any]:
     deleted = await (await ctx.actor()).delete_session(p.session_id)
     if deleted:
@@ -318,7 +308,6 @@ async def session_delete(ctx: CallContext, p: SessionParams) -> dict[str, Any]:
     return {"deleted": deleted}
 
 
-@rpc_method("events.append", AppendParams)
 async def events_append(ctx: CallContext, p: AppendParams) -> dict[str, Any]:
     for i, ev in enumerate(p.events):
         if ev.session_id and ev.session_id != p.session_id:
@@ -335,7 +324,6 @@ async def events_append(ctx: CallContext, p: AppendParams) -> dict[str, Any]:
     return _append_result(result)
 
 
-@rpc_method("events.load", LoadParams)
 async def events_load(ctx: CallContext, p: LoadParams) -> dict[str, Any]:
     """Events oldest first."""
     events = await (await ctx.actor()).load_events(
@@ -349,12 +337,10 @@ async def events_load(ctx: CallContext, p: LoadParams) -> dict[str, Any]:
     return {"events": events}
 
 
-@rpc_method("events.delete", DeleteEventsParams)
 async def events_delete(ctx: CallContext, p: DeleteEventsParams) -> dict[str, Any]:
     return {"deleted": await (await ctx.actor()).delete_events(p.session_id, p.event_ids)}
 
 
-@rpc_method("context.build", BuildParams)
 async def context_build(ctx: CallContext, p: BuildParams) -> dict[str, Any]:
     wc = await (await ctx.actor()).build_working_context(
         p.session_id, system_instructions=p.system_instructions, limit=p.limit, strategy=p.strategy
@@ -367,7 +353,6 @@ async def context_build(ctx: CallContext, p: BuildParams) -> dict[str, Any]:
     }
 
 
-@rpc_method("turn.persist", PersistParams)
 async def turn_persist(ctx: CallContext, p: PersistParams) -> dict[str, Any]:
     """Persist the messages of one turn atomically. With ``base_seq`` the session must not
     have moved past it (conflict otherwise); without it the turn is appended."""
@@ -383,19 +368,16 @@ async def turn_persist(ctx: CallContext, p: PersistParams) -> dict[str, Any]:
     return _append_result(result)
 
 
-@rpc_method("events.subscribe", SessionParams)
 async def events_subscribe(ctx: CallContext, p: SessionParams) -> dict[str, Any]:
     """Notifications (``events.appended``) follow for every event with seq > ``last_seq``."""
     last_seq = await ctx.connection.subscribe(ctx, await ctx.actor(), p.session_id)
     return {"session_id": p.session_id, "last_seq": last_seq}
 
 
-@rpc_method("events.unsubscribe", SessionParams)
 async def events_unsubscribe(ctx: CallContext, p: SessionParams) -> dict[str, Any]:
     return {"unsubscribed": ctx.connection.unsubscribe(p.session_id)}
 
 
-@rpc_method("agents.list", NoParams, endpoint=SERVER)
 async def agents_list(ctx: CallContext, p: NoParams) -> dict[str, Any]:
     """Agent ids with a folder on disk, sorted; a restricted token sees only its agents."""
     agents = ctx.registry.list_agents()

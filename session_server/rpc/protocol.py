@@ -28,6 +28,7 @@ from ..core.errors import (
 )
 
 __all__ = [
+    "DEFAULT_MAX_FRAME_BYTES",
     "Frame",
     "Invalid",
     "Request",
@@ -42,6 +43,9 @@ __all__ = [
 ]
 
 RequestId = str | int | None
+
+# The largest WebSocket frame a server accepts and a client sends by default.
+DEFAULT_MAX_FRAME_BYTES: Final = 16 * 1024 * 1024
 
 _DECODER: Final = msgspec.json.Decoder()
 _ENCODER: Final = msgspec.json.Encoder()

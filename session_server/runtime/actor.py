@@ -1,4 +1,11 @@
-"""``AgentActor``: the single writer of one agent's memory (I/O shell).
+"""``AgentActor``: the pump between one agent's ``AgentCore`` and its I/O (I/O shell).
+
+The decisions are the core's (``core.agent_core``); the actor runs the I/O they call
+for, in the style of python-websockets' connection around its sans-I/O protocol:
+
+    ask the core -> a Need: run the read, hand the answer back, ask again
+                 -> an AppendPlan: run its batch in one store transaction (under the
+                    write lock), hand the outcome back, run the Effects it returns
 
 Every write of an agent goes through the actor's mailbox (an ``asyncio.Lock`` taken in
 FIFO order), so writes never interleave and seqs come out contiguous. A write runs in its
@@ -8,8 +15,8 @@ given only after the commit returned, that is after the data is durable at the c
 ``synchronous`` level. Reads use a separate read-only connection and see the last
 committed state without waiting for a write in progress.
 
-The actor opens its store lazily and may be hibernated by the registry (store closed);
-the next call re-opens it.
+The actor opens its store lazily and may be hibernated by its host (the registry); the
+next call re-opens it.
 """
 
 from __future__ import annotations
@@ -19,33 +26,81 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from concurrent.futures import Executor
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
-import msgspec
-
-from ..compaction import build_compacted_context
-from ..core.codec import event_to_message, message_to_event, new_event_id
+from ..compaction.records import CompactionPlan
+from ..core.agent_core import (
+    AGENT_STRATEGY_KEY,
+    AgentCore,
+    AppendPlan,
+    CompactionDue,
+    Known,
+    Need,
+    NeedAgentStrategy,
+    NeedSnapshot,
+    NeedState,
+    NeedWindow,
+    StrategyWrite,
+    compaction_report,
+)
 from ..core.context import WorkingContext
-from ..core.errors import InvalidParamsError, NotFoundError
-from ..core.events import ContextMessage, SessionEvent
-from ..core.recent import RecentCache, SessionView
-from ..core.tokens import get_counter
-from ..core.validation import parse_event, parse_message
+from ..core.errors import InvalidParamsError
+from ..core.events import SessionEvent
+from ..core.plans import AppendResult, Effects, NewSession
+from ..core.recent import SessionView
 from ..mirror_io.writer import validate_session_id
-from ..storage.store import AgentStore, AppendResult, Synchronous
-from . import memory_ops
+from ..storage.store import AgentStore, Synchronous
+from .compaction_run import run_compaction
+from .metrics import CompactionMetrics
 from .mirror_link import MirrorLink
+from .summarizers import Summarizer
 
-if TYPE_CHECKING:
-    from .registry import ActorRegistry
-
-__all__ = ["AgentActor", "Subscriber"]
+__all__ = ["ActorHost", "AgentActor", "Subscriber"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 Subscriber = Callable[[list[SessionEvent]], None]
+
+
+class ActorHost(Protocol):
+    """What an actor needs from its owner (``ActorRegistry``): shared resources and the
+    bookkeeping of the open-store bound."""
+
+    @property
+    def memory_dir(self) -> Path: ...
+
+    @property
+    def mirror(self) -> bool: ...
+
+    @property
+    def executor(self) -> Executor: ...
+
+    @property
+    def default_strategy(self) -> dict[str, Any] | None: ...
+
+    @property
+    def summarizer(self) -> Summarizer: ...
+
+    @property
+    def metrics(self) -> CompactionMetrics: ...
+
+    def open_slot(self) -> AbstractAsyncContextManager[None]:
+        """Held while a store opens: one at a time, with room made under the bound."""
+        ...
+
+    def store_opened(self, actor: AgentActor) -> None: ...
+
+    def store_used(self, actor: AgentActor) -> None: ...
+
+    def store_closed(self, actor: AgentActor) -> None: ...
+
+    def actor_idle(self) -> None:
+        """An actor's last activity ended: it may be hibernated if over the bound."""
+        ...
 
 
 class AgentActor:
@@ -53,7 +108,7 @@ class AgentActor:
 
     def __init__(
         self,
-        registry: ActorRegistry,
+        host: ActorHost,
         agent_id: str,
         path: Path,
         *,
@@ -61,12 +116,18 @@ class AgentActor:
         busy_timeout_ms: int,
         context_limit: int,
     ) -> None:
-        self.registry = registry
+        self.host = host
         self.agent_id = agent_id
         self.path = path
         self.synchronous: Synchronous = synchronous
         self.busy_timeout_ms = busy_timeout_ms
         self.context_limit = context_limit
+        self.core = AgentCore(
+            agent_id,
+            context_limit=context_limit,
+            server_strategy=host.default_strategy,
+            snapshots=host.mirror,
+        )
         self._store: AgentStore | None = None
         self._open_lock = asyncio.Lock()
         self._write_lock = asyncio.Lock()
@@ -74,21 +135,16 @@ class AgentActor:
         self._idle = asyncio.Event()  # set whenever the last activity in flight ends
         self._pending: set[asyncio.Task[Any]] = set()
         self._subscribers: dict[str, list[Subscriber]] = {}
+        # Woken when a compaction ends, so a waiting one may begin (the core decides).
+        self._compactions = asyncio.Condition()
         self.last_used = time.monotonic()
         self.mirror = MirrorLink(
-            registry.memory_dir, agent_id, enabled=registry.mirror, executor=registry.executor
+            host.memory_dir,
+            agent_id,
+            enabled=host.mirror,
+            executor=host.executor,
+            snapshot_parts=self.core.snapshot_parts,
         )
-        # Sessions whose context was built since activation (the snapshot cache is
-        # consulted only for the first build of an activation).
-        self._built: set[str] = set()
-        # Recently written events per session, so building a context reads no row it
-        # has already decoded (see ``recent``).
-        self._recent = RecentCache(max(4 * context_limit, 256))
-        # One compaction at a time per session: a pressure flag is acted on exactly once.
-        self._compaction_locks: dict[str, asyncio.Lock] = {}
-        self._agent_strategy: dict[str, Any] | None = None
-        self._agent_strategy_loaded = False
-        self._agent_strategy_generation = 0
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -100,22 +156,30 @@ class AgentActor:
     def busy(self) -> bool:
         return self._inflight > 0 or bool(self._pending) or self.mirror.busy
 
+    @property
+    def write_lock(self) -> asyncio.Lock:
+        """The mailbox: held by every write from its start to its effects."""
+        return self._write_lock
+
+    @property
+    def pending_writes(self) -> set[asyncio.Task[Any]]:
+        """Write tasks started and not finished (each survives its caller)."""
+        return set(self._pending)
+
     async def _ensure_store(self) -> AgentStore:
         if self._store is not None:
             return self._store
         async with self._open_lock:
             if self._store is None:
-                async with self.registry._open_gate:
-                    # Close idle stores first, so the open-file bound holds at all times.
-                    await self.registry._make_room()
+                async with self.host.open_slot():
                     self._store = await AgentStore.open(
                         self.path,
                         self.agent_id,
                         synchronous=self.synchronous,
                         busy_timeout_ms=self.busy_timeout_ms,
-                        executor=self.registry.executor,
+                        executor=self.host.executor,
                     )
-                    self.registry._opened(self)
+                    self.host.store_opened(self)
                 if self.mirror.enabled:
                     # Activation repairs mirrors left behind (or ahead) by a crash.
                     for session_id in await self._store.stale_mirrors():
@@ -134,23 +198,20 @@ class AgentActor:
         async with self._write_lock:
             if self._inflight > 0:
                 # A read is using the store: stay open (and tracked); a later sweep retries.
-                self.registry._touched(self)
+                self.host.store_used(self)
                 return
             await self.mirror.close(self._store)
             # Under the open lock: a call arriving now waits until the file (and its
             # agent lock) is really closed before it opens the store again.
             async with self._open_lock:
                 if self._inflight > 0:  # a read started while the mirror was flushed
-                    self.registry._touched(self)
+                    self.host.store_used(self)
                     return
                 store, self._store = self._store, None
                 if store is not None:
                     await store.close()
-                    self.registry._closed(self)
-            self._built.clear()
-            self._recent.clear()
-            self._agent_strategy_loaded = False
-        self._agent_strategy_generation = 0
+                    self.host.store_closed(self)
+            self.core.hibernated()
 
     async def close(self) -> None:
         """Wait for writes and reads in flight, then close the store."""
@@ -162,20 +223,24 @@ class AgentActor:
                 await self._idle.wait()
         await self.hibernate()
 
+    async def store(self) -> AgentStore:
+        """The open store (opened now if needed); for tests and tools that read it."""
+        return await self._ensure_store()
+
     @contextlib.asynccontextmanager
     async def _activity(self) -> AsyncIterator[AgentStore]:
         self._inflight += 1
         self.last_used = time.monotonic()
         try:
             store = await self._ensure_store()
-            self.registry._touched(self)
+            self.host.store_used(self)
             yield store
         finally:
             self._inflight -= 1
             self.last_used = time.monotonic()
             if self._inflight == 0:
                 self._idle.set()
-                self.registry._evict()  # an actor skipped while busy may go now
+                self.host.actor_idle()  # an actor skipped while busy may go now
 
     async def _read(self, fn: Callable[[AgentStore], Awaitable[T]]) -> T:
         async with self._activity() as store:
@@ -199,6 +264,62 @@ class AgentActor:
             # Retrieved here so an abandoned write's error is not reported as unhandled;
             # the caller (if still waiting) gets it through the shield.
             log.debug("write on agent %r failed: %r", self.agent_id, task.exception())
+
+    # -- the pump --------------------------------------------------------------------------
+
+    async def _decide(self, ask: Callable[[Known], T | Need], known: Known | None = None) -> T:
+        """Ask the core until it answers with something other than a read to run."""
+        known = Known() if known is None else known
+        while True:
+            step = ask(known)
+            if not isinstance(step, Need):
+                return step
+            self.core.learn(step, await self._fetch(step), known)
+
+    async def _fetch(self, need: Need) -> Any:
+        if isinstance(need, NeedState):
+            sid = need.session_id
+            return await self._read(lambda s: s.session_state(sid))
+        if isinstance(need, NeedAgentStrategy):
+            return await self._read(lambda s: s.get_setting(AGENT_STRATEGY_KEY))
+        if isinstance(need, NeedWindow):
+            sid, limit = need.session_id, need.limit
+            return await self._read(lambda s: s.context_window(sid, limit=limit, from_record=True))
+        if isinstance(need, NeedSnapshot):
+            loop = asyncio.get_running_loop()
+            # A file read: off the event loop.
+            return await loop.run_in_executor(
+                self.host.executor, self.mirror.snapshot_cache, need.session_id, need.last_seq
+            )
+        raise TypeError(f"unknown need {need!r}")  # pragma: no cover
+
+    async def _commit(self, plan: AppendPlan) -> AppendResult:
+        """Run an append plan: one transaction under the write lock, then its effects."""
+        sid = plan.batch.session_id
+
+        async def write(store: AgentStore) -> AppendResult:
+            await self.mirror.ensure_active(store, sid)
+            batch = plan.batch
+            cursor = self.mirror.cursor(sid)
+            if cursor is not None:
+                batch = batch.with_mirror_seq(cursor)
+            outcome = await store.append(batch)
+            effects = self.core.committed(plan, outcome)
+            if effects is not None:
+                self._run(effects)
+            return outcome.result
+
+        return await self._write(write)
+
+    def _run(self, effects: Effects) -> None:
+        """Effects of a commit, in commit order (the write lock is held)."""
+        sid = effects.session_id
+        if effects.mirror:
+            self.mirror.appended(sid, effects.mirror)
+        if effects.notify:
+            self._publish(sid, effects.notify)
+        if effects.snapshot is not None:
+            self.mirror.snapshot(effects.snapshot)
 
     # -- sessions --------------------------------------------------------------------
 
@@ -226,8 +347,7 @@ class AgentActor:
         async def write(store: AgentStore) -> bool:
             deleted = await store.delete_session(session_id)
             self.mirror.session_deleted(session_id)
-            self._built.discard(session_id)
-            self._recent.forget(session_id)
+            self.core.session_deleted(session_id)
             return deleted
 
         return await self._write(write)
@@ -249,93 +369,15 @@ class AgentActor:
         first call's result without writing; an ``expected_last_seq`` that is not the
         session's last seq raises ``ConflictError`` with ``data["last_seq"]``.
         """
-        return await self._append(
+        plan = self.core.plan_events(
             session_id,
-            list(events),
+            events,
             expected_last_seq=expected_last_seq,
             idempotency_key=idempotency_key,
         )
-
-    async def _append(
-        self,
-        session_id: str,
-        events: list[SessionEvent],
-        *,
-        expected_last_seq: int | None = None,
-        idempotency_key: str | None = None,
-        compaction_required: bool | None = None,
-        after_commit: Callable[[AppendResult], None] | None = None,
-        create_metadata: dict[str, Any] | None = None,
-        create: bool = False,
-        token_counts: list[int] | None = None,
-    ) -> AppendResult:
-        """Append ``events``; ``token_counts`` given means the caller built the events
-        from messages it validated (persist), so they are not checked a second time."""
-        if (
-            not events
-            and compaction_required is None
-            and idempotency_key is None
-            and expected_last_seq is None
-            and not create
-        ):
-            return AppendResult(seqs=[], last_seq=await self._last_seq_or_zero(session_id))
-        if token_counts is None:
-            # Structs are not validated on construction: check every event before writing.
-            checked = [
-                parse_event(msgspec.to_builtins(e), f"events[{i}]") for i, e in enumerate(events)
-            ]
-            counter = get_counter()
-            tokens = [_event_tokens(counter, e) for e in checked]
-        else:
-            checked, tokens = events, token_counts
-        prepared = [e if e.id else msgspec.structs.replace(e, id=new_event_id()) for e in checked]
-
-        async def write(store: AgentStore) -> AppendResult:
-            await self.mirror.ensure_active(store, session_id)
-            result, stored, replay = await store.append_events(
-                session_id,
-                prepared,
-                tokens,
-                expected_last_seq=expected_last_seq,
-                idempotency_key=idempotency_key,
-                compaction_required=compaction_required,
-                mirror_seq=self.mirror.cursor(session_id),
-                create_metadata=create_metadata,
-                create=create,
-            )
-            if stored and not replay:
-                self._recent.appended(
-                    session_id, stored, result.last_seq, result.compaction_required
-                )
-                self.mirror.appended(session_id, stored)
-                self._publish(session_id, stored)
-            elif compaction_required is not None and not replay:
-                self._recent.flag_changed(session_id, result.compaction_required)
-            if after_commit is not None and not replay:
-                after_commit(result)
-            return result
-
-        return await self._write(write)
-
-    async def _view(self, session_id: str, limit: int) -> SessionView:
-        """The context window and session state, from the cache when it can answer."""
-        view = self._recent.window(session_id, limit)
-        if view is not None:
-            self.last_used = time.monotonic()
-            return view
-        version = self._recent.version(session_id)
-        window = await self._read(
-            lambda s: s.context_window(session_id, limit=limit, from_record=True)
-        )
-        view = SessionView(
-            events=window.events,
-            last_seq=window.last_seq,
-            record=window.record,
-            compaction_required=window.compaction_required,
-            strategy=window.strategy,
-        )
-        self._recent.seed(session_id, window.suffix, window.complete, view, version)
-        return view
+        if plan.batch.writes_nothing:
+            return await self._decide(lambda known: self.core.unwritten(plan, known))
+        return await self._commit(plan)
 
     async def import_events(
         self,
@@ -347,13 +389,11 @@ class AgentActor:
         """Create a session holding ``events`` in one transaction (all of it, or nothing)."""
         if session_id is not None:
             validate_session_id(session_id)
+        if metadata is not None and not isinstance(metadata, dict):
+            raise InvalidParamsError("metadata: must be an object")
         sid = session_id or str(uuid.uuid4())
-        result = await self._append(sid, list(events), create_metadata=metadata, create=True)
-        return sid, result
-
-    async def _last_seq_or_zero(self, session_id: str) -> int:
-        state = await self._read(lambda s: s.session_state(session_id))
-        return 0 if state is None else int(state["last_seq"])
+        plan = self.core.plan_events(sid, events, create=NewSession(self.agent_id, metadata))
+        return sid, await self._commit(plan)
 
     async def load_events(
         self,
@@ -383,7 +423,7 @@ class AgentActor:
         async def write(store: AgentStore) -> int:
             count = await store.delete_events(session_id, list(event_ids))
             if count:
-                self._recent.forget(session_id)
+                self.core.events_deleted(session_id)
                 await self.mirror.events_deleted(store, session_id)
             return count
 
@@ -417,6 +457,11 @@ class AgentActor:
 
     # -- working contexts ----------------------------------------------------------------
 
+    async def view(self, session_id: str, limit: int) -> SessionView:
+        """The tool-pair-safe window of the last ``limit`` events and the session state,
+        from the core's cache when it can answer, else from the store."""
+        return await self._decide(lambda known: self.core.view(session_id, limit, known))
+
     async def build_working_context(
         self,
         session_id: str,
@@ -438,31 +483,68 @@ class AgentActor:
         a trigger fires, under ``summarize`` when the last persist reported token pressure
         (exactly once). A summarizer failure raises ``SummarizerError`` and writes nothing.
         """
-        if limit is not None and (not isinstance(limit, int) or limit < 1):
-            raise InvalidParamsError("limit: must be a positive integer")
-        instructions = list(system_instructions or [])
-        if limit is None and strategy is None and session_id not in self._built:
-            # The first build after activation may come from working_context_snapshot.json.
-            cached = await self._from_snapshot_cache(session_id, instructions)
-            if cached is not None:
-                return cached
-        ctx = await memory_ops.build(
-            self, session_id, instructions, limit or self.context_limit, strategy
+        return await self._build(
+            session_id, list(system_instructions or []), limit, strategy, may_compact=True
         )
-        self._built.add(session_id)
-        return ctx
+
+    async def current_context(self, session_id: str) -> WorkingContext:
+        """The default context as it stands, read only: never compacts (e.g. exports)."""
+        return await self._build(session_id, [], None, None, may_compact=False)
+
+    async def _build(
+        self,
+        session_id: str,
+        instructions: list[str],
+        limit: int | None,
+        strategy: Mapping[str, Any] | None,
+        *,
+        may_compact: bool,
+    ) -> WorkingContext:
+        known = Known()
+        while True:
+            step: WorkingContext | CompactionDue = await self._decide(
+                lambda k: self.core.build(
+                    session_id,
+                    k,
+                    instructions=instructions,
+                    limit=limit,
+                    strategy=strategy,
+                    may_compact=may_compact,
+                ),
+                known,
+            )
+            if isinstance(step, WorkingContext):
+                return step
+            await self._compaction(step)
+            known.compacted = True
+            known.forget_views(session_id)  # it may have committed: ask the cache again
 
     # -- compaction strategies ---------------------------------------------------------------
 
     async def get_strategy(self, session_id: str | None = None) -> dict[str, Any]:
         """``{server, agent, session, effective}`` strategies (session None: the agent's)."""
-        return await memory_ops.get_strategy(self, session_id)
+        return await self._decide(lambda known: self.core.strategy_levels(session_id, known))
 
     async def set_strategy(
         self, strategy: dict[str, Any] | None, session_id: str | None = None
     ) -> dict[str, Any]:
-        """Persist a strategy for a session (or the agent default); ``None`` clears it."""
-        return await memory_ops.set_strategy(self, strategy, session_id)
+        """Persist a strategy for a session (or the agent default); ``None`` clears it.
+
+        Only the keys given are stored (``None`` or ``{}`` clears the level); the merged
+        result must still be valid, so a refused strategy is never stored.
+        """
+        write = await self._decide(lambda known: self.core.plan_strategy(strategy, session_id))
+        await self._write(lambda s: self._store_strategy(s, write))
+        return await self.get_strategy(session_id)
+
+    async def _store_strategy(self, store: AgentStore, write: StrategyWrite) -> None:
+        if write.session_id is not None:
+            await store.set_session_strategy(write.session_id, write.stored)
+        elif write.stored is not None:
+            await store.set_setting(AGENT_STRATEGY_KEY, write.stored)
+        else:
+            await store.delete_setting(AGENT_STRATEGY_KEY)
+        self.core.strategy_written(write)
 
     async def compact(
         self,
@@ -472,39 +554,50 @@ class AgentActor:
         system_instructions: Iterable[str] | None = None,
     ) -> dict[str, Any]:
         """Compact now with the effective strategy; ``compacted: false`` says why not."""
-        return await memory_ops.compact(
-            self,
-            session_id,
-            strategy=strategy,
-            system_instructions=list(system_instructions or []),
-            limit=self.context_limit,
+        instructions = list(system_instructions or [])
+        due = await self._decide(
+            lambda known: self.core.plan_compact(
+                session_id, known, strategy=strategy, instructions=instructions
+            )
         )
+        return compaction_report(await self._compaction(due))
 
-    async def _from_snapshot_cache(
-        self, session_id: str, instructions: list[str]
-    ) -> WorkingContext | None:
-        """The context restored from ``working_context_snapshot.json`` when it is valid and
-        current (its ``last_seq`` is the session's); ``None`` means: rebuild from SQLite."""
-        if not self.mirror.enabled:
-            return None
-        state = await self._read(lambda s: s.session_state(session_id))
-        if state is None or state["compaction_required"] or not state["last_seq"]:
-            return None
-        # Under a compaction strategy the build may have to compact first: no shortcut.
-        if await memory_ops.effective_mode(self, state) != "none":
-            return None
-        restored = self.mirror.snapshot_cache(session_id, int(state["last_seq"]))
-        if restored is None:
-            return None
-        self._built.add(session_id)
-        counter = get_counter()
-        return WorkingContext(
-            instructions,
-            restored.messages,
-            {"restored_from": "working_context_snapshot.json"},
-            base_seq=int(state["last_seq"]),
-            token_count=counter.count_messages(restored.messages, instructions).tokens,
-        )
+    async def _compaction(self, due: CompactionDue) -> CompactionPlan:
+        """Plan and, when there is something to do, append one compaction event.
+
+        Runs as its own task: a caller cancelled mid-way does not end the session's
+        compaction turn before the append finished (the flag is acted on exactly once).
+        """
+        return await asyncio.shield(asyncio.ensure_future(self._compaction_turn(due)))
+
+    async def _compaction_turn(self, due: CompactionDue) -> CompactionPlan:
+        sid = due.session_id
+        async with self._compactions:
+            await self._compactions.wait_for(lambda: self.core.begin_compaction(sid))
+        try:
+            # Read again inside the turn: an earlier compaction may have acted already.
+            given = await self._decide(lambda known: self.core.compaction_input(due, known))
+            plan = await run_compaction(
+                given.events,
+                due.config,
+                previous_record=given.record_data,
+                summarizer=self.host.summarizer,
+                force=due.force,
+                pressure=given.pressure,
+                system_instructions=due.instructions,
+            )
+            append = self.core.after_compaction(due, given, plan)
+            if append is not None:
+                await self._commit(append)
+            if plan.record is not None:
+                self.host.metrics.observe(plan)
+            return plan
+        finally:
+            self.core.end_compaction(sid)
+            async with self._compactions:
+                self._compactions.notify_all()
+
+    # -- turns -------------------------------------------------------------------------------
 
     async def persist_working_context(
         self,
@@ -519,59 +612,19 @@ class AgentActor:
 
         ``on_conflict="reject"`` fails with ``ConflictError`` (writing nothing) when the
         session moved past ``ctx.base_seq``; ``"append"`` appends after whatever is there.
+        ``usage`` (provider-reported) sets the session's pressure flag when it calls for
+        compaction under the effective strategy.
         """
-        if on_conflict not in ("append", "reject"):
-            raise InvalidParamsError("on_conflict: must be 'append' or 'reject'")
-        flag = await memory_ops.pressure_flag(self, session_id, usage)
-        new = ctx.get_new_messages()
-        checked = [
-            parse_message(msgspec.to_builtins(m), f"messages[{i}]") for i, m in enumerate(new)
-        ]
-        events = [message_to_event(session_id, m) for m in checked]
-        counter = get_counter()
-        tokens = [int(counter.count_message(m)) for m in checked]
-        expected = ctx.base_seq if on_conflict == "reject" else None
-        if not events and expected is None and not flag:
-            state = await self._read(lambda s: s.session_state(session_id))
-            if state is None:
-                raise NotFoundError.session(session_id)
-            return AppendResult(
-                seqs=[],
-                last_seq=int(state["last_seq"]),
-                compaction_required=bool(state["compaction_required"]),
-            )
-        instructions = list(ctx.system_instructions)
-
-        def snapshot(result: AppendResult) -> None:
-            # The end of a turn: the snapshot is the default context as SQLite now stands
-            # (computed from the cache when the batch is written), not the caller's ctx,
-            # which may hold only this turn or miss another writer's events.
-            self.mirror.snapshot(session_id, lambda: self._snapshot_parts(session_id, instructions))
-
-        return await self._append(
+        turn = self.core.prepare_turn(
             session_id,
-            events,
-            expected_last_seq=expected,
+            ctx,
+            usage=usage,
+            on_conflict=on_conflict,
             idempotency_key=idempotency_key,
-            compaction_required=flag,
-            after_commit=snapshot,
-            token_counts=tokens,
         )
-
-    def _snapshot_parts(
-        self, session_id: str, instructions: list[str]
-    ) -> tuple[list[ContextMessage], list[str], int] | None:
-        """Messages, instructions and last seq of the default context, from the cache
-        (``None`` when the cache cannot say: no snapshot is written then)."""
-        view = self._recent.window(session_id, self.context_limit)
-        if view is None:
-            return None
-        built = build_compacted_context(
-            view.events, record=view.record, system_instructions=instructions
+        step: AppendPlan | AppendResult = await self._decide(
+            lambda known: self.core.plan_turn(turn, known)
         )
-        return built.messages, built.system_instructions, view.last_seq
-
-
-def _event_tokens(counter: Any, event: SessionEvent) -> int:
-    message = event_to_message(event)
-    return 0 if message is None else int(counter.count_message(message))
+        if isinstance(step, AppendResult):
+            return step
+        return await self._commit(step)

@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 
 from ..core.errors import InvalidParamsError, SessionServerError
 from ..core.events import ContextMessage, SessionEvent
+from ..core.plans import SnapshotDue
 from ..mirror.snapshot import SNAPSHOT_FILE, RestoredSnapshot
 from ..mirror_io.snapshot_files import load_snapshot_cache
 from ..mirror_io.writer import MirrorWriter, validate_session_id
@@ -36,7 +37,9 @@ __all__ = ["MirrorLink"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-SnapshotSource = Callable[[], tuple[list[ContextMessage], list[str], int] | None]
+# Renders a due snapshot (messages, system instructions, last seq) or says ``None``: the
+# agent core's ``snapshot_parts``, a pure function of its state as of the latest commit.
+SnapshotRenderer = Callable[[SnapshotDue], tuple[list[ContextMessage], list[str], int] | None]
 
 
 class MirrorLink:
@@ -53,13 +56,15 @@ class MirrorLink:
         *,
         enabled: bool,
         executor: Executor,
+        snapshot_parts: SnapshotRenderer,
         delay: float = 0.05,
     ) -> None:
         self.writer = MirrorWriter(memory_dir, agent_id, enabled=enabled)
         self._executor = executor
+        self._render = snapshot_parts
         self.delay = delay
         self._appends: dict[str, list[SessionEvent]] = {}
-        self._snapshots: dict[str, SnapshotSource] = {}
+        self._snapshots: dict[str, SnapshotDue] = {}
         self._timer: asyncio.TimerHandle | None = None
         self._chain: asyncio.Future[None] | None = None
         self._active: set[str] = set()
@@ -114,11 +119,11 @@ class MirrorLink:
         state = await store.session_state(session_id)
         if state is None:
             return  # the append fails with NotFoundError
-        verify = int(state["mirror_seq"]) != int(state["last_seq"])
-        events = await store.all_events(session_id) if state["last_seq"] else []
+        verify = state.mirror_seq != state.last_seq
+        events = await store.all_events(session_id) if state.last_seq else []
         self._active.add(session_id)
         self._flush()
-        last_seq = int(state["last_seq"])
+        last_seq = state.last_seq
         self._later(
             lambda: self.writer.activate(session_id, events, verify=verify),
             lambda _changed: self._activated(session_id, last_seq),
@@ -140,15 +145,15 @@ class MirrorLink:
         if self._timer is None:
             self._timer = asyncio.get_running_loop().call_later(self.delay, self._flush)
 
-    def snapshot(self, session_id: str, source: SnapshotSource) -> None:
+    def snapshot(self, due: SnapshotDue) -> None:
         """Write ``working_context_snapshot.json`` with the batch (a cache, never the truth).
 
-        ``source()`` is called when the batch is written and returns the messages, the
-        system instructions and the last seq they reflect, or ``None`` to write nothing.
+        Its content is rendered (``snapshot_parts``) when the batch is written, from the
+        state as of the latest commit; only the latest due snapshot of a session counts.
         """
         if not self.enabled:
             return
-        self._snapshots[session_id] = source
+        self._snapshots[due.session_id] = due
         self._arm()
 
     def _flush(self) -> None:
@@ -157,9 +162,9 @@ class MirrorLink:
             self._timer.cancel()
             self._timer = None
         appends, self._appends = self._appends, {}
-        sources, self._snapshots = self._snapshots, {}
-        # Evaluated now, on the loop, from the actor's state as of the latest commit.
-        snapshots = {sid: parts for sid, source in sources.items() if (parts := source())}
+        dues, self._snapshots = self._snapshots, {}
+        # Rendered now, on the loop, from the core's state as of the latest commit.
+        snapshots = {sid: parts for sid, due in dues.items() if (parts := self._render(due))}
         if not appends and not snapshots:
             return
 
@@ -219,7 +224,7 @@ class MirrorLink:
         if store is not None:
             for session_id, cursor in list(self._cursor.items()):
                 try:
-                    await store.update_session_fields(session_id, mirror_seq=cursor)
+                    await store.set_mirror_seq(session_id, cursor)
                 except SessionServerError as exc:
                     # Not fatal: a stale cursor only makes the next activation verify.
                     log.warning("mirror cursor of %r not stored: %s", session_id, exc)

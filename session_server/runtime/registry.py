@@ -16,7 +16,7 @@ import logging
 import os
 import time
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
@@ -26,7 +26,7 @@ from prometheus_client import CollectorRegistry
 
 from ..compaction import resolve_strategy, validate_strategy
 from ..core.agent_ids import validate_agent_id
-from ..core.errors import InvalidParamsError
+from ..core.errors import AgentUnavailableError, InvalidParamsError
 from ..storage.store import Synchronous
 from .actor import AgentActor
 from .metrics import CompactionMetrics
@@ -68,12 +68,23 @@ class ActorRegistry:
         default_strategy: dict[str, Any] | None = None,
         summarizer: Summarizer | None = None,
         metrics: CompactionMetrics | None = None,
-        **options: Any,
     ) -> None:
         if synchronous not in ("FULL", "NORMAL"):
-            raise InvalidParamsError("synchronous: must be 'FULL' or 'NORMAL'")
-        if max_open < 1:
-            raise InvalidParamsError("max_open: must be at least 1")
+            raise ValueError(f"synchronous: must be 'FULL' or 'NORMAL', got {synchronous!r}")
+        for name, value in (
+            ("max_open", max_open),
+            ("busy_timeout_ms", busy_timeout_ms),
+            ("context_limit", context_limit),
+            ("io_threads", io_threads),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"{name}: must be an int, got {type(value).__name__}")
+            if value < 1:
+                raise ValueError(f"{name}: must be at least 1, got {value}")
+        if idle_timeout is not None and (
+            isinstance(idle_timeout, bool) or not isinstance(idle_timeout, int | float)
+        ):
+            raise TypeError("idle_timeout: must be a number of seconds or None")
         self.memory_dir = Path(memory_dir) if memory_dir is not None else default_memory_dir()
         self.synchronous: Synchronous = synchronous
         self.idle_timeout = idle_timeout
@@ -81,14 +92,16 @@ class ActorRegistry:
         self.busy_timeout_ms = busy_timeout_ms
         self.context_limit = context_limit
         self.mirror = mirror
-        self.options = options
         # The server-wide default level of the strategy precedence; validated now.
-        self.default_strategy = (
-            validate_strategy(default_strategy, source="server strategy") or None
-            if default_strategy
-            else None
-        )
-        resolve_strategy(self.default_strategy)
+        try:
+            self.default_strategy = (
+                validate_strategy(default_strategy, source="server strategy") or None
+                if default_strategy
+                else None
+            )
+            resolve_strategy(self.default_strategy)
+        except InvalidParamsError as exc:
+            raise ValueError(f"default_strategy: {exc.message}") from None
         self.summarizer: Summarizer = summarizer or default_summarizer()
         self.metrics = metrics or CompactionMetrics(CollectorRegistry())
         # SQLite calls run here, a whole transaction per call; the thread count is bounded
@@ -121,7 +134,7 @@ class ActorRegistry:
     async def get(self, agent_id: str) -> AgentActor:
         """The actor of ``agent_id`` (validated before any file is touched)."""
         if self._is_closed:
-            raise InvalidParamsError("registry is closed")
+            raise AgentUnavailableError("the registry is closed", data={"agent_id": agent_id})
         actor = self._actors.get(agent_id)
         if actor is None:
             path = self.agent_dir(agent_id) / "agent.sqlite"
@@ -148,11 +161,46 @@ class ActorRegistry:
     def open_count(self) -> int:
         return len(self._open)
 
-    # -- bookkeeping called by actors --------------------------------------------------
+    # -- the actors' host (``ActorHost``): the open-store bound ------------------------------
 
-    def _opened(self, actor: AgentActor) -> None:
+    @contextlib.asynccontextmanager
+    async def open_slot(self) -> AsyncIterator[None]:
+        """Held while an actor opens its store: one at a time, so the bound is exact."""
+        async with self._open_gate:
+            # Close idle stores first, so the open-file bound holds at all times.
+            await self._make_room()
+            yield
+
+    def store_opened(self, actor: AgentActor) -> None:
         self._open[actor.agent_id] = actor
         self._open.move_to_end(actor.agent_id)
+
+    def store_used(self, actor: AgentActor) -> None:
+        if actor.agent_id in self._open:
+            self._open.move_to_end(actor.agent_id)
+
+    def store_closed(self, actor: AgentActor) -> None:
+        self._open.pop(actor.agent_id, None)
+
+    def is_tracked(self, actor: AgentActor) -> bool:
+        """Whether ``actor`` counts as open against ``max_open``."""
+        return self._open.get(actor.agent_id) is actor
+
+    def actor_idle(self) -> None:
+        """Hibernate idle actors (in the background) while the bound is exceeded."""
+        excess = len(self._open) - self.max_open
+        if excess <= 0:
+            return
+        for actor in self._idle_open():
+            if excess <= 0:
+                break
+            # It leaves ``_open`` when its store is really closed (``store_closed``); until
+            # then it is counted, and a hibernate that finds it busy keeps it tracked.
+            excess -= 1
+            self._closing.add(actor)
+            task = asyncio.ensure_future(actor.hibernate())
+            self._evictions.add(task)
+            task.add_done_callback(functools.partial(self._hibernated, actor))
 
     def _idle_open(self) -> Iterator[AgentActor]:
         """Open actors that may be hibernated now, least recently used first."""
@@ -162,7 +210,7 @@ class ActorRegistry:
         """Hibernate least recently used idle actors until one more store fits the bound.
 
         Called under ``_open_gate`` before a store opens. When every open actor is busy
-        the bound is exceeded until one goes idle (``_evict`` then closes it).
+        the bound is exceeded until one goes idle (``actor_idle`` then closes it).
         """
         while len(self._open) >= self.max_open:
             victim = next(self._idle_open(), None)
@@ -175,32 +223,10 @@ class ActorRegistry:
             finally:
                 self._closing.discard(victim)
 
-    def _touched(self, actor: AgentActor) -> None:
-        if actor.agent_id in self._open:
-            self._open.move_to_end(actor.agent_id)
-
-    def _closed(self, actor: AgentActor) -> None:
-        self._open.pop(actor.agent_id, None)
-
     def _hibernated(self, actor: AgentActor, task: asyncio.Task[None]) -> None:
         self._closing.discard(actor)
         self._evictions.discard(task)
         _log_failure(task)
-
-    def _evict(self) -> None:
-        excess = len(self._open) - self.max_open
-        if excess <= 0:
-            return
-        for actor in self._idle_open():
-            if excess <= 0:
-                break
-            # It leaves ``_open`` when its store is really closed (``_closed``); until
-            # then it is counted, and a hibernate that finds it busy keeps it tracked.
-            excess -= 1
-            self._closing.add(actor)
-            task = asyncio.ensure_future(actor.hibernate())
-            self._evictions.add(task)
-            task.add_done_callback(functools.partial(self._hibernated, actor))
 
     def _start_sweeper(self) -> None:
         if self._sweeper is None and self.idle_timeout is not None:

@@ -26,17 +26,22 @@ from ..core.errors import (
     StorageError,
 )
 from ..core.events import SessionEvent
+from ..core.plans import AppendBatch, AppendOutcome, AppendResult, SessionState
+from ..core.turns import TurnPosition, number_turns
 from .schema import SCHEMA_VERSION, schema_sql
 
 __all__ = [
     "EVENT_COLUMNS",
+    "SESSION_STATE_COLUMNS",
     "AppendResult",
     "append",
     "connect",
     "insert_session",
     "migrate",
+    "read_session_state",
     "rows_to_events",
     "session_row",
+    "session_state",
     "storage_error",
     "write_txn",
 ]
@@ -45,14 +50,7 @@ EVENT_COLUMNS: Final = (
     "id, session_id, seq, action, content, metadata, created_at, turn, turn_start_seq, token_count"
 )
 _DECODER: Final = msgspec.json.Decoder()
-
-
-class AppendResult(msgspec.Struct):
-    """What an append wrote: the seqs of the new events, and the session's last seq."""
-
-    seqs: list[int]
-    last_seq: int
-    compaction_required: bool = False
+_RESULT_DECODER: Final = msgspec.json.Decoder(AppendResult)
 
 
 def storage_error(exc: sqlite3.Error, what: str) -> StorageError:
@@ -194,26 +192,49 @@ def rows_to_events(rows: Sequence[sqlite3.Row]) -> list[SessionEvent]:
     return [hydrate_event(dict(r)) for r in rows]
 
 
-def append(
-    conn: sqlite3.Connection,
-    session_id: str,
-    events: Sequence[SessionEvent],
-    token_counts: Sequence[int],
-    expected_last_seq: int | None,
-    idempotency_key: str | None,
-    compaction_required: bool | None,
-    mirror_seq: int | None,
-    create: tuple[str, dict[str, Any] | None] | None = None,
-) -> tuple[AppendResult, list[SessionEvent], bool]:
+SESSION_STATE_COLUMNS: Final = "id, last_seq, last_turn, strategy, compaction_required, mirror_seq"
+
+
+def session_state(row: sqlite3.Row | None) -> SessionState | None:
+    """Hydrate a row of ``SESSION_STATE_COLUMNS`` (the strategy JSON decoded once)."""
+    if row is None:
+        return None
+    raw = row["strategy"]
+    try:
+        strategy = None if raw is None else _DECODER.decode(raw)
+    except msgspec.DecodeError as exc:
+        raise CorruptRecordError(
+            f"session {row['id']!r}: field 'strategy' is not valid JSON"
+        ) from exc
+    return SessionState(
+        session_id=str(row["id"]),
+        last_seq=int(row["last_seq"]),
+        last_turn=int(row["last_turn"]),
+        compaction_required=bool(row["compaction_required"]),
+        mirror_seq=int(row["mirror_seq"]),
+        strategy=strategy,
+    )
+
+
+def read_session_state(conn: sqlite3.Connection, session_id: str) -> SessionState | None:
+    return session_state(
+        conn.execute(
+            f"SELECT {SESSION_STATE_COLUMNS} FROM sessions WHERE id = ?", (session_id,)
+        ).fetchone()
+    )
+
+
+def append(conn: sqlite3.Connection, batch: AppendBatch) -> AppendOutcome:
     """The body of an append transaction (run inside ``write_txn``).
 
-    Returns the result, the stored events (seq, turn, session_id filled in) and whether it
+    Returns the answer, the stored events (seq, turn, session_id filled in) and whether it
     was a replay of an earlier call with the same idempotency key (nothing written).
-    ``create`` (agent id, metadata) first creates the session in the same transaction, so
-    a new session appears with all its events or not at all (imports).
+    ``batch.create`` first creates the session in the same transaction, so a new session
+    appears with all its events or not at all (imports).
     """
-    if create is not None:
-        insert_session(conn, create[0], session_id, create[1])
+    session_id = batch.session_id
+    if batch.create is not None:
+        insert_session(conn, batch.create.agent_id, session_id, batch.create.metadata)
     row = conn.execute(
         "SELECT last_seq, last_turn, last_turn_start_seq, compaction_required"
         " FROM sessions WHERE id = ?",
@@ -221,23 +242,25 @@ def append(
     ).fetchone()
     if row is None:
         raise NotFoundError.session(session_id)
-    last_seq, turn, turn_start = int(row[0]), int(row[1]), int(row[2])
-    if idempotency_key is not None:
+    last_seq = int(row[0])
+    last = TurnPosition(int(row[1]), int(row[2]))
+    if batch.idempotency_key is not None:
         prev = conn.execute(
             "SELECT result FROM idempotency WHERE session_id = ? AND key = ?",
-            (session_id, idempotency_key),
+            (session_id, batch.idempotency_key),
         ).fetchone()
         if prev is not None:
-            return msgspec.json.decode(prev[0], type=AppendResult), [], True
-    if expected_last_seq is not None and expected_last_seq != last_seq:
+            return AppendOutcome(_RESULT_DECODER.decode(prev[0]), [], replay=True)
+    expected = batch.expected_last_seq
+    if expected is not None and expected != last_seq:
         raise ConflictError(
-            f"expected_last_seq: session {session_id!r} is at seq {last_seq}, "
-            f"not {expected_last_seq}",
+            f"expected_last_seq: session {session_id!r} is at seq {last_seq}, not {expected}",
             data={"last_seq": last_seq, "field": "expected_last_seq"},
         )
+    events = batch.events
     # Tool results join the turn of their call, even when the call came in an earlier append.
     wanted = [e.tool_call_id for e in events if e.action == "tool_result" and e.tool_call_id]
-    known: dict[str, tuple[int, int]] = {}
+    known: dict[str, TurnPosition] = {}
     if wanted:
         marks = ",".join("?" * len(wanted))
         for r in conn.execute(
@@ -245,37 +268,28 @@ def append(
             f" WHERE session_id = ? AND call_id IN ({marks})",
             (session_id, *wanted),
         ):
-            known[r[0]] = (int(r[1]), int(r[2]))
+            known[r[0]] = TurnPosition(int(r[1]), int(r[2]))
+    positions, added = number_turns(events, first_seq=last_seq + 1, last=last, calls=known)
     now = now_ms()
     stored: list[SessionEvent] = []
     rows_out: list[tuple[Any, ...]] = []
-    calls_out: list[tuple[Any, ...]] = []
     seq = last_seq
-    for ev, tokens in zip(events, token_counts, strict=True):
+    for ev, tokens, pos in zip(events, batch.token_counts, positions, strict=True):
         seq += 1
         if ev.action == "user_message":
-            turn, turn_start = turn + 1, seq
-            ev_turn, ev_start = turn, turn_start
-        elif ev.action == "tool_result" and ev.tool_call_id in known:
-            ev_turn, ev_start = known[ev.tool_call_id]
-        else:
-            ev_turn, ev_start = turn, turn_start
+            last = pos
         new = msgspec.structs.replace(
             ev,
             session_id=session_id,
             seq=seq,
             timestamp=ev.timestamp or now,
-            turn=ev_turn,
+            turn=pos.turn,
             token_count=tokens,
         )
-        if ev.action == "tool_call_request":
-            for call in ev.tool_calls or ():
-                known[call.id] = (ev_turn, ev_start)
-                calls_out.append((session_id, call.id, ev_turn, ev_start))
         d = dehydrate_event(new)
         rows_out.append(
             (d["id"], session_id, seq, d["action"], d["content"], d["metadata"],
-             d["created_at"], ev_turn, ev_start, tokens)
+             d["created_at"], pos.turn, pos.start_seq, tokens)
         )  # fmt: skip
         stored.append(new)
     if rows_out:
@@ -289,26 +303,26 @@ def append(
                 f"events: an event id already exists in this agent ({exc})",
                 data={"field": "events[].id", "last_seq": last_seq},
             ) from exc
-    if calls_out:
+    if added:
         conn.executemany(
             "INSERT OR IGNORE INTO tool_calls (session_id, call_id, turn, turn_start_seq)"
             " VALUES (?, ?, ?, ?)",
-            calls_out,
+            [(session_id, cid, p.turn, p.start_seq) for cid, p in added.items()],
         )
-    flag = bool(row[3]) if compaction_required is None else compaction_required
-    if rows_out or compaction_required is not None:
+    flag = bool(row[3]) if batch.compaction_required is None else batch.compaction_required
+    if rows_out or batch.compaction_required is not None:
         conn.execute(
             "UPDATE sessions SET last_seq = ?, last_turn = ?, last_turn_start_seq = ?,"
             " updated_at = ?, compaction_required = ?, mirror_seq = COALESCE(?, mirror_seq)"
             " WHERE id = ?",
-            (seq, turn, turn_start, now, int(flag), mirror_seq, session_id),
+            (seq, last.turn, last.start_seq, now, int(flag), batch.mirror_seq, session_id),
         )
     result = AppendResult(
         seqs=list(range(last_seq + 1, seq + 1)), last_seq=seq, compaction_required=flag
     )
-    if idempotency_key is not None:
+    if batch.idempotency_key is not None:
         conn.execute(
             "INSERT INTO idempotency (session_id, key, result, created_at) VALUES (?, ?, ?, ?)",
-            (session_id, idempotency_key, encode_json(result), now),
+            (session_id, batch.idempotency_key, encode_json(result), now),
         )
-    return result, stored, False
+    return AppendOutcome(result, stored)

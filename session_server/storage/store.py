@@ -24,15 +24,14 @@ from concurrent.futures import Executor
 from pathlib import Path
 from typing import Any, Final, Literal, TypeVar
 
-import msgspec
-
-from ..compaction.builder import load_from_seq
 from ..core.codec import hydrate_event
 from ..core.errors import AgentUnavailableError, InvalidParamsError, NotFoundError
 from ..core.events import ACTIONS, SessionEvent
-from ..core.turns import drop_orphan_results, safe_window_start
+from ..core.plans import AppendBatch, AppendOutcome, AppendResult, ContextWindow, SessionState
+from ..core.records import CompactionRecord
+from ..core.turns import widening_turns, window_from
 from . import sqlite_ops as ops
-from .sqlite_ops import EVENT_COLUMNS, AppendResult
+from .sqlite_ops import EVENT_COLUMNS
 
 __all__ = ["AgentStore", "AppendResult", "ContextWindow", "Synchronous"]
 
@@ -40,22 +39,6 @@ Synchronous = Literal["FULL", "NORMAL"]
 T = TypeVar("T")
 
 _SESSION_COLUMNS: Final = "id, agent_id, created_at, updated_at, metadata, last_seq"
-_DECODER: Final = msgspec.json.Decoder()
-
-
-class ContextWindow(msgspec.Struct):
-    """Events of a context window (oldest first) and the session seq they were read at."""
-
-    events: list[SessionEvent]
-    last_seq: int
-    compaction_required: bool
-    strategy: dict[str, Any] | None
-    # Every event loaded (a complete run of the log up to last_seq, before the window was
-    # cut), and whether it starts at the session's first event: the actor caches it.
-    suffix: list[SessionEvent] = msgspec.field(default_factory=list)
-    complete: bool = False
-    # The ``compaction`` record of the session's latest compaction event, if any.
-    record: dict[str, Any] | None = None
 
 
 class AgentStore:
@@ -223,68 +206,31 @@ class AgentStore:
 
         return await self._read(fn)
 
-    async def session_state(self, session_id: str) -> dict[str, Any] | None:
-        """Internal columns of a session (last_seq, strategy, flags, mirror cursor)."""
+    async def session_state(self, session_id: str) -> SessionState | None:
+        """Internal columns of a session (last seq, strategy, flag, mirror cursor)."""
+        return await self._read(lambda conn: ops.read_session_state(conn, session_id))
 
-        def fn(conn: sqlite3.Connection) -> dict[str, Any] | None:
-            row = conn.execute(
-                "SELECT last_seq, last_turn, strategy, compaction_required, mirror_seq"
-                " FROM sessions WHERE id = ?",
-                (session_id,),
-            ).fetchone()
-            return None if row is None else dict(row)
+    async def set_session_strategy(self, session_id: str, strategy: str | None) -> None:
+        """Store a session's strategy (JSON text; ``None`` clears it)."""
+        await self._write("set strategy", _update_session, session_id, "strategy", strategy)
 
-        return await self._read(fn)
-
-    async def update_session_fields(self, session_id: str, **fields: Any) -> None:
-        """Set internal columns (``strategy``, ``compaction_required``, ``mirror_seq``)."""
-        bad = set(fields) - {"strategy", "compaction_required", "mirror_seq"}
-        if bad:
-            raise InvalidParamsError(f"unknown session fields: {sorted(bad)}")
-        sets = ", ".join(f"{k} = ?" for k in fields)
-
-        def body(conn: sqlite3.Connection) -> None:
-            cur = conn.execute(
-                f"UPDATE sessions SET {sets} WHERE id = ?", (*fields.values(), session_id)
-            )
-            if cur.rowcount == 0:
-                raise NotFoundError.session(session_id)
-
-        await self._write("update session", body)
+    async def set_mirror_seq(self, session_id: str, mirror_seq: int) -> None:
+        """Store a session's mirror cursor."""
+        await self._write(
+            "set mirror cursor", _update_session, session_id, "mirror_seq", mirror_seq
+        )
 
     # -- events ------------------------------------------------------------------------
 
-    async def append_events(
-        self,
-        session_id: str,
-        events: Sequence[SessionEvent],
-        token_counts: Sequence[int],
-        *,
-        expected_last_seq: int | None = None,
-        idempotency_key: str | None = None,
-        compaction_required: bool | None = None,
-        mirror_seq: int | None = None,
-        create_metadata: dict[str, Any] | None = None,
-        create: bool = False,
-    ) -> tuple[AppendResult, list[SessionEvent], bool]:
-        """Append ``events`` in one transaction; all or nothing (see ``sqlite_ops.append``).
+    async def append(self, batch: AppendBatch) -> AppendOutcome:
+        """Run ``batch`` in one transaction; all or nothing (see ``sqlite_ops.append``).
 
-        ``mirror_seq``, when given, records the JSONL mirror cursor in the same transaction
-        (the actor passes the cursor confirmed by the previous append, so the stored
-        cursor lags by at most one append and a crash is always detected on activation).
+        ``batch.mirror_seq``, when given, records the JSONL mirror cursor in the same
+        transaction (the actor passes the cursor confirmed by the previous append, so the
+        stored cursor lags by at most one append and a crash is always detected on
+        activation).
         """
-        return await self._write(
-            "append_events",
-            ops.append,
-            session_id,
-            events,
-            token_counts,
-            expected_last_seq,
-            idempotency_key,
-            compaction_required,
-            mirror_seq,
-            (self.agent_id, create_metadata) if create else None,
-        )
+        return await self._write("append_events", ops.append, batch)
 
     async def load_events(
         self,
@@ -363,7 +309,8 @@ class AgentStore:
         results moves to the nearest turn boundary; results whose call lies before
         everything loaded are dropped from the window (they stay stored).
         ``from_record`` takes ``from_seq`` from the latest compaction record instead
-        (``compaction.builder.load_from_seq``), read in the same snapshot.
+        (``CompactionRecord.from_seq``), read in the same snapshot. The widening is the
+        one rule of ``core.turns`` (``widening_turns``, ``window_from``).
         """
         return await self._read(
             lambda conn: _context_window(conn, session_id, limit, from_seq, from_record)
@@ -396,6 +343,12 @@ class AgentStore:
         await self._write("delete_setting", body)
 
 
+def _update_session(conn: sqlite3.Connection, session_id: str, column: str, value: Any) -> None:
+    cur = conn.execute(f"UPDATE sessions SET {column} = ? WHERE id = ?", (value, session_id))
+    if cur.rowcount == 0:
+        raise NotFoundError.session(session_id)
+
+
 def _context_window(
     conn: sqlite3.Connection,
     session_id: str,
@@ -405,20 +358,17 @@ def _context_window(
 ) -> ContextWindow:
     conn.execute("BEGIN")  # one read snapshot for the session row and the events
     try:
-        srow = conn.execute(
-            "SELECT last_seq, compaction_required, strategy FROM sessions WHERE id = ?",
-            (session_id,),
-        ).fetchone()
-        if srow is None:
+        state = ops.read_session_state(conn, session_id)
+        if state is None:
             raise NotFoundError.session(session_id)
         crow = conn.execute(
             f"SELECT {EVENT_COLUMNS} FROM events WHERE session_id = ?"
             " AND action = 'compaction' ORDER BY seq DESC LIMIT 1",
             (session_id,),
         ).fetchone()
-        record = None if crow is None else hydrate_event(dict(crow)).compaction
+        record = None if crow is None else CompactionRecord.of(hydrate_event(dict(crow)))
         if from_record:
-            from_seq = load_from_seq(record)
+            from_seq = None if record is None else record.from_seq
         where = "session_id = ?"
         args: list[Any] = [session_id]
         if from_seq is not None:
@@ -430,40 +380,40 @@ def _context_window(
             args.append(max(0, int(limit)))
         rows = conn.execute(sql, args).fetchall()
         rows.reverse()
-        prefix: list[sqlite3.Row] = []
+        events = ops.rows_to_events(rows)
+        prefix: list[SessionEvent] = []
         if rows and limit is not None and len(rows) >= limit:
-            first = rows[0]
-            # Widen to the turn of the first event and of any result whose call is older.
-            start = min(
-                int(r["turn_start_seq"]) for r in rows if r is first or r["action"] == "tool_result"
-            )
-            lower = start if from_seq is None else max(start, from_seq)
-            if lower < int(first["seq"]):
-                prefix = conn.execute(
-                    f"SELECT {EVENT_COLUMNS} FROM events WHERE session_id = ?"
-                    " AND seq >= ? AND seq < ? ORDER BY seq",
-                    (session_id, lower, int(first["seq"])),
-                ).fetchall()
-        head = prefix[0] if prefix else (rows[0] if rows else None)
+            needed = widening_turns(events)
+            if needed:
+                # Each needed turn is the turn of an event in the window: its row has the
+                # seq of the turn's opening message.
+                opening = {int(r["turn"]): int(r["turn_start_seq"]) for r in rows}
+                lower = min(opening[t] for t in needed)
+                if from_seq is not None:
+                    lower = max(lower, from_seq)
+                if lower < events[0].seq:
+                    prefix = ops.rows_to_events(
+                        conn.execute(
+                            f"SELECT {EVENT_COLUMNS} FROM events WHERE session_id = ?"
+                            " AND seq >= ? AND seq < ? ORDER BY seq",
+                            (session_id, lower, events[0].seq),
+                        ).fetchall()
+                    )
+        loaded = [*prefix, *events]
         complete = from_seq is None and (
-            head is None
+            not loaded
             or conn.execute(
                 "SELECT 1 FROM events WHERE session_id = ? AND seq < ? LIMIT 1",
-                (session_id, int(head["seq"])),
+                (session_id, loaded[0].seq),
             ).fetchone()
             is None
         )
     finally:
         conn.execute("COMMIT")
-    events = ops.rows_to_events([*prefix, *rows])
-    start_index = safe_window_start(events, len(prefix)) if prefix else 0
-    strategy = None if srow["strategy"] is None else _DECODER.decode(srow["strategy"])
     return ContextWindow(
-        events=drop_orphan_results(events[start_index:]),
-        last_seq=int(srow["last_seq"]),
-        compaction_required=bool(srow["compaction_required"]),
-        strategy=strategy,
-        suffix=events,
+        events=window_from(loaded, len(prefix)),
+        state=state,
+        suffix=loaded,
         complete=complete,
         record=record,
     )

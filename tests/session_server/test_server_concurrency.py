@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +13,8 @@ from websockets.asyncio.client import ClientConnection, connect
 
 from session_server.client import SessionClient
 from session_server.core.events import SessionEvent
-from session_server.rpc.methods import METHODS, CallContext, NoParams, rpc_method
+from session_server.rpc.methods import CallContext, MethodSpec, NoParams, method_table
+from session_server.rpc.table import ROWS
 from tests.support.server import RunningServer, running_server
 
 AGENT = "busy-agent"
@@ -26,31 +27,33 @@ async def server(tmp_path: Path) -> AsyncIterator[RunningServer]:
 
 
 @pytest.fixture
-def gate_methods() -> Iterator[None]:
-    """``test.wait`` blocks until ``test.release`` runs: only pipelining can answer both."""
+async def gated(tmp_path: Path) -> AsyncIterator[RunningServer]:
+    """A server whose table adds ``test.wait``, which blocks until ``test.release`` runs:
+    only pipelining can answer both."""
     gate = asyncio.Event()
 
-    @rpc_method("test.wait", NoParams)
     async def wait(ctx: CallContext, p: NoParams) -> str:
         await gate.wait()
         return "released"
 
-    @rpc_method("test.release", NoParams)
     async def release(ctx: CallContext, p: NoParams) -> str:
         gate.set()
         return "done"
 
-    yield
-    METHODS.pop("test.wait")
-    METHODS.pop("test.release")
+    methods = method_table(
+        ROWS,
+        [MethodSpec("test.wait", NoParams, wait), MethodSpec("test.release", NoParams, release)],
+    )
+    async with running_server(tmp_path / "memory", methods=methods) as running:
+        yield running
 
 
 async def recv_json(ws: ClientConnection) -> Any:
     return json.loads(await ws.recv())
 
 
-async def test_requests_are_pipelined(server: RunningServer, gate_methods: None) -> None:
-    async with connect(f"{server.url}/v1/agents/{AGENT}") as ws:
+async def test_requests_are_pipelined(gated: RunningServer) -> None:
+    async with connect(f"{gated.url}/v1/agents/{AGENT}") as ws:
         await ws.send('{"jsonrpc":"2.0","id":"w","method":"test.wait"}')
         await ws.send('{"jsonrpc":"2.0","id":"r","method":"test.release"}')
         first, second = await recv_json(ws), await recv_json(ws)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -13,13 +13,16 @@ import pytest
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
-from session_server.rpc.methods import METHODS, CallContext, NoParams, rpc_method
+from session_server.rpc.methods import CallContext, MethodSpec, NoParams, method_table
+from session_server.rpc.table import ROWS
 from tests.support.server import RunningServer, running_server
 
 
 @pytest.fixture
 async def server(tmp_path: Path) -> AsyncIterator[RunningServer]:
-    async with running_server(tmp_path / "memory", max_frame_bytes=64 * 1024) as running:
+    async with running_server(
+        tmp_path / "memory", max_frame_bytes=64 * 1024, methods=METHODS
+    ) as running:
         yield running
 
 
@@ -171,16 +174,17 @@ async def test_notifications_get_no_answer(ws: ClientConnection) -> None:
         assert answer["id"] == "again"
 
 
+async def explode(ctx: CallContext, p: NoParams) -> None:
+    raise RuntimeError("secret internal detail")
+
+
+# The server under test answers the built-in table plus one method that fails.
+METHODS = method_table(ROWS, [MethodSpec("test.explode", NoParams, explode)])
+
+
 @pytest.fixture
-def exploding_method() -> Iterator[str]:
-    name = "test.explode"
-
-    @rpc_method(name, NoParams)
-    async def explode(ctx: CallContext, p: NoParams) -> None:
-        raise RuntimeError("secret internal detail")
-
-    yield name
-    METHODS.pop(name)
+def exploding_method() -> str:
+    return "test.explode"
 
 
 async def test_unexpected_exception_is_generic_and_logged(

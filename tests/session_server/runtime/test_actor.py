@@ -165,17 +165,17 @@ async def test_fifty_concurrent_appenders_get_contiguous_seqs(actor: AgentActor)
 async def test_write_completes_when_caller_is_cancelled(actor: AgentActor) -> None:
     sid = await actor.create_session()
     # Hold the mailbox so the write is queued, then cancel its caller once it has started.
-    await actor._write_lock.acquire()
+    await actor.write_lock.acquire()
     ctx = await actor.build_working_context(sid)
     turn(1, ctx)
     caller = asyncio.ensure_future(actor.persist_working_context(sid, ctx))
     await asyncio.sleep(0)  # one loop step: the caller validates and queues its write task
-    assert actor._pending, "the write task should be queued behind the held lock"
+    assert actor.pending_writes, "the write task should be queued behind the held lock"
     caller.cancel()
     with pytest.raises(asyncio.CancelledError):
         await caller
-    actor._write_lock.release()
-    await asyncio.gather(*list(actor._pending))
+    actor.write_lock.release()
+    await asyncio.gather(*actor.pending_writes)
     assert len(await actor.load_events(sid)) == 4
 
 
@@ -184,7 +184,7 @@ async def test_reads_do_not_wait_for_the_write_lock(actor: AgentActor) -> None:
     ctx = await actor.build_working_context(sid)
     turn(1, ctx)
     await actor.persist_working_context(sid, ctx)
-    async with actor._write_lock:  # a write is "in progress"
+    async with actor.write_lock:  # a write is "in progress"
         events = await asyncio.wait_for(actor.load_events(sid), timeout=10)
         built = await asyncio.wait_for(actor.build_working_context(sid), timeout=10)
     assert len(events) == 4 and built.base_seq == 4
@@ -241,7 +241,7 @@ async def test_window_widens_to_the_call_of_a_late_result(actor: AgentActor) -> 
     built = await actor.build_working_context(sid, limit=2)
     assert [m.role for m in built.messages] == ["user", "assistant", "tool", "user"]
     # with the call out of reach (from_seq cut), the orphan result is dropped, not sent
-    store = await actor._ensure_store()
+    store = await actor.store()
     window = await store.context_window(sid, limit=None, from_seq=3)
     assert [e.action for e in window.events] == ["user_message"]
 
@@ -251,7 +251,7 @@ async def test_cached_windows_equal_store_windows(tmp_path: Path) -> None:
     rng = random.Random(1234)
     async with ActorRegistry(tmp_path, idle_timeout=None, context_limit=8) as reg:
         actor = await reg.get("cache")
-        store = await actor._ensure_store()
+        store = await actor.store()
         for round_ in range(12):
             sid = await actor.create_session()
             pending: list[str] = []
@@ -273,14 +273,14 @@ async def test_cached_windows_equal_store_windows(tmp_path: Path) -> None:
                 await actor.append_events(sid, batch)
                 if rng.random() < 0.3:
                     limit = rng.randint(1, 12)
-                    view = await actor._view(sid, limit)
+                    view = await actor.view(sid, limit)
                     fresh = await store.context_window(sid, limit=limit, from_record=True)
                     assert [e.seq for e in view.events] == [e.seq for e in fresh.events], (
                         round_,
                         limit,
                     )
-                    assert view.last_seq == fresh.last_seq
-                    assert actor._recent.window(sid, limit) is not None
+                    assert view.last_seq == fresh.state.last_seq
+                    assert actor.core.cached_view(sid, limit) is not None
 
 
 async def test_persisting_nothing(actor: AgentActor) -> None:

@@ -21,6 +21,7 @@ from session_server import ActorRegistry
 from session_server.core.context import WorkingContext
 from session_server.core.errors import AgentUnavailableError, ConflictError
 from session_server.core.events import ContextMessage, SessionEvent, ToolCall
+from session_server.core.plans import AppendBatch, AppendOutcome
 from session_server.storage.store import AgentStore
 
 COMPACT = {"mode": "compact", "compact_keep": 1, "compact_trigger_turns": 1}
@@ -166,7 +167,7 @@ async def test_session_strategy_set_during_a_cache_seed_is_kept(
         ctx = await actor.build_working_context(sid, limit=50)
         tool_turns(ctx)
         await actor.persist_working_context(sid, ctx)
-        actor._recent.forget(sid)  # a cold cache, as after a delete
+        actor.core.events_deleted(sid)  # a cold cache, as after a delete
         armed, entered, release = gate(monkeypatch, "context_window")
         armed["on"] = True
         build = asyncio.ensure_future(actor.build_working_context(sid, limit=50))
@@ -209,18 +210,16 @@ async def test_a_cancelled_build_acts_on_pressure_once(
         ctx.add_messages(chat(99))
         result = await actor.persist_working_context(sid, ctx, usage={"prompt_tokens": 10**7})
         assert result.compaction_required
-        original = AgentStore.append_events
+        original = AgentStore.append
         entered, release = asyncio.Event(), asyncio.Event()
 
-        async def slow_append(
-            self: AgentStore, session_id: str, events: list[SessionEvent], *a: Any, **k: Any
-        ) -> Any:
-            if any(e.action == "compaction" for e in events):
+        async def slow_append(self: AgentStore, batch: AppendBatch) -> AppendOutcome:
+            if any(e.action == "compaction" for e in batch.events):
                 entered.set()
                 await release.wait()  # a slow fsync
-            return await original(self, session_id, events, *a, **k)
+            return await original(self, batch)
 
-        monkeypatch.setattr(AgentStore, "append_events", slow_append)
+        monkeypatch.setattr(AgentStore, "append", slow_append)
         first = asyncio.ensure_future(actor.build_working_context(sid))
         await entered.wait()
         first.cancel()  # e.g. the caller's timeout
@@ -268,7 +267,7 @@ async def test_open_stores_stay_bounded_under_concurrent_reads(tmp_path: Path) -
         await asyncio.gather(*(reader() for _ in range(16)))
         await reg.settle()
         open_ids = [a.agent_id for a in actors if a.is_open]
-        assert all(i in reg._open for i in open_ids)  # every open store is tracked
+        assert all(reg.is_tracked(a) for a in actors if a.is_open)  # every open store tracked
         assert len(open_ids) <= reg.max_open
 
 

@@ -90,3 +90,23 @@ async def test_corrupt_file_fails_only_that_agent(tmp_path: Path) -> None:
         assert (await healthy.get_session(sid)) is not None
         with pytest.raises(AgentUnavailableError):
             await broken.create_session()
+
+
+def test_misused_options_are_refused_as_python_errors(tmp_path: Path) -> None:
+    with pytest.raises(TypeError, match="max_opne"):
+        ActorRegistry(tmp_path, max_opne=3)  # type: ignore[call-arg]  # a typo is refused
+    with pytest.raises(ValueError, match="max_open"):
+        ActorRegistry(tmp_path, max_open=0)
+    with pytest.raises(TypeError, match="context_limit"):
+        ActorRegistry(tmp_path, context_limit="200")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="idle_timeout"):
+        ActorRegistry(tmp_path, idle_timeout="soon")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="default_strategy"):
+        ActorRegistry(tmp_path, default_strategy={"mode": "sometimes"})
+
+
+async def test_a_closed_registry_refuses_with_a_distinct_error(tmp_path: Path) -> None:
+    reg = ActorRegistry(tmp_path)
+    await reg.close()
+    with pytest.raises(AgentUnavailableError, match="closed"):
+        await reg.get("a")

@@ -50,7 +50,7 @@ async def test_file_layout_schema_version_and_pragmas(
         assert {"sessions", "events", "idempotency", "tool_calls"} <= tables
     finally:
         conn.close()
-    store = await actor._ensure_store()
+    store = await actor.store()
     assert store.writer.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
     assert store.writer.execute("PRAGMA busy_timeout").fetchone()[0] == 5000
 
@@ -59,9 +59,9 @@ async def test_synchronous_normal_is_selectable(tmp_path: Path) -> None:
     async with ActorRegistry(tmp_path, synchronous="NORMAL") as reg:
         actor = await reg.get("a")
         await actor.create_session()
-        store = await actor._ensure_store()
+        store = await actor.store()
         assert store.writer.execute("PRAGMA synchronous").fetchone()[0] == 1
-    with pytest.raises(InvalidParamsError, match="synchronous"):
+    with pytest.raises(ValueError, match="synchronous"):
         ActorRegistry(tmp_path, synchronous="OFF")  # type: ignore[arg-type]
 
 

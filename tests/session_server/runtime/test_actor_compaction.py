@@ -108,7 +108,7 @@ async def test_server_default_is_the_lowest_level(tmp_path: Path) -> None:
         actor = await reg.get("c")
         sid = await actor.create_session()
         assert (await actor.get_strategy(sid))["effective"]["compact_keep"] == 7
-    with pytest.raises(InvalidParamsError, match="server strategy"):
+    with pytest.raises(ValueError, match="server strategy"):
         ActorRegistry(tmp_path, default_strategy={"bogus": 1})
 
 

@@ -1,0 +1,624 @@
+"""``AgentCore``: one agent's in-memory state and every decision about it (pure).
+
+The core is a state machine in the style of h11: it does no I/O and knows no event
+loop. It owns the agent's caches (the recent events and session state per session, the
+agent's strategy, which sessions were built since activation, which are compacting) and
+answers each request with either a value or what it needs first:
+
+- a ``Need`` (``NeedState``, ``NeedAgentStrategy``, ``NeedWindow``, ``NeedSnapshot``): the
+  read to run before asking again. The actor runs it, hands the answer to ``learn`` (into
+  the request's ``Known``) and asks again;
+- a plan: an ``AppendPlan`` (the ``AppendBatch`` for one store transaction and the
+  snapshot to write after it), a ``CompactionDue`` (a compaction to run), or the answer.
+
+After a commit the actor calls ``committed(plan, outcome)``: the core updates its caches
+and returns the ``Effects`` to run (mirror lines, subscriber notifications, snapshot).
+
+Ordering is the actor's job: it calls the write-side methods (``committed``, the
+``*_deleted`` and ``strategy_written`` notices) under its write lock, in commit order.
+Reads that raced with a commit are recognised by the cache's per-session versions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Final, Literal, TypeVar
+
+import msgspec
+
+from ..compaction.builder import build_compacted_context
+from ..compaction.config import StrategyConfig, resolve_strategy, validate_strategy
+from ..compaction.records import CompactionPlan, make_compaction_event
+from ..compaction.triggers import token_pressure
+from ..mirror.snapshot import RestoredSnapshot
+from .codec import encode_json, event_to_message, message_to_event, new_event_id
+from .context import WorkingContext
+from .errors import InvalidParamsError, NotFoundError
+from .events import ContextMessage, SessionEvent
+from .plans import (
+    AppendBatch,
+    AppendOutcome,
+    AppendResult,
+    ContextWindow,
+    Effects,
+    NewSession,
+    SessionState,
+    SnapshotDue,
+)
+from .recent import RecentCache, SessionView
+from .records import CompactionRecord
+from .tokens import get_counter
+from .validation import parse_event, parse_message
+
+__all__ = [
+    "AgentCore",
+    "AppendPlan",
+    "CompactionDue",
+    "CompactionInput",
+    "Known",
+    "Need",
+    "NeedAgentStrategy",
+    "NeedSnapshot",
+    "NeedState",
+    "NeedWindow",
+    "PreparedTurn",
+    "SnapshotParts",
+    "StrategyWrite",
+    "compaction_report",
+]
+
+T = TypeVar("T")
+AGENT_STRATEGY_KEY: Final = "strategy"
+_DEFAULT_CONFIG: Final = StrategyConfig()
+SnapshotParts = tuple[list[ContextMessage], list[str], int]
+
+
+# -- what the core may need first --------------------------------------------------------
+
+
+class Need(msgspec.Struct, frozen=True):
+    """A read the actor runs before asking the core again."""
+
+
+class NeedState(Need, frozen=True):
+    """The session's state row (``store.session_state``)."""
+
+    session_id: str
+
+
+class NeedAgentStrategy(Need, frozen=True):
+    """The agent's stored strategy (``store.get_setting(AGENT_STRATEGY_KEY)``)."""
+
+    generation: int
+
+
+class NeedWindow(Need, frozen=True):
+    """A context window (``store.context_window(limit, from_record=True)``); ``limit``
+    ``None`` reads everything from the record's lower bound (not cached)."""
+
+    session_id: str
+    limit: int | None
+    version: int
+
+
+class NeedSnapshot(Need, frozen=True):
+    """The session's snapshot file, if it is valid and taken at ``last_seq``."""
+
+    session_id: str
+    last_seq: int
+
+
+class Known:
+    """What the reads of one request returned (its scratch space; one per request)."""
+
+    def __init__(self) -> None:
+        self.states: dict[str, SessionState | None] = {}
+        self.views: dict[tuple[str, int], SessionView] = {}
+        self.full: dict[str, ContextWindow] = {}
+        self.snapshots: dict[str, RestoredSnapshot | None] = {}
+        self.compacted = False
+
+    def forget_views(self, session_id: str) -> None:
+        """Drop the windows read for ``session_id`` (a commit since made them stale)."""
+        self.views = {k: v for k, v in self.views.items() if k[0] != session_id}
+        self.full.pop(session_id, None)
+
+
+# -- what the core decides -----------------------------------------------------------------
+
+
+class AppendPlan(msgspec.Struct, frozen=True):
+    """One store transaction, and the snapshot to write once it committed."""
+
+    batch: AppendBatch
+    snapshot: SnapshotDue | None = None
+
+
+class CompactionDue(msgspec.Struct, frozen=True):
+    """Run a compaction of one session (one at a time per session)."""
+
+    session_id: str
+    config: StrategyConfig
+    instructions: list[str]
+    limit: int
+    force: bool
+
+
+class CompactionInput(msgspec.Struct, frozen=True):
+    """What a compaction plans from: the events, the latest record, the pressure flag."""
+
+    events: list[SessionEvent]
+    record: CompactionRecord | None
+    pressure: bool
+
+    @property
+    def record_data(self) -> dict[str, Any] | None:
+        return None if self.record is None else self.record.data
+
+
+class StrategyWrite(msgspec.Struct, frozen=True):
+    """Store a strategy level (``session_id`` None: the agent's); ``stored`` is its JSON
+    (``None`` clears the level)."""
+
+    session_id: str | None
+    values: dict[str, Any] | None
+    stored: str | None
+
+
+class PreparedTurn(msgspec.Struct, frozen=True):
+    """A persist request with its new messages validated, turned into events, counted."""
+
+    session_id: str
+    events: list[SessionEvent]
+    tokens: list[int]
+    instructions: list[str]
+    base_seq: int
+    usage: Mapping[str, Any] | None
+    on_conflict: Literal["append", "reject"]
+    idempotency_key: str | None
+
+
+def _state(known: Known, session_id: str) -> SessionState | NeedState | None:
+    if session_id not in known.states:
+        return NeedState(session_id)
+    return known.states[session_id]
+
+
+def _event_tokens(counter: Any, event: SessionEvent) -> int:
+    message = event_to_message(event)
+    return 0 if message is None else int(counter.count_message(message))
+
+
+class AgentCore:
+    """The state and decisions of one agent. No I/O: see the module docstring."""
+
+    def __init__(
+        self,
+        agent_id: str,
+        *,
+        context_limit: int,
+        server_strategy: dict[str, Any] | None,
+        snapshots: bool,
+    ) -> None:
+        if not isinstance(context_limit, int) or context_limit < 1:
+            raise ValueError("context_limit: must be a positive int")
+        self.agent_id = agent_id
+        self.context_limit = context_limit
+        self.server_strategy = server_strategy
+        self.snapshots = snapshots
+        # Recently written events per session, so building a context reads no row it has
+        # already decoded (see ``recent``).
+        self._recent = RecentCache(max(4 * context_limit, 256))
+        # Sessions whose context was built since activation (the snapshot file is
+        # consulted only for the first build of an activation).
+        self._built: set[str] = set()
+        self._compacting: set[str] = set()
+        self._agent_strategy: dict[str, Any] | None = None
+        self._agent_loaded = False
+        self._agent_generation = 0
+
+    # -- reads the actor ran ------------------------------------------------------------
+
+    def learn(self, need: Need, answer: Any, known: Known) -> None:
+        """Record the answer to ``need`` (what the store or the snapshot file returned)."""
+        if isinstance(need, NeedState):
+            known.states[need.session_id] = answer
+        elif isinstance(need, NeedAgentStrategy):
+            # A strategy set meanwhile (a newer generation) wins over this older read.
+            if need.generation == self._agent_generation:
+                self._agent_strategy = None if answer is None else msgspec.json.decode(answer)
+                self._agent_loaded = True
+        elif isinstance(need, NeedWindow):
+            if need.limit is None:
+                known.full[need.session_id] = answer
+            else:
+                view = self._recent.seed(need.session_id, answer, need.version)
+                known.views[(need.session_id, need.limit)] = view
+        elif isinstance(need, NeedSnapshot):
+            known.snapshots[need.session_id] = answer
+        else:  # pragma: no cover - every Need is handled above
+            raise TypeError(f"unknown need {need!r}")
+
+    def cached_view(self, session_id: str, limit: int) -> SessionView | None:
+        """The window from the cache alone (``None``: the cache cannot say)."""
+        return self._recent.window(session_id, limit)
+
+    def view(self, session_id: str, limit: int, known: Known) -> SessionView | NeedWindow:
+        """The context window and session state, from the cache when it can answer."""
+        view = self._recent.window(session_id, limit)
+        if view is not None:
+            return view
+        read = known.views.get((session_id, limit))
+        if read is not None:
+            return read
+        return NeedWindow(session_id, limit, self._recent.version(session_id))
+
+    # -- strategies -----------------------------------------------------------------------
+
+    def agent_strategy(self) -> dict[str, Any] | NeedAgentStrategy | None:
+        if not self._agent_loaded:
+            return NeedAgentStrategy(self._agent_generation)
+        return self._agent_strategy
+
+    def resolve(
+        self, session: Mapping[str, Any] | None, request: Mapping[str, Any] | None
+    ) -> StrategyConfig | NeedAgentStrategy:
+        """Precedence: request > session (persisted) > agent default > server default."""
+        agent = self.agent_strategy()
+        if isinstance(agent, NeedAgentStrategy):
+            return agent
+        server = self.server_strategy
+        if server is None and agent is None and not session and not request:
+            return _DEFAULT_CONFIG  # the common case: no validation to redo on every build
+        return resolve_strategy(server, agent, session, request)
+
+    def strategy_levels(self, session_id: str | None, known: Known) -> dict[str, Any] | Need:
+        """``{server, agent, session, effective}`` (session None: the agent's)."""
+        session: dict[str, Any] | None = None
+        if session_id is not None:
+            state = _state(known, session_id)
+            if isinstance(state, Need):
+                return state
+            if state is None:
+                raise NotFoundError.session(session_id)
+            session = state.strategy
+        effective = self.resolve(session, None)
+        if isinstance(effective, Need):
+            return effective
+        return {
+            "server": self.server_strategy,
+            "agent": self._agent_strategy,
+            "session": session,
+            "effective": effective.to_dict(),
+        }
+
+    def plan_strategy(
+        self, strategy: Mapping[str, Any] | None, session_id: str | None
+    ) -> StrategyWrite | Need:
+        """Validate a strategy level to store; only the keys given are stored (``None``
+        or ``{}`` clears it) and the merged result must still be valid."""
+        level = "agent" if session_id is None else "session"
+        values = validate_strategy(strategy, source=f"{level} strategy") if strategy else {}
+        if session_id is None:
+            resolve_strategy(self.server_strategy, values or None)  # merge must be valid
+        else:
+            merged = self.resolve(values or None, None)  # the merge must be valid
+            if isinstance(merged, Need):
+                return merged
+        stored = encode_json(values) if values else None
+        return StrategyWrite(session_id, values or None, stored)
+
+    def strategy_written(self, write: StrategyWrite) -> None:
+        """A ``StrategyWrite`` committed (called under the write lock)."""
+        if write.session_id is None:
+            self._agent_strategy, self._agent_loaded = write.values, True
+            self._agent_generation += 1
+        else:
+            self._recent.strategy_changed(write.session_id, write.values)
+
+    # -- appends ----------------------------------------------------------------------------
+
+    def plan_events(
+        self,
+        session_id: str,
+        events: Sequence[SessionEvent],
+        *,
+        expected_last_seq: int | None = None,
+        idempotency_key: str | None = None,
+        create: NewSession | None = None,
+    ) -> AppendPlan:
+        """Validate ``events`` (Structs are not validated on construction) and plan their
+        append; ids are kept when given, assigned otherwise."""
+        checked = [
+            parse_event(msgspec.to_builtins(e), f"events[{i}]") for i, e in enumerate(events)
+        ]
+        counter = get_counter()
+        tokens = [_event_tokens(counter, e) for e in checked]
+        prepared = [e if e.id else msgspec.structs.replace(e, id=new_event_id()) for e in checked]
+        return AppendPlan(
+            AppendBatch(
+                session_id,
+                prepared,
+                tokens,
+                expected_last_seq=expected_last_seq,
+                idempotency_key=idempotency_key,
+                create=create,
+            )
+        )
+
+    def unwritten(self, plan: AppendPlan, known: Known) -> AppendResult | NeedState:
+        """The answer to a batch that writes nothing: the session's last seq (0 when the
+        session does not exist: an empty append is a no-op, even for an unknown id)."""
+        state = _state(known, plan.batch.session_id)
+        if isinstance(state, NeedState):
+            return state
+        return AppendResult(seqs=[], last_seq=0 if state is None else state.last_seq)
+
+    def prepare_turn(
+        self,
+        session_id: str,
+        ctx: WorkingContext,
+        *,
+        usage: Mapping[str, Any] | None,
+        on_conflict: str,
+        idempotency_key: str | None,
+    ) -> PreparedTurn:
+        """Check a persist request and turn ``ctx.get_new_messages()`` into events."""
+        if on_conflict not in ("append", "reject"):
+            raise InvalidParamsError("on_conflict: must be 'append' or 'reject'")
+        if usage is not None and not isinstance(usage, Mapping):
+            raise InvalidParamsError("usage: must be an object", data={"field": "usage"})
+        checked = [
+            parse_message(msgspec.to_builtins(m), f"messages[{i}]")
+            for i, m in enumerate(ctx.get_new_messages())
+        ]
+        counter = get_counter()
+        return PreparedTurn(
+            session_id=session_id,
+            events=[message_to_event(session_id, m) for m in checked],
+            tokens=[int(counter.count_message(m)) for m in checked],
+            instructions=list(ctx.system_instructions),
+            base_seq=ctx.base_seq,
+            usage=usage,
+            on_conflict="reject" if on_conflict == "reject" else "append",
+            idempotency_key=idempotency_key,
+        )
+
+    def plan_turn(self, turn: PreparedTurn, known: Known) -> AppendPlan | AppendResult | Need:
+        """Plan a persist: its events, the pressure flag the usage calls for (``None``
+        leaves the flag), the conflict check, and the end-of-turn snapshot."""
+        sid = turn.session_id
+        flag: bool | None = None
+        if turn.usage is not None:
+            state = _state(known, sid)
+            if isinstance(state, Need):
+                return state
+            if state is None:
+                raise NotFoundError.session(sid)
+            config = self.resolve(state.strategy, None)
+            if isinstance(config, Need):
+                return config
+            flag = True if token_pressure(turn.usage, config).required else None
+        expected = turn.base_seq if turn.on_conflict == "reject" else None
+        if not turn.events and expected is None and not flag:
+            state = _state(known, sid)
+            if isinstance(state, Need):
+                return state
+            if state is None:
+                raise NotFoundError.session(sid)
+            return AppendResult(
+                seqs=[], last_seq=state.last_seq, compaction_required=state.compaction_required
+            )
+        batch = AppendBatch(
+            sid,
+            turn.events,
+            turn.tokens,
+            expected_last_seq=expected,
+            idempotency_key=turn.idempotency_key,
+            compaction_required=flag,
+        )
+        # The end of a turn: the snapshot is the default context as SQLite stands when the
+        # mirror batch is written, not the caller's ctx (which may hold only this turn).
+        return AppendPlan(batch, SnapshotDue(sid, turn.instructions))
+
+    def committed(self, plan: AppendPlan, outcome: AppendOutcome) -> Effects | None:
+        """A batch committed (called under the write lock, in commit order): update the
+        caches and return what follows (``None`` for a replay: nothing happened)."""
+        if outcome.replay:
+            return None
+        batch, result = plan.batch, outcome.result
+        sid = batch.session_id
+        if outcome.stored:
+            self._recent.appended(sid, outcome.stored, result.last_seq, result.compaction_required)
+            return Effects(sid, outcome.stored, outcome.stored, plan.snapshot)
+        if batch.compaction_required is not None:
+            self._recent.flag_changed(sid, result.compaction_required)
+        return Effects(sid, snapshot=plan.snapshot)
+
+    def session_deleted(self, session_id: str) -> None:
+        self._built.discard(session_id)
+        self._recent.forget(session_id)
+
+    def events_deleted(self, session_id: str) -> None:
+        self._recent.forget(session_id)
+
+    def hibernated(self) -> None:
+        """The store closed: what the core knows may be stale when it opens again."""
+        self._built.clear()
+        self._recent.clear()
+        self._agent_loaded = False
+        self._agent_generation = 0
+
+    # -- building contexts ----------------------------------------------------------------
+
+    def build(
+        self,
+        session_id: str,
+        known: Known,
+        *,
+        instructions: list[str],
+        limit: int | None,
+        strategy: Mapping[str, Any] | None,
+        may_compact: bool = True,
+    ) -> WorkingContext | CompactionDue | Need:
+        """The working context under the session's strategy, or the compaction to run
+        first (never with ``may_compact=False``: a read-only build, e.g. for an export).
+
+        The first build of an activation, with the defaults, may come from the snapshot
+        file when it is current (its ``last_seq`` is the session's) and no compaction can
+        be due.
+        """
+        if limit is not None and (not isinstance(limit, int) or limit < 1):
+            raise InvalidParamsError("limit: must be a positive integer")
+        if may_compact and limit is None and strategy is None and session_id not in self._built:
+            restored = self._restore(session_id, instructions, known)
+            if restored is not None:
+                return restored
+        window = limit or self.context_limit
+        view = self.view(session_id, window, known)
+        if isinstance(view, Need):
+            return view
+        config = self.resolve(view.strategy, strategy)
+        if isinstance(config, Need):
+            return config
+        due = (
+            may_compact
+            and not known.compacted
+            and (
+                config.mode == "compact"
+                or (config.mode == "summarize" and view.compaction_required)
+            )
+        )
+        if due:
+            return CompactionDue(session_id, config, instructions, window, force=False)
+        ctx = build_compacted_context(
+            view.events,
+            record=None if view.record is None else view.record.data,
+            system_instructions=instructions,
+            base_seq=view.last_seq,
+            config=config,
+            count_tokens=True,
+        )
+        if may_compact:
+            self._built.add(session_id)
+        return ctx
+
+    def _restore(
+        self, session_id: str, instructions: list[str], known: Known
+    ) -> WorkingContext | Need | None:
+        if not self.snapshots:
+            return None
+        state = _state(known, session_id)
+        if isinstance(state, Need):
+            return state
+        if state is None or state.compaction_required or not state.last_seq:
+            return None
+        # Under a compaction strategy the build may have to compact first: no shortcut.
+        config = self.resolve(state.strategy, None)
+        if isinstance(config, Need):
+            return config
+        if config.mode != "none":
+            return None
+        if session_id not in known.snapshots:
+            return NeedSnapshot(session_id, state.last_seq)
+        restored = known.snapshots[session_id]
+        if restored is None:
+            return None
+        self._built.add(session_id)
+        counter = get_counter()
+        return WorkingContext(
+            instructions,
+            restored.messages,
+            {"restored_from": "working_context_snapshot.json"},
+            base_seq=state.last_seq,
+            token_count=counter.count_messages(restored.messages, instructions).tokens,
+        )
+
+    def snapshot_parts(self, due: SnapshotDue) -> SnapshotParts | None:
+        """Messages, instructions and last seq of the session's default context, from the
+        cache as of the latest commit (``None`` when the cache cannot say: no snapshot)."""
+        view = self._recent.window(due.session_id, self.context_limit)
+        if view is None:
+            return None
+        built = build_compacted_context(
+            view.events,
+            record=None if view.record is None else view.record.data,
+            system_instructions=due.instructions,
+        )
+        return built.messages, built.system_instructions, view.last_seq
+
+    # -- compaction ------------------------------------------------------------------------
+
+    def plan_compact(
+        self,
+        session_id: str,
+        known: Known,
+        *,
+        strategy: Mapping[str, Any] | None,
+        instructions: Iterable[str],
+    ) -> CompactionDue | Need:
+        """An explicit compaction (``memory.compact``) with the effective strategy."""
+        state = _state(known, session_id)
+        if isinstance(state, Need):
+            return state
+        if state is None:
+            raise NotFoundError.session(session_id)
+        config = self.resolve(state.strategy, strategy)
+        if isinstance(config, Need):
+            return config
+        return CompactionDue(session_id, config, list(instructions), self.context_limit, force=True)
+
+    def begin_compaction(self, session_id: str) -> bool:
+        """Mark a compaction of ``session_id`` as running; ``False`` when one already is
+        (one at a time per session: a pressure flag is acted on exactly once)."""
+        if session_id in self._compacting:
+            return False
+        self._compacting.add(session_id)
+        return True
+
+    def end_compaction(self, session_id: str) -> None:
+        self._compacting.discard(session_id)
+
+    def compaction_input(self, due: CompactionDue, known: Known) -> CompactionInput | Need:
+        """What to plan from, read under the session's compaction turn."""
+        view = self.view(due.session_id, due.limit, known)
+        if isinstance(view, Need):
+            return view
+        events = view.events
+        if due.config.mode == "summarize":
+            # Summaries cover every turn not yet summarised, not only the current window.
+            full = known.full.get(due.session_id)
+            if full is None:
+                return NeedWindow(due.session_id, None, self._recent.version(due.session_id))
+            events = full.events
+        return CompactionInput(events, view.record, view.compaction_required)
+
+    def after_compaction(
+        self, due: CompactionDue, given: CompactionInput, plan: CompactionPlan
+    ) -> AppendPlan | None:
+        """The append a planned compaction calls for: its event (clearing the flag it
+        acted on), the flag alone when there was nothing to do, or nothing."""
+        if plan.record is None:
+            if given.pressure and due.config.mode != "compact":
+                # Acted on (nothing to summarise): the flag must not fire on every build.
+                return AppendPlan(AppendBatch(due.session_id, compaction_required=False))
+            return None
+        event = make_compaction_event(due.session_id, plan.record, plan.event_count)
+        batch = self.plan_events(due.session_id, [event]).batch
+        flag = False if given.pressure else None
+        return AppendPlan(msgspec.structs.replace(batch, compaction_required=flag))
+
+
+def compaction_report(plan: CompactionPlan) -> dict[str, Any]:
+    """The answer of an explicit compaction (``compacted: false`` says why not)."""
+    record = plan.record or {}
+    return {
+        "compacted": plan.record is not None,
+        "strategy": plan.strategy,
+        "reason": plan.reason,
+        "event_count": plan.event_count,
+        "items_removed": plan.items_removed,
+        "tokens_before": plan.tokens_before,
+        "tokens_after": plan.tokens_after,
+        "boundary_seq": record.get("boundary_seq"),
+    }

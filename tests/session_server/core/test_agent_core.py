@@ -1,0 +1,344 @@
+"""``AgentCore`` as a state machine, h11 style: no event loop, no file, no thread.
+
+Every test drives the core by hand: it asks, gets a ``Need``, answers it with a value it
+built (what the store would have returned) and asks again, then feeds ``committed`` the
+outcome a store would give. The actor does exactly this against a real store
+(tests/session_server/runtime).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+import pytest
+
+from session_server.core.agent_core import (
+    AgentCore,
+    AppendPlan,
+    CompactionDue,
+    CompactionInput,
+    Known,
+    NeedAgentStrategy,
+    NeedSnapshot,
+    NeedState,
+    NeedWindow,
+    StrategyWrite,
+    compaction_report,
+)
+from session_server.core.context import WorkingContext
+from session_server.core.errors import InvalidParamsError, NotFoundError
+from session_server.core.events import ContextMessage, SessionEvent, ToolCall
+from session_server.core.plans import (
+    AppendBatch,
+    AppendOutcome,
+    AppendResult,
+    ContextWindow,
+    NewSession,
+    SessionState,
+    SnapshotDue,
+)
+from session_server.core.turns import number_turns
+from session_server.mirror.snapshot import RestoredSnapshot
+
+SID = "s"
+COMPACT = {"mode": "compact", "compact_keep": 1, "compact_trigger_turns": 1}
+
+
+def new_core(**kw: Any) -> AgentCore:
+    options: dict[str, Any] = {"context_limit": 50, "server_strategy": None, "snapshots": False}
+    options.update(kw)
+    return AgentCore("agent", **options)
+
+
+def stored(events: list[SessionEvent], first_seq: int = 1) -> list[SessionEvent]:
+    """``events`` as the store keeps them: seq, turn, session id and token count set."""
+    positions, _ = number_turns(events, first_seq=first_seq)
+    return [
+        msgspec.structs.replace(
+            e, id=e.id or f"e{seq}", session_id=SID, seq=seq, turn=p.turn, token_count=3
+        )
+        for seq, (e, p) in enumerate(zip(events, positions, strict=True), start=first_seq)
+    ]
+
+
+def chat(n: int) -> list[SessionEvent]:
+    out: list[SessionEvent] = []
+    for i in range(n):
+        out.append(SessionEvent(action="user_message", content=f"q{i}"))
+        out.append(SessionEvent(action="agent_message", content=f"a{i}"))
+    return out
+
+
+def window_of(events: list[SessionEvent], **state: Any) -> ContextWindow:
+    last = events[-1].seq if events else 0
+    return ContextWindow(
+        events=list(events),
+        state=SessionState(SID, last_seq=last, **state),
+        suffix=list(events),
+        complete=True,
+    )
+
+
+def answer(core: AgentCore, step: Any, known: Known, value: Any) -> None:
+    core.learn(step, value, known)
+
+
+def test_a_cold_build_asks_for_the_window_then_the_agent_strategy() -> None:
+    core, known = new_core(), Known()
+    log = stored(chat(2))
+    step = core.build(SID, known, instructions=["sys"], limit=None, strategy=None)
+    assert step == NeedWindow(SID, 50, 0)
+    answer(core, step, known, window_of(log))
+    step = core.build(SID, known, instructions=["sys"], limit=None, strategy=None)
+    assert step == NeedAgentStrategy(0)
+    answer(core, step, known, None)
+    ctx = core.build(SID, known, instructions=["sys"], limit=None, strategy=None)
+    assert isinstance(ctx, WorkingContext)
+    assert [m.content for m in ctx.messages] == ["q0", "a0", "q1", "a1"]
+    assert ctx.base_seq == 4
+    # One rule for the total: the stored counts plus the instruction's tokens.
+    assert ctx.token_count is not None and ctx.token_count > 4 * 3
+    # The window is cached now: a new request needs no read at all.
+    again = core.build(SID, Known(), instructions=["sys"], limit=2, strategy=None)
+    assert isinstance(again, WorkingContext)
+    assert [m.content for m in again.messages] == ["q1", "a1"]
+
+
+def test_a_turn_is_planned_with_its_snapshot_and_committed_into_the_cache() -> None:
+    core, known = new_core(), Known()
+    log = stored(chat(1))
+    core.learn(NeedWindow(SID, 50, 0), window_of(log), known)
+    ctx = WorkingContext(["sys"], base_seq=2)
+    ctx.add_messages(
+        [ContextMessage(role="user", content="q9"), ContextMessage(role="assistant", content="a9")]
+    )
+    turn = core.prepare_turn(SID, ctx, usage=None, on_conflict="reject", idempotency_key="k")
+    plan = core.plan_turn(turn, Known())
+    assert isinstance(plan, AppendPlan)
+    assert plan.batch.expected_last_seq == 2 and plan.batch.idempotency_key == "k"
+    assert plan.batch.compaction_required is None
+    assert [e.action for e in plan.batch.events] == ["user_message", "agent_message"]
+    assert plan.snapshot == SnapshotDue(SID, ["sys"])
+    written = stored(plan.batch.events, first_seq=3)
+    effects = core.committed(plan, AppendOutcome(AppendResult(seqs=[3, 4], last_seq=4), written))
+    assert effects is not None
+    assert effects.mirror == written and effects.notify == written
+    assert effects.snapshot == plan.snapshot
+    view = core.cached_view(SID, 50)
+    assert view is not None and view.last_seq == 4 and len(view.events) == 4
+    # The snapshot is rendered from the cache as of the latest commit.
+    parts = core.snapshot_parts(SnapshotDue(SID, ["sys"]))
+    assert parts is not None
+    messages, system, last_seq = parts
+    assert [m.content for m in messages] == ["q0", "a0", "q9", "a9"]
+    assert system == ["sys"] and last_seq == 4
+
+
+def test_a_replay_has_no_effects_and_leaves_the_cache() -> None:
+    core = new_core()
+    core.learn(NeedWindow(SID, 50, 0), window_of(stored(chat(1))), Known())
+    plan = core.plan_events(SID, [SessionEvent(content="x")], idempotency_key="k")
+    replay = AppendOutcome(AppendResult(seqs=[3], last_seq=3), [], replay=True)
+    assert core.committed(plan, replay) is None
+    view = core.cached_view(SID, 50)
+    assert view is not None and view.last_seq == 2
+
+
+def test_usage_pressure_needs_the_state_and_strategy_then_sets_the_flag() -> None:
+    core, known = new_core(), Known()
+    ctx = WorkingContext()
+    ctx.add_message(ContextMessage(role="user", content="hi"))
+    usage = {"prompt_tokens": 10**7}
+    turn = core.prepare_turn(SID, ctx, usage=usage, on_conflict="append", idempotency_key=None)
+    step = core.plan_turn(turn, known)
+    assert step == NeedState(SID)
+    answer(core, step, known, SessionState(SID, last_seq=0, strategy={"mode": "summarize"}))
+    step = core.plan_turn(turn, known)
+    assert step == NeedAgentStrategy(0)
+    answer(core, step, known, None)
+    plan = core.plan_turn(turn, known)
+    assert isinstance(plan, AppendPlan) and plan.batch.compaction_required is True
+    missing = Known()
+    core.learn(NeedState(SID), None, missing)
+    with pytest.raises(NotFoundError):
+        core.plan_turn(turn, missing)
+    with pytest.raises(InvalidParamsError, match="usage"):
+        core.prepare_turn(SID, ctx, usage=[1], on_conflict="append", idempotency_key=None)  # type: ignore[arg-type]
+    with pytest.raises(InvalidParamsError, match="on_conflict"):
+        core.prepare_turn(SID, ctx, usage=None, on_conflict="merge", idempotency_key=None)
+
+
+def test_persisting_nothing_answers_from_the_state_without_a_write() -> None:
+    core, known = new_core(), Known()
+    turn = core.prepare_turn(
+        SID, WorkingContext(), usage=None, on_conflict="append", idempotency_key=None
+    )
+    step = core.plan_turn(turn, known)
+    assert step == NeedState(SID)
+    core.learn(step, SessionState(SID, last_seq=7, compaction_required=True), known)
+    assert core.plan_turn(turn, known) == AppendResult(
+        seqs=[], last_seq=7, compaction_required=True
+    )
+    # An empty append of events is a no-op even for an unknown session.
+    plan = core.plan_events(SID, [])
+    assert plan.batch.writes_nothing
+    unknown = Known()
+    core.learn(NeedState(SID), None, unknown)
+    assert core.unwritten(plan, unknown) == AppendResult(seqs=[], last_seq=0)
+
+
+def test_a_compact_strategy_makes_the_build_compact_first_once() -> None:
+    core, known = new_core(), Known()
+    core.learn(NeedAgentStrategy(0), None, known)
+    log = stored(chat(3))
+    core.learn(NeedWindow(SID, 50, 0), window_of(log, strategy=COMPACT), known)
+    due = core.build(SID, known, instructions=[], limit=None, strategy=None)
+    assert isinstance(due, CompactionDue) and not due.force and due.config.mode == "compact"
+    # The pump runs it (one at a time per session), then asks again.
+    assert core.begin_compaction(SID) and not core.begin_compaction(SID)
+    given = core.compaction_input(due, Known())
+    assert isinstance(given, CompactionInput) and len(given.events) == 6
+    core.end_compaction(SID)
+    assert core.begin_compaction(SID)
+    core.end_compaction(SID)
+    known.compacted = True
+    assert isinstance(
+        core.build(SID, known, instructions=[], limit=None, strategy=None), WorkingContext
+    )
+
+
+def test_after_compaction_appends_the_record_or_clears_the_flag() -> None:
+    from session_server.compaction.records import CompactionPlan
+
+    core = new_core()
+    config = core.resolve({"mode": "summarize"}, None)
+    assert isinstance(config, NeedAgentStrategy)
+    core.learn(config, None, Known())
+    resolved = core.resolve({"mode": "summarize"}, None)
+    assert not isinstance(resolved, NeedAgentStrategy)
+    due = CompactionDue(SID, resolved, [], 50, force=False)
+    pressed = CompactionInput([], None, pressure=True)
+    nothing = CompactionPlan("summarize", None, "nothing to summarise")
+    clear = core.after_compaction(due, pressed, nothing)
+    assert clear is not None and clear.batch.compaction_required is False
+    assert not clear.batch.events
+    assert core.after_compaction(due, CompactionInput([], None, pressure=False), nothing) is None
+    record = {"version": 1, "strategy": "compact", "boundary_seq": 3}
+    done = CompactionPlan("compact", record, "ok", event_count=2)
+    plan = core.after_compaction(due, pressed, done)
+    assert plan is not None and plan.batch.compaction_required is False
+    assert [e.action for e in plan.batch.events] == ["compaction"]
+    assert compaction_report(done)["boundary_seq"] == 3
+    assert compaction_report(nothing) == {
+        "compacted": False,
+        "strategy": "summarize",
+        "reason": "nothing to summarise",
+        "event_count": 0,
+        "items_removed": 0,
+        "tokens_before": None,
+        "tokens_after": None,
+        "boundary_seq": None,
+    }
+
+
+def test_an_agent_strategy_read_before_a_write_is_not_kept() -> None:
+    core = new_core()
+    stale = core.agent_strategy()
+    assert stale == NeedAgentStrategy(0)
+    write = core.plan_strategy(COMPACT, None)
+    assert isinstance(write, StrategyWrite) and write.stored is not None
+    core.strategy_written(write)
+    core.learn(stale, None, Known())  # the read that raced with the write
+    assert core.agent_strategy() == COMPACT
+    levels = core.strategy_levels(None, Known())
+    assert isinstance(levels, dict) and levels["effective"]["mode"] == "compact"
+
+
+def test_the_first_build_may_come_from_the_snapshot_file() -> None:
+    core, known = new_core(snapshots=True), Known()
+    kwargs: dict[str, Any] = {"instructions": ["sys"], "limit": None, "strategy": None}
+    step = core.build(SID, known, **kwargs)
+    assert step == NeedState(SID)
+    core.learn(step, SessionState(SID, last_seq=4), known)
+    step = core.build(SID, known, **kwargs)
+    assert step == NeedAgentStrategy(0)
+    core.learn(step, None, known)
+    step = core.build(SID, known, **kwargs)
+    assert step == NeedSnapshot(SID, 4)
+    restored = RestoredSnapshot(
+        agent_id="agent",
+        system_instructions=["sys"],
+        messages=[ContextMessage(role="user", content="q")],
+        epoch_id=0,
+        last_compaction_ts=None,
+        last_seq=4,
+    )
+    core.learn(step, restored, known)
+    ctx = core.build(SID, known, **kwargs)
+    assert isinstance(ctx, WorkingContext)
+    assert ctx.metadata["restored_from"] == "working_context_snapshot.json"
+    assert ctx.base_seq == 4
+    # Only the first build of an activation: the next one reads the window.
+    assert isinstance(core.build(SID, Known(), **kwargs), NeedWindow)
+
+
+def test_a_window_read_that_raced_with_a_commit_is_not_cached() -> None:
+    core = new_core()
+    log = stored(chat(2))
+    need = core.view(SID, 50, Known())
+    assert isinstance(need, NeedWindow)
+    plan = core.plan_events(SID, [SessionEvent(content="late")])
+    core.committed(
+        plan, AppendOutcome(AppendResult([5], 5), stored(plan.batch.events, first_seq=5))
+    )
+    known = Known()
+    core.learn(need, window_of(log), known)  # read before the commit above
+    assert core.cached_view(SID, 50) is None
+    assert known.views[(SID, 50)].last_seq == 4  # this request still gets its answer
+
+
+def test_a_tool_result_without_its_call_is_never_in_a_view() -> None:
+    core = new_core()
+    call = SessionEvent(
+        action="tool_call_request", tool_calls=[ToolCall(id="c", name="t", arguments={})]
+    )
+    log = stored(
+        [
+            SessionEvent(action="user_message"),
+            call,
+            SessionEvent(action="tool_result", tool_call_id="c"),
+        ]
+    )
+    core.learn(NeedWindow(SID, 50, 0), window_of(log), Known())
+    view = core.cached_view(SID, 1)
+    assert view is not None and [e.action for e in view.events] == [
+        "user_message",
+        "tool_call_request",
+        "tool_result",
+    ]
+
+
+def test_misuse_of_the_values_raises_type_and_value_errors() -> None:
+    event = SessionEvent(id="e1")
+    with pytest.raises(ValueError, match="token_counts"):
+        AppendBatch(SID, [event], [])
+    with pytest.raises(ValueError, match="id"):
+        AppendBatch(SID, [SessionEvent()], [1])
+    with pytest.raises(TypeError, match="events"):
+        AppendBatch(SID, ["not an event"], [1])  # type: ignore[list-item]
+    with pytest.raises(TypeError, match="expected_last_seq"):
+        AppendBatch(SID, expected_last_seq="3")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="expected_last_seq"):
+        AppendBatch(SID, expected_last_seq=-1)
+    with pytest.raises(TypeError, match="compaction_required"):
+        AppendBatch(SID, compaction_required=1)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="last_seq"):
+        SessionState(SID, last_seq="1")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="agent_id"):
+        NewSession("")
+    with pytest.raises(ValueError, match="context_limit"):
+        AgentCore("agent", context_limit=0, server_strategy=None, snapshots=False)
+    assert AppendBatch(SID).writes_nothing
+    assert not AppendBatch(SID, create=NewSession("agent")).writes_nothing
+    assert AppendBatch(SID).with_mirror_seq(4).mirror_seq == 4
