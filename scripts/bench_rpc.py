@@ -47,7 +47,9 @@ async def validate_only(ctx: CallContext, p: PersistParams) -> dict[str, object]
     return {"seqs": [1, 2, 3, 4], "last_seq": 4, "compaction_required": False}
 
 
-METHODS = method_table(ROWS, [MethodSpec("bench.validate_only", PersistParams, validate_only)])
+METHODS = method_table(
+    ROWS, [MethodSpec("bench.validate_only", PersistParams, validate_only, scope="write")]
+)
 
 
 def turn(n: int) -> list[ContextMessage]:

@@ -17,7 +17,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
-from .auth import TokenSet, parse_token_spec
+from .auth import (
+    MAX_TTL_SECONDS,
+    SCOPES,
+    Authenticator,
+    mint_token,
+    parse_token_spec,
+    split_env_specs,
+)
+from .auth_files import AuthSources
 
 __all__ = ["COMMANDS", "build_parser", "main"]
 
@@ -94,6 +102,23 @@ def _serve_arguments(p: argparse.ArgumentParser) -> None:
         "plain tokens comma-separated, restricted specs separated by ';' or spaces). "
         "Without any token, authentication is off",
     )
+    _secret_file_argument(p)
+    p.add_argument(
+        "--token-file",
+        type=Path,
+        default=_path_env("TOKEN_FILE"),
+        metavar="FILE",
+        help="also accept the token specs in FILE (one TOKEN[:PATTERN,...[:SCOPE]] per line, "
+        "# comments); re-read on SIGHUP and when it changes (env SESSION_SERVER_TOKEN_FILE)",
+    )
+    p.add_argument(
+        "--token-reload-interval",
+        type=float,
+        default=float(_env("TOKEN_RELOAD_INTERVAL", "2") or "2"),
+        metavar="SECONDS",
+        help="how often to check the token and secret files for changes; 0: only on SIGHUP "
+        "(env SESSION_SERVER_TOKEN_RELOAD_INTERVAL; default 2)",
+    )
     p.add_argument(
         "--synchronous",
         choices=("FULL", "NORMAL"),
@@ -123,27 +148,61 @@ def _serve_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _secret_file_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--token-secret-file",
+        type=Path,
+        default=_path_env("TOKEN_SECRET_FILE"),
+        metavar="FILE",
+        help="accept signed tokens (HS256 JWTs) made with the secret in FILE: one secret of "
+        "at least 32 bytes per line, the first signs, all verify; re-read on SIGHUP and when "
+        "it changes (env SESSION_SERVER_TOKEN_SECRET_FILE; SESSION_SERVER_TOKEN_SECRET may "
+        "hold the secret itself)",
+    )
+
+
+def _path_env(name: str) -> Path | None:
+    value = _env(name)
+    return Path(value) if value else None
+
+
+def _auth_sources(args: argparse.Namespace) -> AuthSources:
+    specs = args.token or split_env_specs(_env("TOKENS"))
+    return AuthSources(
+        specs=tuple(specs),
+        token_file=args.token_file,
+        secret_file=args.token_secret_file,
+        secret=_env("TOKEN_SECRET"),
+    )
+
+
 def _run_serve(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=getattr(logging, args.log_level), format="%(levelname)s %(name)s: %(message)s"
     )
-    tokens = (
-        TokenSet([parse_token_spec(t) for t in args.token])
-        if args.token
-        else TokenSet.from_env(_env("TOKENS"))
-    )
+    sources = _auth_sources(args)
     try:
-        return asyncio.run(_serve(args, tokens))
+        auth = sources.load()
+    except ValueError as exc:
+        print(f"session-server: {exc}", file=sys.stderr)
+        return 2
+    if sources.configured and not auth.enabled:
+        print("session-server: the token file holds no token", file=sys.stderr)
+        return 2
+    try:
+        return asyncio.run(_serve(args, sources, auth))
     except KeyboardInterrupt:  # a signal before the handlers were installed
         return 130
 
 
-async def _serve(args: argparse.Namespace, tokens: TokenSet) -> int:
+async def _serve(args: argparse.Namespace, sources: AuthSources, auth: Authenticator) -> int:
+    from .auth_files import AuthReloader
     from .rpc.table import BUILTIN_METHODS
     from .runtime.registry import ActorRegistry
     from .server import SessionServer
 
     host = args.host or DEFAULT_HOST
+    tokens = auth.enabled
     if not tokens and args.host is None:
         print(
             "session-server: no tokens configured, so listening on 127.0.0.1 only "
@@ -170,7 +229,7 @@ async def _serve(args: argparse.Namespace, tokens: TokenSet) -> int:
             registry,
             host=host,
             port=args.port,
-            tokens=tokens,
+            auth=auth,
             max_frame_bytes=args.max_frame_bytes,
             methods=BUILTIN_METHODS,
         )
@@ -179,11 +238,19 @@ async def _serve(args: argparse.Namespace, tokens: TokenSet) -> int:
         except OSError as exc:
             print(f"session-server: cannot listen on {host}:{args.port}: {exc}", file=sys.stderr)
             return 2
+        watcher: asyncio.Task[None] | None = None
+        if sources.configured:
+            reloader = AuthReloader(sources, server)
+            loop.add_signal_handler(signal.SIGHUP, reloader.reload)
+            if args.token_reload_interval > 0 and (sources.token_file or sources.secret_file):
+                watcher = asyncio.create_task(reloader.watch(args.token_reload_interval))
         print(
             f"session-server listening on {server.url} (memory dir {memory_dir})",
             flush=True,
         )
         await stop.wait()
+        if watcher is not None:
+            watcher.cancel()
         print("session-server: stopping (finishing requests in flight)", file=sys.stderr)
         await server.stop()
     print("session-server: stopped", file=sys.stderr, flush=True)
@@ -283,6 +350,62 @@ def _run_inspect(args: argparse.Namespace) -> int:
     return _run_offline(args, job)
 
 
+def _ttl(value: str) -> int:
+    number = _positive_int(value)
+    if number > MAX_TTL_SECONDS:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_TTL_SECONDS} (366 days)")
+    return number
+
+
+def _token_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--agents",
+        nargs="+",
+        required=True,
+        metavar="PATTERN",
+        help="agent ids the token may address (fnmatch patterns, e.g. 'support-*')",
+    )
+    p.add_argument(
+        "--sessions",
+        nargs="+",
+        metavar="SID",
+        help="limit the token to these session ids (default: every session of those agents)",
+    )
+    p.add_argument(
+        "--scope",
+        required=True,
+        choices=SCOPES,
+        help="read: only methods that change nothing; write: also appends, persists, "
+        "compaction, session create/update; admin: also deletes, import and cross-agent methods",
+    )
+    p.add_argument(
+        "--ttl",
+        required=True,
+        type=_ttl,
+        metavar="SECONDS",
+        help=f"seconds until the token expires (at most {MAX_TTL_SECONDS})",
+    )
+    _secret_file_argument(p)
+
+
+def _run_token(args: argparse.Namespace) -> int:
+    sources = AuthSources(secret_file=args.token_secret_file, secret=_env("TOKEN_SECRET"))
+    try:
+        secrets = sources.secrets()
+        if not secrets:
+            raise ValueError(
+                "no secret: pass --token-secret-file or set SESSION_SERVER_TOKEN_SECRET"
+            )
+        token = mint_token(
+            secrets[0], agents=args.agents, sessions=args.sessions, scope=args.scope, ttl=args.ttl
+        )
+    except ValueError as exc:
+        print(f"session-server token: {exc}", file=sys.stderr)
+        return 2
+    print(token)
+    return 0
+
+
 COMMANDS: dict[str, tuple[str, Command]] = {
     "serve": (
         "run the WebSocket JSON-RPC server (prints its address once it accepts connections)",
@@ -299,6 +422,10 @@ COMMANDS: dict[str, tuple[str, Command]] = {
     "inspect": (
         "print a readable dump of an agent's memory view",
         (_inspect_arguments, _run_inspect),
+    ),
+    "token": (
+        "print a signed token (HS256 JWT) for the server's --token-secret-file",
+        (_token_arguments, _run_token),
     ),
 }
 

@@ -1,9 +1,13 @@
 """The WebSocket JSON-RPC 2.0 server (I/O shell around ``session_server.rpc``).
 
 Endpoints: ``/v1/agents/<url-encoded agent_id>`` (agent methods) and ``/v1`` (server
-methods). The handshake refuses, before any actor is touched: a missing or unknown token
-when tokens are configured (401), an unknown path (404), an invalid agent id (400), a
-token not allowed for the agent (403).
+methods). The handshake refuses, before any actor is touched: a missing, unknown, expired,
+tampered or malformed token when authentication is on (401, the body says which of these
+and nothing more), an unknown path (404), an invalid agent id (400), a token not allowed
+for the agent (403). Method scopes and session limits are checked per call by
+``rpc.methods.dispatch``. A connection whose token expires, or stops being valid after
+``reload_auth``, is closed with 1008 (a frame that arrives after expiry is answered -32003
+first).
 
 Each connection reads frames in one task and handles each frame in its own task, so
 requests may be pipelined; answers carry their request ids. Everything sent on a
@@ -18,10 +22,11 @@ import asyncio
 import contextlib
 import http
 import logging
+import time
 import weakref
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import unquote, urlsplit
 
@@ -32,13 +37,22 @@ from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 from websockets.typing import Subprotocol
 
-from .auth import BEARER_SUBPROTOCOL_PREFIX, Grant, TokenSet, token_from_headers
+from .auth import (
+    BEARER_SUBPROTOCOL_PREFIX,
+    REASON_EXPIRED,
+    Authenticator,
+    Grant,
+    TokenRejectedError,
+    TokenSet,
+    token_from_headers,
+)
 from .core.agent_ids import validate_agent_id
 from .core.errors import InvalidAgentIdError, NotFoundError, SessionServerError
 from .core.events import SessionEvent
 from .rpc.methods import AGENT, SERVER, CallContext, Endpoint, MethodSpec, dispatch
 from .rpc.protocol import (
     DEFAULT_MAX_FRAME_BYTES,
+    Frame,
     encode_message,
     error_response,
     notification,
@@ -112,6 +126,8 @@ class _Connection:
         self.reader: asyncio.Task[None] | None = None
         self.stop_requested = False
         self.closed = False
+        self.revoked: str | None = None  # why the token stopped being valid
+        self.expiry: asyncio.TimerHandle | None = None
 
     # -- sending (everything goes through one FIFO, in order) -----------------------------
     def send(self, message: dict[str, Any] | list[dict[str, Any]]) -> None:
@@ -208,6 +224,10 @@ class _Connection:
                 self.queue(error_response(None, exc))
                 await self.write_out()
                 return
+            grant = self.route.grant
+            if self.revoked or (grant is not None and grant.expired(self.server.clock())):
+                await self._refuse_expired(frame)
+                return
             endpoint = self.route.endpoint
             if not frame.batch:
                 ctx = self._context()
@@ -245,7 +265,36 @@ class _Connection:
         except ConnectionClosed:
             pass
 
+    # -- token lifetime ----------------------------------------------------------------------
+    def set_grant(self, grant: Grant | None) -> None:
+        """Use ``grant`` from now on (a rotation may change the scope); re-arm the expiry."""
+        self.route = replace(self.route, grant=grant)
+        if self.expiry is not None:
+            self.expiry.cancel()
+            self.expiry = None
+        if grant is not None and grant.expires_at is not None:
+            delay = max(0.0, grant.expires_at - self.server.clock())
+            self.expiry = asyncio.get_running_loop().call_later(delay, self.revoke, REASON_EXPIRED)
+
+    def revoke(self, reason: str) -> None:
+        """The token is no longer valid: read no more, let requests in flight finish,
+        then close with 1008 and ``reason``."""
+        if self.revoked is None:
+            self.revoked = reason
+            self.stop_reading()
+
+    async def _refuse_expired(self, frame: Frame) -> None:
+        """Answer every request of ``frame`` -32003 (the token is no longer valid), then
+        close the connection."""
+        error = TokenRejectedError(self.revoked or REASON_EXPIRED)
+        answers = [error_response(i.id, error) for i in frame.items if not i.notification]
+        if answers:
+            self.queue(answers if frame.batch else answers[0])
+            await self.write_out()
+        self.revoke(error.reason)
+
     async def run(self) -> None:
+        self.set_grant(self.route.grant)
         self.reader = asyncio.create_task(self._read())
         if self.stop_requested:
             self.reader.cancel()
@@ -253,6 +302,8 @@ class _Connection:
             with contextlib.suppress(asyncio.CancelledError):
                 await self.reader
         finally:
+            if self.expiry is not None:
+                self.expiry.cancel()
             for sub in list(self.subscriptions.values()):
                 self._drop(sub)
             await self._drain()
@@ -260,6 +311,8 @@ class _Connection:
                 await asyncio.wait(set(self.flushers))
             if self.server.stopping:
                 await self.ws.close(1001, "server shutting down")
+            elif self.revoked is not None:
+                await self.ws.close(1008, self.revoked)
 
     async def _drain(self) -> None:
         if not self.tasks:
@@ -280,8 +333,10 @@ class _Connection:
 class SessionServer:
     """Serve ``registry`` over WebSocket JSON-RPC 2.0.
 
-    The caller owns the registry (and closes it after ``stop()``). ``tokens`` empty means
-    no authentication. ``port=0`` lets the system choose; ``port``/``url`` tell which.
+    The caller owns the registry (and closes it after ``stop()``). ``auth`` (or, shorter,
+    ``tokens``: static tokens only) decides what a token allows; neither means no
+    authentication. ``clock`` (seconds since the epoch) is what token expiry is checked
+    against. ``port=0`` lets the system choose; ``port``/``url`` tell which.
     Usable as ``async with SessionServer(...) as server:`` (start/stop).
     """
 
@@ -292,6 +347,8 @@ class SessionServer:
         host: str = "127.0.0.1",
         port: int = 8765,
         tokens: TokenSet | None = None,
+        auth: Authenticator | None = None,
+        clock: Callable[[], float] = time.time,
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         max_inflight: int = 64,
         drain_timeout: float = 30.0,
@@ -302,7 +359,8 @@ class SessionServer:
         self.methods: Mapping[str, MethodSpec] = BUILTIN_METHODS if methods is None else methods
         self.host = host
         self.port = port
-        self.tokens = tokens or TokenSet()
+        self.auth = auth if auth is not None else Authenticator(tokens)
+        self.clock = clock
         self.max_frame_bytes = max_frame_bytes
         self.max_inflight = max_inflight
         self.drain_timeout = drain_timeout
@@ -349,6 +407,24 @@ class SessionServer:
     async def wait_stopped(self) -> None:
         await self._stopped.wait()
 
+    def reload_auth(self, auth: Authenticator) -> int:
+        """Use ``auth`` from now on (a token rotation) and re-check every open connection's
+        token against it: a connection whose token is no longer valid, or no longer allows
+        its agent, is closed (1008); the others go on under the new grant. Returns how
+        many were closed."""
+        self.auth = auth
+        now = self.clock()
+        closed = 0
+        for conn in list(self._connections):
+            if conn.revoked is not None:  # already closing
+                continue
+            try:
+                conn.set_grant(auth.recheck(conn.route.grant, conn.route.agent_id, now))
+            except TokenRejectedError as exc:
+                conn.revoke(exc.reason)
+                closed += 1
+        return closed
+
     async def __aenter__(self) -> SessionServer:
         await self.start()
         return self
@@ -361,22 +437,18 @@ class SessionServer:
         if self.stopping:
             return _refuse(connection, http.HTTPStatus.SERVICE_UNAVAILABLE, "server shutting down")
         grant: Grant | None = None
-        if self.tokens:
+        if self.auth.enabled:
             token = token_from_headers(
                 request.headers.get("Authorization"), _offered(request.headers)
             )
-            grant = self.tokens.lookup(token)
-            if grant is None:
-                response = _refuse(
-                    connection,
-                    http.HTTPStatus.UNAUTHORIZED,
-                    "a valid token is required (Authorization: Bearer <token>, or a "
-                    "Sec-WebSocket-Protocol entry bearer.<token>)",
-                )
-                response.headers["WWW-Authenticate"] = 'Bearer realm="session-server"'
-                return response
+            try:
+                grant = self.auth.authenticate(token, self.clock())
+            except TokenRejectedError as exc:
+                return _unauthorized(connection, exc.reason)
         path = urlsplit(request.path).path
         if path == "/metrics":
+            if grant is not None and not grant.allows("admin"):
+                return _refuse(connection, http.HTTPStatus.FORBIDDEN, "/metrics needs scope admin")
             # Prometheus text format (compaction counters, token histogram); plain HTTP GET.
             return connection.respond(
                 http.HTTPStatus.OK, generate_latest(self.registry.metrics.registry).decode()
@@ -420,6 +492,12 @@ class SessionServer:
 
 def _refuse(connection: ServerConnection, status: http.HTTPStatus, text: str) -> Response:
     return connection.respond(status, f"{status.value} {status.phrase}: {text}\n")
+
+
+def _unauthorized(connection: ServerConnection, reason: str) -> Response:
+    response = _refuse(connection, http.HTTPStatus.UNAUTHORIZED, reason)
+    response.headers["WWW-Authenticate"] = 'Bearer realm="session-server", error="invalid_token"'
+    return response
 
 
 def _offered(headers: Headers) -> list[str]:

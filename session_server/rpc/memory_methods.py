@@ -124,7 +124,11 @@ async def context_render(ctx: CallContext, p: RenderParams) -> dict[str, Any]:
     """The context rendered for one provider (``adapters.names()`` lists them)."""
     adapter = adapters.get(p.adapter)  # unknown names are refused before any read
     wc = await (await ctx.actor()).build_working_context(
-        p.session_id, system_instructions=p.system_instructions, limit=p.limit, strategy=p.strategy
+        p.session_id,
+        system_instructions=p.system_instructions,
+        limit=p.limit,
+        strategy=p.strategy,
+        may_compact=ctx.may_write,
     )
     return {
         "adapter": adapter.name,

@@ -11,7 +11,17 @@ method is a params model, a handler and one row in that table::
     async def debug_echo(ctx: CallContext, p: EchoParams) -> dict[str, Any]:
         return {"text": p.text}
 
-    MethodSpec("debug.echo", EchoParams, debug_echo)   # agent endpoint (default)
+    MethodSpec("debug.echo", EchoParams, debug_echo, scope="read")  # agent endpoint
+
+Every row names the token ``scope`` the method needs (``read``: changes nothing;
+``write``: appends, persists, compaction, session create/update; ``admin``: deletes,
+import, backup, cross-agent methods); a row without one is a ``TypeError``. ``dispatch``
+refuses a call whose token lacks the scope (-32003) before looking at the params. A token
+limited to sessions may only call a method whose params name one of its sessions in
+``session_id`` (``sessions="param"``, the default when the params model has that field);
+``sessions="filter"`` marks a method that filters its own result by
+``ctx.permits_session``, ``sessions="none"`` one that touches no session data. Any other
+method is refused to such a token (``"deny"``, the default without ``session_id``).
 
 Handlers take ``(ctx, params)``: ``ctx.actor()``
 gives the ``AgentActor`` of the connection's agent (agent endpoint), ``ctx.registry`` the
@@ -34,9 +44,10 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol
 import pydantic
 from pydantic import ConfigDict, Field, PlainValidator
 
-from ..auth import Grant
+from ..auth import Grant, Scope, scope_allows
 from ..core.context import WorkingContext
 from ..core.errors import (
+    ForbiddenError,
     InternalError,
     InvalidParamsError,
     MethodNotFoundError,
@@ -66,6 +77,7 @@ __all__ = [
     "Endpoint",
     "MethodSpec",
     "RpcParams",
+    "SessionRule",
     "dispatch",
     "method_table",
 ]
@@ -73,6 +85,8 @@ __all__ = [
 log = logging.getLogger("session_server.rpc")
 
 Endpoint = Literal["agent", "server"]
+# How a method meets a token limited to sessions (see the module docstring).
+SessionRule = Literal["param", "filter", "none", "deny"]
 AGENT: Endpoint = "agent"
 SERVER: Endpoint = "server"
 
@@ -122,19 +136,39 @@ class CallContext:
     def permits(self, agent_id: str) -> bool:
         return self.grant is None or self.grant.permits(agent_id)
 
+    def permits_session(self, session_id: str) -> bool:
+        """True when the connection's token may address ``session_id``."""
+        return self.grant is None or self.grant.permits_session(session_id)
+
+    @property
+    def may_write(self) -> bool:
+        """False for a read-scoped token: a build then applies the latest compaction record
+        but never appends one."""
+        return self.grant is None or self.grant.allows("write")
+
     def after_response(self, callback: Callable[[], None]) -> None:
         self.after.append(callback)
 
 
 @dataclass(frozen=True, slots=True)
 class MethodSpec:
-    """One row of the method table: the name, its params model, its handler and the
-    endpoint that answers it."""
+    """One row of the method table: the name, its params model, its handler, the
+    endpoint that answers it, the token ``scope`` it needs (required) and how it meets a
+    token limited to sessions (``sessions``; derived from the params when not given)."""
 
     name: str
     params: type[RpcParams]
     handler: Handler
     endpoint: Endpoint = AGENT
+    scope: Scope = field(kw_only=True)
+    sessions: SessionRule = field(default="deny", kw_only=True)
+
+    def __post_init__(self) -> None:
+        has_session = "session_id" in self.params.model_fields
+        if self.sessions == "param" and not has_session:
+            raise ValueError(f"RPC method {self.name!r}: sessions='param' needs a session_id")
+        if self.sessions == "deny" and has_session:
+            object.__setattr__(self, "sessions", "param")
 
 
 def method_table(*groups: Iterable[MethodSpec]) -> dict[str, MethodSpec]:
@@ -183,6 +217,15 @@ async def _call(
         raise MethodNotFoundError(
             f"Method not found: {req.method!r} is not available on this endpoint (use {where})"
         )
+    grant = ctx.grant
+    if grant is not None and not scope_allows(grant.scope, spec.scope):
+        raise ForbiddenError(
+            f"token.scope: {req.method!r} needs scope {spec.scope!r}, this token has "
+            f"{grant.scope!r}",
+            data={"field": "token.scope", "required": spec.scope, "scope": grant.scope},
+        )
+    if grant is not None and grant.sessions is not None:
+        _check_sessions(spec, req.params, grant)
     try:
         params = spec.params.model_validate(req.params)
     except pydantic.ValidationError as exc:
@@ -190,6 +233,29 @@ async def _call(
             format_validation_error(exc), data={"field": validation_error_field(exc)}
         ) from exc
     return await spec.handler(ctx, params)
+
+
+def _check_sessions(spec: MethodSpec, params: dict[str, Any], grant: Grant) -> None:
+    """Refuse a call of a token limited to sessions that reaches beyond them (checked on
+    the raw params, before validation: a refusal does not depend on the other params)."""
+    if spec.sessions in ("filter", "none"):
+        return
+    if spec.sessions == "deny":
+        raise ForbiddenError(
+            f"token.sessions: {spec.name!r} is not available to a token limited to sessions",
+            data={"field": "token.sessions"},
+        )
+    session_id = params.get("session_id")
+    if not isinstance(session_id, str):
+        raise ForbiddenError(
+            "params.session_id: a token limited to sessions must name one of them",
+            data={"field": "params.session_id"},
+        )
+    if not grant.permits_session(session_id):
+        raise ForbiddenError(
+            f"params.session_id: this token may not address session {session_id[:256]!r}",
+            data={"field": "params.session_id"},
+        )
 
 
 # ---------------------------------------------------------------------------- params types
@@ -298,7 +364,9 @@ async def session_get(ctx: CallContext, p: SessionParams) -> dict[str, Any]:
 
 
 async def session_list(ctx: CallContext, p: NoParams) -> dict[str, Any]:
-    return {"sessions": await (await ctx.actor()).list_sessions()}
+    """The sessions of the agent; a token limited to sessions sees only its own."""
+    sessions = await (await ctx.actor()).list_sessions()
+    return {"sessions": [s for s in sessions if ctx.permits_session(s["id"])]}
 
 
 async def session_delete(ctx: CallContext, p: SessionParams) -> dict[str, Any]:
@@ -343,7 +411,11 @@ async def events_delete(ctx: CallContext, p: DeleteEventsParams) -> dict[str, An
 
 async def context_build(ctx: CallContext, p: BuildParams) -> dict[str, Any]:
     wc = await (await ctx.actor()).build_working_context(
-        p.session_id, system_instructions=p.system_instructions, limit=p.limit, strategy=p.strategy
+        p.session_id,
+        system_instructions=p.system_instructions,
+        limit=p.limit,
+        strategy=p.strategy,
+        may_compact=ctx.may_write,
     )
     return {
         "system_instructions": wc.system_instructions,

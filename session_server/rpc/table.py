@@ -1,6 +1,7 @@
 """The one table of RPC methods the server answers (``SessionServer(methods=...)``).
 
-Every method is a row here: its name, params model, handler and endpoint. Nothing is
+Every method is a row here: its name, params model, handler, endpoint and the token scope
+it needs (docs/server.md "Method scopes" lists the same). Nothing is
 registered by importing a module; a server given another table (tests, embedders)
 answers exactly that table's methods.
 """
@@ -19,31 +20,52 @@ __all__ = ["BUILTIN_METHODS", "ROWS"]
 
 ROWS: Final[tuple[MethodSpec, ...]] = (
     # Sessions and events (``methods``).
-    MethodSpec("session.create", session.CreateSessionParams, session.session_create),
-    MethodSpec("session.get", session.SessionParams, session.session_get),
-    MethodSpec("session.list", session.NoParams, session.session_list),
-    MethodSpec("session.delete", session.SessionParams, session.session_delete),
-    MethodSpec("events.append", session.AppendParams, session.events_append),
-    MethodSpec("events.load", session.LoadParams, session.events_load),
-    MethodSpec("events.delete", session.DeleteEventsParams, session.events_delete),
-    MethodSpec("context.build", session.BuildParams, session.context_build),
-    MethodSpec("turn.persist", session.PersistParams, session.turn_persist),
-    MethodSpec("events.subscribe", session.SessionParams, session.events_subscribe),
-    MethodSpec("events.unsubscribe", session.SessionParams, session.events_unsubscribe),
-    MethodSpec("agents.list", session.NoParams, session.agents_list, SERVER),
-    # Compaction, rendering, views, export and import, server facts (``memory_methods``).
-    MethodSpec("memory.get_strategy", memory.StrategyQuery, memory.memory_get_strategy),
-    MethodSpec("memory.set_strategy", memory.SetStrategyParams, memory.memory_set_strategy),
-    MethodSpec("memory.compact", memory.CompactParams, memory.memory_compact),
-    MethodSpec("context.render", memory.RenderParams, memory.context_render),
-    MethodSpec("memory.view", memory.ViewParams, memory.memory_view),
     MethodSpec(
-        "memory.list_snapshots", memory.SnapshotsParams, memory.memory_list_snapshots, SERVER
+        "session.create", session.CreateSessionParams, session.session_create, scope="write"
     ),
-    MethodSpec("export.session", memory.ExportParams, memory.export_session),
-    MethodSpec("import.session", memory.ImportParams, memory.import_session),
-    MethodSpec("adapters.list", session.NoParams, memory.adapters_list, SERVER),
-    MethodSpec("metrics.get", session.NoParams, memory.metrics_get, SERVER),
+    MethodSpec("session.get", session.SessionParams, session.session_get, scope="read"),
+    MethodSpec(
+        "session.list", session.NoParams, session.session_list, scope="read", sessions="filter"
+    ),
+    MethodSpec("session.delete", session.SessionParams, session.session_delete, scope="admin"),
+    MethodSpec("events.append", session.AppendParams, session.events_append, scope="write"),
+    MethodSpec("events.load", session.LoadParams, session.events_load, scope="read"),
+    MethodSpec("events.delete", session.DeleteEventsParams, session.events_delete, scope="admin"),
+    MethodSpec("context.build", session.BuildParams, session.context_build, scope="read"),
+    MethodSpec("turn.persist", session.PersistParams, session.turn_persist, scope="write"),
+    MethodSpec("events.subscribe", session.SessionParams, session.events_subscribe, scope="read"),
+    MethodSpec(
+        "events.unsubscribe", session.SessionParams, session.events_unsubscribe, scope="read"
+    ),
+    MethodSpec("agents.list", session.NoParams, session.agents_list, SERVER, scope="admin"),
+    # Compaction, rendering, views, export and import, server facts (``memory_methods``).
+    MethodSpec(
+        "memory.get_strategy", memory.StrategyQuery, memory.memory_get_strategy, scope="read"
+    ),
+    MethodSpec(
+        "memory.set_strategy", memory.SetStrategyParams, memory.memory_set_strategy, scope="write"
+    ),
+    MethodSpec("memory.compact", memory.CompactParams, memory.memory_compact, scope="write"),
+    MethodSpec("context.render", memory.RenderParams, memory.context_render, scope="read"),
+    MethodSpec("memory.view", memory.ViewParams, memory.memory_view, scope="read"),
+    MethodSpec(
+        "memory.list_snapshots",
+        memory.SnapshotsParams,
+        memory.memory_list_snapshots,
+        SERVER,
+        scope="admin",
+    ),
+    MethodSpec("export.session", memory.ExportParams, memory.export_session, scope="read"),
+    MethodSpec("import.session", memory.ImportParams, memory.import_session, scope="admin"),
+    MethodSpec(
+        "adapters.list",
+        session.NoParams,
+        memory.adapters_list,
+        SERVER,
+        scope="read",
+        sessions="none",
+    ),
+    MethodSpec("metrics.get", session.NoParams, memory.metrics_get, SERVER, scope="admin"),
 )
 
 BUILTIN_METHODS: Final[Mapping[str, MethodSpec]] = MappingProxyType(method_table(ROWS))

@@ -469,6 +469,7 @@ class AgentActor:
         system_instructions: Iterable[str] | None = None,
         limit: int | None = None,
         strategy: dict[str, Any] | None = None,
+        may_compact: bool = True,
     ) -> WorkingContext:
         """Build the context for the next model call (local use: no RPC involved).
 
@@ -482,9 +483,11 @@ class AgentActor:
         compaction record always applies; under ``compact`` a new record is appended when
         a trigger fires, under ``summarize`` when the last persist reported token pressure
         (exactly once). A summarizer failure raises ``SummarizerError`` and writes nothing.
+        ``may_compact=False`` (a read-only caller, e.g. a read-scoped token) applies the
+        latest record but never appends one.
         """
         return await self._build(
-            session_id, list(system_instructions or []), limit, strategy, may_compact=True
+            session_id, list(system_instructions or []), limit, strategy, may_compact=may_compact
         )
 
     async def current_context(self, session_id: str) -> WorkingContext:

@@ -42,7 +42,10 @@ async def gated(tmp_path: Path) -> AsyncIterator[RunningServer]:
 
     methods = method_table(
         ROWS,
-        [MethodSpec("test.wait", NoParams, wait), MethodSpec("test.release", NoParams, release)],
+        [
+            MethodSpec("test.wait", NoParams, wait, scope="read"),
+            MethodSpec("test.release", NoParams, release, scope="read"),
+        ],
     )
     async with running_server(tmp_path / "memory", methods=methods) as running:
         yield running

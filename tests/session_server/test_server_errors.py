@@ -179,7 +179,7 @@ async def explode(ctx: CallContext, p: NoParams) -> None:
 
 
 # The server under test answers the built-in table plus one method that fails.
-METHODS = method_table(ROWS, [MethodSpec("test.explode", NoParams, explode)])
+METHODS = method_table(ROWS, [MethodSpec("test.explode", NoParams, explode, scope="read")])
 
 
 @pytest.fixture

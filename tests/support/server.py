@@ -1,7 +1,8 @@
 """Test helpers that run a real session-server.
 
-- ``running_server(memory_dir, **options)``: async context manager; an in-process
-  ``SessionServer`` on 127.0.0.1 port 0 over a fresh ``ActorRegistry``; yields a
+- ``running_server(memory_dir, tokens=..., secrets=..., **options)``: async context
+  manager; an in-process ``SessionServer`` on 127.0.0.1 port 0 over a fresh
+  ``ActorRegistry`` (static token specs, signed-token secrets); yields a
   ``RunningServer`` (``.url``, ``.server``, ``.registry``). Stops the server gracefully and
   closes the registry on exit.
 - ``ServerProcess``: ``python -m session_server serve --port 0 --memory-dir DIR ...`` as a
@@ -32,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from session_server.auth import TokenSet, parse_token_spec
+from session_server.auth import Authenticator, parse_token_specs
 from session_server.core.events import ContextMessage, ToolCall
 from session_server.runtime.registry import ActorRegistry
 from session_server.server import SessionServer
@@ -55,11 +56,13 @@ async def running_server(
     memory_dir: Path,
     *,
     tokens: Sequence[str] = (),
+    secrets: Sequence[str] = (),
     synchronous: Literal["FULL", "NORMAL"] = "FULL",
     registry_options: dict[str, Any] | None = None,
     **server_options: Any,
 ) -> AsyncIterator[RunningServer]:
-    """An in-process server on 127.0.0.1:0 (``tokens`` are ``TOKEN[:PATTERNS]`` specs)."""
+    """An in-process server on 127.0.0.1:0 (``tokens`` are ``TOKEN[:PATTERNS[:SCOPE]]``
+    specs, ``secrets`` the HS256 secrets of signed tokens)."""
     async with ActorRegistry(
         memory_dir, synchronous=synchronous, **(registry_options or {})
     ) as registry:
@@ -67,7 +70,7 @@ async def running_server(
             registry,
             host="127.0.0.1",
             port=0,
-            tokens=TokenSet([parse_token_spec(t) for t in tokens]),
+            auth=Authenticator(parse_token_specs(tokens), [s.encode() for s in secrets]),
             **server_options,
         )
         await server.start()
