@@ -134,6 +134,14 @@ def _serve_arguments(p: argparse.ArgumentParser) -> None:
         "1009 (env SESSION_SERVER_MAX_FRAME_BYTES; default 16777216 = 16 MiB)",
     )
     p.add_argument(
+        "--context-limit",
+        type=_positive_int,
+        default=_positive_int(_env("CONTEXT_LIMIT", "200") or "200"),
+        help="events a context.build without limit or strategy takes (the latest ones; "
+        "older turns are left out and counted in omitted_events) "
+        "(env SESSION_SERVER_CONTEXT_LIMIT; default 200)",
+    )
+    p.add_argument(
         "--no-mirror",
         action="store_true",
         default=(_env("MIRROR", "1") or "1").lower() in ("0", "false", "no", "off"),
@@ -197,6 +205,7 @@ def _run_serve(args: argparse.Namespace) -> int:
 
 async def _serve(args: argparse.Namespace, sources: AuthSources, auth: Authenticator) -> int:
     from .auth_files import AuthReloader
+    from .core.errors import MemoryDirInUseError
     from .rpc.table import BUILTIN_METHODS
     from .runtime.registry import ActorRegistry
     from .server import SessionServer
@@ -223,7 +232,10 @@ async def _serve(args: argparse.Namespace, sources: AuthSources, auth: Authentic
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     async with ActorRegistry(
-        memory_dir, synchronous=args.synchronous, mirror=not args.no_mirror
+        memory_dir,
+        synchronous=args.synchronous,
+        mirror=not args.no_mirror,
+        context_limit=args.context_limit,
     ) as registry:
         server = SessionServer(
             registry,
@@ -235,6 +247,9 @@ async def _serve(args: argparse.Namespace, sources: AuthSources, auth: Authentic
         )
         try:
             await server.start()
+        except MemoryDirInUseError as exc:
+            print(f"session-server: cannot start: {exc.message}", file=sys.stderr, flush=True)
+            return 2
         except OSError as exc:
             print(f"session-server: cannot listen on {host}:{args.port}: {exc}", file=sys.stderr)
             return 2

@@ -112,13 +112,16 @@ class Subscription:
     """``events.appended`` notifications of one session, as an async iterator of events.
 
     ``last_seq`` is the session's last seq when the subscription started; iteration yields
-    every later event once, in seq order. ``close()`` (or leaving ``async with``) ends it.
+    every later event once, in seq order (first those after ``after_seq`` when the
+    subscription asked for them). ``close()`` (or leaving ``async with``) ends it;
+    deleting the session ends it too, with ``deleted`` set.
     """
 
     def __init__(self, client: SessionClient, session_id: str) -> None:
         self.client = client
         self.session_id = session_id
         self.last_seq = 0
+        self.deleted = False
         self._queue: asyncio.Queue[Any] = asyncio.Queue()
         self._pending: list[SessionEvent] = []
         self._closed = False
@@ -261,13 +264,17 @@ class SessionClient:
         if not isinstance(message, dict):
             return
         if "method" in message:
+            params = message.get("params") or {}
             if message["method"] == "events.appended":
-                params = message.get("params") or {}
                 subs = self._subs.get(params.get("session_id", ""), ())
                 if subs:
                     events = msgspec.convert(params.get("events", []), list[SessionEvent])
                     for sub in subs:
                         sub.deliver(events)
+            elif message["method"] == "session.deleted":
+                for sub in self._subs.pop(params.get("session_id", ""), ()):
+                    sub.deleted = True
+                    sub.end(None)
             return
         future = self._pending.pop(message.get("id"), None)  # type: ignore[arg-type]
         if future is None or future.done():
@@ -400,6 +407,7 @@ class SessionClient:
             msgspec.convert(result["messages"], list[ContextMessage]),
             base_seq=int(result["base_seq"]),
             token_count=result.get("token_count"),
+            omitted_events=int(result.get("omitted_events") or 0),
         )
 
     async def persist_turn(
@@ -442,12 +450,15 @@ class SessionClient:
         )
 
     # -- subscriptions ---------------------------------------------------------------------
-    async def subscribe(self, session_id: str) -> Subscription:
-        """Start receiving the session's new events: ``async for event in sub``."""
+    async def subscribe(self, session_id: str, *, after_seq: int | None = None) -> Subscription:
+        """Start receiving the session's new events: ``async for event in sub``. With
+        ``after_seq`` (say the last seq seen before a reconnect) the events after it come
+        first, with no gap and no duplicate."""
         sub = Subscription(self, session_id)
         self._subs.setdefault(session_id, []).append(sub)  # before the request: no gap
         try:
-            result = await self.call("events.subscribe", {"session_id": session_id})
+            params = _set(session_id=session_id, after_seq=after_seq)
+            result = await self.call("events.subscribe", params)
         except BaseException:
             self._forget(sub)
             raise

@@ -20,13 +20,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import http
 import logging
+import os
 import time
 import weakref
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import unquote, urlsplit
 
@@ -47,7 +50,12 @@ from .auth import (
     token_from_headers,
 )
 from .core.agent_ids import validate_agent_id
-from .core.errors import InvalidAgentIdError, NotFoundError, SessionServerError
+from .core.errors import (
+    InvalidAgentIdError,
+    MemoryDirInUseError,
+    NotFoundError,
+    SessionServerError,
+)
 from .core.events import SessionEvent
 from .rpc.methods import AGENT, SERVER, CallContext, Endpoint, MethodSpec, dispatch
 from .rpc.protocol import (
@@ -64,7 +72,13 @@ if TYPE_CHECKING:
     from .runtime.actor import AgentActor
     from .runtime.registry import ActorRegistry
 
-__all__ = ["DEFAULT_MAX_FRAME_BYTES", "JSONRPC_SUBPROTOCOL", "SessionServer"]
+__all__ = [
+    "DEFAULT_MAX_FRAME_BYTES",
+    "JSONRPC_SUBPROTOCOL",
+    "SERVER_LOCK_FILE",
+    "SessionServer",
+    "lock_memory_dir",
+]
 
 log = logging.getLogger("session_server.server")
 
@@ -79,18 +93,34 @@ class _Route:
     grant: Grant | None
 
 
-class _Subscription:
-    """Buffers events until the subscribe answer is queued, then forwards events with
-    seq > ``last_seq`` as ``events.appended`` notifications."""
+REPLAY_BATCH = 500
+"""Events per ``events.appended`` notification when a subscription replays the past."""
 
-    __slots__ = ("buffer", "conn", "last_seq", "live", "session_id", "unsubscribe")
+
+class _Subscription:
+    """Buffers events until the subscribe answer is queued, then sends the replayed events
+    (those after the caller's ``after_seq``) and forwards events with seq > ``last_seq``
+    as ``events.appended`` notifications; ``session.deleted`` ends it."""
+
+    __slots__ = (
+        "buffer",
+        "conn",
+        "deleted",
+        "last_seq",
+        "live",
+        "replay",
+        "session_id",
+        "unsubscribe",
+    )
 
     def __init__(self, conn: _Connection, session_id: str) -> None:
         self.conn = conn
         self.session_id = session_id
         self.last_seq: int | None = None
         self.live = False
+        self.deleted = False
         self.buffer: list[SessionEvent] = []
+        self.replay: list[SessionEvent] = []
         self.unsubscribe: Callable[[], None] = lambda: None
 
     def on_events(self, events: list[SessionEvent]) -> None:
@@ -99,15 +129,28 @@ class _Subscription:
         else:
             self.buffer.extend(events)
 
+    def on_deleted(self) -> None:
+        self.deleted = True
+        if self.live:
+            self._end()
+
+    def _end(self) -> None:
+        self.conn.send(notification("session.deleted", {"session_id": self.session_id}))
+        self.conn.unsubscribe(self.session_id)
+
     def go_live(self) -> None:
         if self.live or self.last_seq is None:
             return
         floor = self.last_seq
+        for start in range(0, len(self.replay), REPLAY_BATCH):
+            self.conn.notify(self.session_id, self.replay[start : start + REPLAY_BATCH])
         pending = [e for e in self.buffer if e.seq > floor]
-        self.buffer = []
+        self.buffer, self.replay = [], []
         self.live = True
         if pending:
             self.conn.notify(self.session_id, pending)
+        if self.deleted:
+            self._end()
 
 
 class _Connection:
@@ -174,7 +217,9 @@ class _Connection:
         self.send(notification("events.appended", {"session_id": session_id, "events": events}))
 
     # -- subscriptions (ConnectionLike) ------------------------------------------------
-    async def subscribe(self, ctx: CallContext, actor: AgentActor, session_id: str) -> int:
+    async def subscribe(
+        self, ctx: CallContext, actor: AgentActor, session_id: str, after_seq: int | None = None
+    ) -> int:
         existing = self.subscriptions.get(session_id)
         if existing is not None:
             row = await actor.get_session(session_id)
@@ -184,14 +229,22 @@ class _Connection:
         sub = _Subscription(self, session_id)
         self.subscriptions[session_id] = sub
         try:
-            sub.unsubscribe = actor.subscribe(session_id, sub.on_events)
+            # Registered before the reads: an append committed meanwhile is buffered, and
+            # the seq floor below drops what the reads already hold (no gap, no duplicate).
+            sub.unsubscribe = actor.subscribe(session_id, sub.on_events, sub.on_deleted)
             row = await actor.get_session(session_id)
             if row is None:
                 raise NotFoundError.session(session_id)
+            last_seq = int(row["last_seq"])
+            if after_seq is not None and after_seq < last_seq:
+                sub.replay = await actor.load_events(
+                    session_id, limit=None, tail=False, after_seq=after_seq
+                )
+                last_seq = max(last_seq, max((e.seq for e in sub.replay), default=0))
         except BaseException:
             self._drop(sub)
             raise
-        sub.last_seq = int(row["last_seq"])
+        sub.last_seq = last_seq
         ctx.after_response(sub.go_live)
         return sub.last_seq
 
@@ -371,6 +424,7 @@ class SessionServer:
         )
         self._connections: set[_Connection] = set()
         self._stopped = asyncio.Event()
+        self._lock_fd: int | None = None
 
     @property
     def url(self) -> str:
@@ -378,7 +432,26 @@ class SessionServer:
         return f"ws://{host}:{self.port}"
 
     async def start(self) -> None:
-        """Listen; when this returns, connections are accepted and ``port`` is the real one."""
+        """Listen; when this returns, connections are accepted and ``port`` is the real one.
+
+        First takes the memory dir's ``server.lock`` (flock, held until ``stop()``): a
+        second server on a memory dir another server holds raises ``MemoryDirInUseError``
+        naming the dir, instead of starting and failing every request for the agents the
+        first one holds. The kernel drops the lock when the holder dies.
+        """
+        self._lock_fd = lock_memory_dir(self.registry.memory_dir)
+        try:
+            await self._listen()
+        except BaseException:
+            self._release_lock()
+            raise
+
+    def _release_lock(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # closing the descriptor releases the flock
+            self._lock_fd = None
+
+    async def _listen(self) -> None:
         self._ws = await serve(
             self._handler,
             self.host,
@@ -402,6 +475,7 @@ class SessionServer:
         for conn in list(self._connections):
             conn.stop_reading()
         await self._ws.wait_closed()
+        self._release_lock()
         self._stopped.set()
 
     async def wait_stopped(self) -> None:
@@ -488,6 +562,26 @@ class SessionServer:
             await conn.run()
         finally:
             self._connections.discard(conn)
+
+
+SERVER_LOCK_FILE: Final = "server.lock"
+
+
+def lock_memory_dir(memory_dir: Path) -> int:
+    """Take ``memory_dir/server.lock`` exclusively (flock); return the open descriptor."""
+    memory_dir.mkdir(parents=True, exist_ok=True)
+    path = memory_dir / SERVER_LOCK_FILE
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise MemoryDirInUseError(
+            f"memory dir {str(memory_dir)!r} is held by another session-server "
+            f"({path} is locked); stop that server or use another --memory-dir",
+            data={"memory_dir": str(memory_dir)},
+        ) from None
+    return fd
 
 
 def _refuse(connection: ServerConnection, status: http.HTTPStatus, text: str) -> Response:

@@ -58,6 +58,7 @@ __all__ = [
     "Known",
     "Need",
     "NeedAgentStrategy",
+    "NeedCount",
     "NeedSnapshot",
     "NeedState",
     "NeedWindow",
@@ -108,10 +109,20 @@ class NeedSnapshot(Need, frozen=True):
     last_seq: int
 
 
+class NeedCount(Need, frozen=True):
+    """How many non-compaction events have ``from_seq <= seq < before_seq``
+    (``store.count_events``): the events a bounded window leaves out."""
+
+    session_id: str
+    from_seq: int
+    before_seq: int
+
+
 class Known:
     """What the reads of one request returned (its scratch space; one per request)."""
 
     def __init__(self) -> None:
+        self.counts: dict[tuple[str, int, int], int] = {}
         self.states: dict[str, SessionState | None] = {}
         self.views: dict[tuple[str, int], SessionView] = {}
         self.full: dict[str, ContextWindow] = {}
@@ -184,6 +195,19 @@ def _state(known: Known, session_id: str) -> SessionState | NeedState | None:
     return known.states[session_id]
 
 
+def _omitted(session_id: str, view: SessionView, known: Known) -> int | NeedCount:
+    """Events a context of ``view`` neither shows nor summarises: those before its window,
+    after what the record's summary covers (all from the session's start without one)."""
+    from_seq = (None if view.record is None else view.record.from_seq) or 1
+    first = next((e.seq for e in view.events if e.action != "compaction"), None)
+    if first is None or first <= from_seq:
+        return 0
+    key = (session_id, from_seq, first)
+    if key in known.counts:
+        return known.counts[key]
+    return NeedCount(session_id, from_seq, first)
+
+
 def _event_tokens(counter: Any, event: SessionEvent) -> int:
     message = event_to_message(event)
     return 0 if message is None else int(counter.count_message(message))
@@ -236,6 +260,8 @@ class AgentCore:
                 known.views[(need.session_id, need.limit)] = view
         elif isinstance(need, NeedSnapshot):
             known.snapshots[need.session_id] = answer
+        elif isinstance(need, NeedCount):
+            known.counts[(need.session_id, need.from_seq, need.before_seq)] = int(answer)
         else:  # pragma: no cover - every Need is handled above
             raise TypeError(f"unknown need {need!r}")
 
@@ -491,6 +517,9 @@ class AgentCore:
         )
         if due:
             return CompactionDue(session_id, config, instructions, window, force=False)
+        omitted = _omitted(session_id, view, known)
+        if isinstance(omitted, Need):
+            return omitted
         ctx = build_compacted_context(
             view.events,
             record=None if view.record is None else view.record.data,
@@ -499,6 +528,7 @@ class AgentCore:
             config=config,
             count_tokens=True,
         )
+        ctx.omitted_events = omitted
         if may_compact:
             self._built.add(session_id)
         return ctx
@@ -513,6 +543,8 @@ class AgentCore:
             return state
         if state is None or state.compaction_required or not state.last_seq:
             return None
+        if state.last_seq > self.context_limit:
+            return None  # the window may leave events out: a build says how many
         # Under a compaction strategy the build may have to compact first: no shortcut.
         config = self.resolve(state.strategy, None)
         if isinstance(config, Need):

@@ -36,7 +36,9 @@ class WorkingContext:
     ``get_new_messages()`` returns only those added later with ``add_message``.
     ``base_seq`` is the session seq the context was built at (0 for a context not built
     from a session); ``token_count`` is the token count of the built history when the
-    builder knew it.
+    builder knew it; ``omitted_events`` is how many stored events of the session the
+    context leaves out (older than its window and not covered by a summary), so a caller
+    can tell a bounded window from a short history.
     """
 
     def __init__(
@@ -47,12 +49,14 @@ class WorkingContext:
         *,
         base_seq: int = 0,
         token_count: int | None = None,
+        omitted_events: int = 0,
     ) -> None:
         self.system_instructions: list[str] = _instructions(system_instructions)
         self.messages: list[ContextMessage] = list(messages or [])
         self.metadata: dict[str, Any] = dict(metadata or {})
         self.base_seq = base_seq
         self.token_count = token_count
+        self.omitted_events = omitted_events
         self._initial_count = len(self.messages)
 
     def add_message(self, message: ContextMessage) -> None:

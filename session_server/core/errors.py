@@ -18,6 +18,7 @@ __all__ = [
     "InvalidAgentIdError",
     "InvalidParamsError",
     "InvalidRequestError",
+    "MemoryDirInUseError",
     "MethodNotFoundError",
     "NotFoundError",
     "ParseError",
@@ -90,6 +91,10 @@ class CorruptRecordError(InternalError):
 
 class AgentUnavailableError(InternalError):
     """The agent's database file is corrupt or not a SQLite file; only that agent fails."""
+
+
+class MemoryDirInUseError(InternalError):
+    """Another server holds the memory dir (its ``server.lock``); this one refuses to start."""
 
 
 class SummarizerError(InternalError):

@@ -135,6 +135,7 @@ async def context_render(ctx: CallContext, p: RenderParams) -> dict[str, Any]:
         "payload": adapter.to_model_messages(wc.system_instructions, wc.messages),
         "base_seq": wc.base_seq,
         "token_count": wc.token_count,
+        "omitted_events": wc.omitted_events,
     }
 
 

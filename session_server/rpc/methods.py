@@ -47,6 +47,7 @@ from pydantic import ConfigDict, Field, PlainValidator
 from ..auth import Grant, Scope, scope_allows
 from ..core.context import WorkingContext
 from ..core.errors import (
+    ConflictError,
     ForbiddenError,
     InternalError,
     InvalidParamsError,
@@ -105,8 +106,11 @@ class RpcParams(pydantic.BaseModel):
 class ConnectionLike(Protocol):
     """What handlers may ask of the connection a request arrived on."""
 
-    async def subscribe(self, ctx: CallContext, actor: AgentActor, session_id: str) -> int:
-        """Start ``events.appended`` notifications for ``session_id``; return its last seq."""
+    async def subscribe(
+        self, ctx: CallContext, actor: AgentActor, session_id: str, after_seq: int | None = None
+    ) -> int:
+        """Start ``events.appended`` notifications for ``session_id`` (first the events
+        after ``after_seq``, when given); return its last seq."""
         ...
 
     def unsubscribe(self, session_id: str) -> bool:
@@ -325,6 +329,11 @@ class BuildParams(RpcParams):
     strategy: JsonObject | None = None
 
 
+class SubscribeParams(RpcParams):
+    session_id: SessionId
+    after_seq: Annotated[int, Field(ge=0)] | None = None
+
+
 class PersistParams(RpcParams):
     session_id: SessionId
     messages: Messages
@@ -422,6 +431,7 @@ async def context_build(ctx: CallContext, p: BuildParams) -> dict[str, Any]:
         "messages": wc.messages,
         "base_seq": wc.base_seq,
         "token_count": wc.token_count,
+        "omitted_events": wc.omitted_events,
     }
 
 
@@ -430,19 +440,35 @@ async def turn_persist(ctx: CallContext, p: PersistParams) -> dict[str, Any]:
     have moved past it (conflict otherwise); without it the turn is appended."""
     wc = WorkingContext(base_seq=p.base_seq or 0)
     wc.add_messages(p.messages)
-    result = await (await ctx.actor()).persist_working_context(
-        p.session_id,
-        wc,
-        idempotency_key=p.idempotency_key,
-        usage=p.usage,
-        on_conflict="reject" if p.base_seq is not None else "append",
-    )
+    try:
+        result = await (await ctx.actor()).persist_working_context(
+            p.session_id,
+            wc,
+            idempotency_key=p.idempotency_key,
+            usage=p.usage,
+            on_conflict="reject" if p.base_seq is not None else "append",
+        )
+    except ConflictError as exc:
+        # The store checks an expected seq; the caller sent it as ``base_seq``.
+        if not exc.data or exc.data.get("field") != "expected_last_seq":
+            raise
+        last_seq = exc.data.get("last_seq")
+        raise ConflictError(
+            f"base_seq: session {p.session_id!r} is at seq {last_seq}, not {p.base_seq} "
+            "(build the context again, or persist without base_seq to append)",
+            data={**exc.data, "field": "base_seq"},
+        ) from exc
     return _append_result(result)
 
 
-async def events_subscribe(ctx: CallContext, p: SessionParams) -> dict[str, Any]:
-    """Notifications (``events.appended``) follow for every event with seq > ``last_seq``."""
-    last_seq = await ctx.connection.subscribe(ctx, await ctx.actor(), p.session_id)
+async def events_subscribe(ctx: CallContext, p: SubscribeParams) -> dict[str, Any]:
+    """Notifications (``events.appended``) follow for every event with seq > ``last_seq``;
+    with ``after_seq`` the events after it are sent first (resume after a reconnect: no
+    gap, no duplicate). ``session.deleted {session_id}`` ends the subscription when the
+    session is deleted."""
+    last_seq = await ctx.connection.subscribe(
+        ctx, await ctx.actor(), p.session_id, after_seq=p.after_seq
+    )
     return {"session_id": p.session_id, "last_seq": last_seq}
 
 

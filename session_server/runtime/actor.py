@@ -41,6 +41,7 @@ from ..core.agent_core import (
     Known,
     Need,
     NeedAgentStrategy,
+    NeedCount,
     NeedSnapshot,
     NeedState,
     NeedWindow,
@@ -137,6 +138,7 @@ class AgentActor:
         self._subscribers: dict[str, list[Subscriber]] = {}
         # Woken when a compaction ends, so a waiting one may begin (the core decides).
         self._compactions = asyncio.Condition()
+        self._deletion_watchers: dict[str, list[Callable[[], None]]] = {}
         self.last_used = time.monotonic()
         self.mirror = MirrorLink(
             host.memory_dir,
@@ -285,6 +287,9 @@ class AgentActor:
         if isinstance(need, NeedWindow):
             sid, limit = need.session_id, need.limit
             return await self._read(lambda s: s.context_window(sid, limit=limit, from_record=True))
+        if isinstance(need, NeedCount):
+            sid, low, high = need.session_id, need.from_seq, need.before_seq
+            return await self._read(lambda s: s.count_events(sid, low, high))
         if isinstance(need, NeedSnapshot):
             loop = asyncio.get_running_loop()
             # A file read: off the event loop.
@@ -348,6 +353,8 @@ class AgentActor:
             deleted = await store.delete_session(session_id)
             self.mirror.session_deleted(session_id)
             self.core.session_deleted(session_id)
+            if deleted:
+                self._publish_deleted(session_id)
             return deleted
 
         return await self._write(write)
@@ -431,22 +438,44 @@ class AgentActor:
 
     # -- subscriptions -----------------------------------------------------------------
 
-    def subscribe(self, session_id: str, callback: Subscriber) -> Callable[[], None]:
-        """Call ``callback(events)`` after every committed append to ``session_id``.
+    def subscribe(
+        self,
+        session_id: str,
+        callback: Subscriber,
+        on_deleted: Callable[[], None] | None = None,
+    ) -> Callable[[], None]:
+        """Call ``callback(events)`` after every committed append to ``session_id``, and
+        ``on_deleted()`` once when the session is deleted (the subscription ends then).
 
         Calls happen on the event loop, in seq order, while the write lock is still held,
         so no append can be missed or reordered. Returns the unsubscribe function.
         """
         subs = self._subscribers.setdefault(session_id, [])
         subs.append(callback)
+        watchers = self._deletion_watchers.setdefault(session_id, [])
+        if on_deleted is not None:
+            watchers.append(on_deleted)
 
         def unsubscribe() -> None:
             with contextlib.suppress(ValueError):
                 subs.remove(callback)
-            if not subs:
+            with contextlib.suppress(ValueError):
+                if on_deleted is not None:
+                    watchers.remove(on_deleted)
+            if not subs and self._subscribers.get(session_id) is subs:
                 self._subscribers.pop(session_id, None)
+            if not watchers and self._deletion_watchers.get(session_id) is watchers:
+                self._deletion_watchers.pop(session_id, None)
 
         return unsubscribe
+
+    def _publish_deleted(self, session_id: str) -> None:
+        self._subscribers.pop(session_id, None)
+        for watcher in self._deletion_watchers.pop(session_id, ()):
+            try:
+                watcher()
+            except Exception:
+                log.exception("deletion watcher of %r/%r failed", self.agent_id, session_id)
 
     def _publish(self, session_id: str, events: list[SessionEvent]) -> None:
         for callback in list(self._subscribers.get(session_id, ())):

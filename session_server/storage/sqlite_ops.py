@@ -10,6 +10,7 @@ any failure, so a refused or failed write leaves nothing behind.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
@@ -39,6 +40,7 @@ __all__ = [
     "insert_session",
     "migrate",
     "read_session_state",
+    "request_digest",
     "rows_to_events",
     "session_row",
     "session_state",
@@ -50,7 +52,6 @@ EVENT_COLUMNS: Final = (
     "id, session_id, seq, action, content, metadata, created_at, turn, turn_start_seq, token_count"
 )
 _DECODER: Final = msgspec.json.Decoder()
-_RESULT_DECODER: Final = msgspec.json.Decoder(AppendResult)
 
 
 def storage_error(exc: sqlite3.Error, what: str) -> StorageError:
@@ -244,13 +245,19 @@ def append(conn: sqlite3.Connection, batch: AppendBatch) -> AppendOutcome:
         raise NotFoundError.session(session_id)
     last_seq = int(row[0])
     last = TurnPosition(int(row[1]), int(row[2]))
+    digest = (
+        None
+        if batch.idempotency_key is None
+        else request_digest(batch.events, batch.expected_last_seq)
+    )
     if batch.idempotency_key is not None:
         prev = conn.execute(
             "SELECT result FROM idempotency WHERE session_id = ? AND key = ?",
             (session_id, batch.idempotency_key),
         ).fetchone()
         if prev is not None:
-            return AppendOutcome(_RESULT_DECODER.decode(prev[0]), [], replay=True)
+            result = _replay(prev[0], digest, session_id, batch.idempotency_key)
+            return AppendOutcome(result, [], replay=True)
     expected = batch.expected_last_seq
     if expected is not None and expected != last_seq:
         raise ConflictError(
@@ -321,8 +328,34 @@ def append(conn: sqlite3.Connection, batch: AppendBatch) -> AppendOutcome:
         seqs=list(range(last_seq + 1, seq + 1)), last_seq=seq, compaction_required=flag
     )
     if batch.idempotency_key is not None:
+        # The request's digest is kept beside the result (same JSON column, so files
+        # written before it existed read unchanged): a reuse of the key is a replay only
+        # when the request is the same.
+        saved = {**msgspec.to_builtins(result), "digest": digest}
         conn.execute(
             "INSERT INTO idempotency (session_id, key, result, created_at) VALUES (?, ?, ?, ?)",
-            (session_id, batch.idempotency_key, encode_json(result), now),
+            (session_id, batch.idempotency_key, encode_json(saved), now),
         )
     return AppendOutcome(result, stored)
+
+
+def request_digest(events: Sequence[SessionEvent], expected_last_seq: int | None) -> str:
+    """A digest of what a write asks for: each event's action, content and metadata (as
+    stored) and the expected seq. Ids and timestamps are left out: a client retrying a
+    persist does not resend them, the server makes fresh ones."""
+    rows = [dehydrate_event(e) for e in events]
+    body = [expected_last_seq, [[r["action"], r["content"], r["metadata"]] for r in rows]]
+    return hashlib.sha256(encode_json(body).encode("utf-8")).hexdigest()
+
+
+def _replay(raw: str | bytes, digest: str | None, session_id: str, key: str) -> AppendResult:
+    """The stored result of an earlier write with ``key``, if it asked for the same thing."""
+    saved = msgspec.json.decode(raw)
+    stored_digest = saved.get("digest") if isinstance(saved, dict) else None
+    if stored_digest is not None and stored_digest != digest:
+        raise ConflictError(
+            f"idempotency_key: {key!r} was already used in session {session_id!r} for a "
+            "different request (a retry must send the same content)",
+            data={"reason": "idempotency_mismatch", "field": "idempotency_key"},
+        )
+    return msgspec.convert(saved, AppendResult)

@@ -316,6 +316,19 @@ class AgentStore:
             lambda conn: _context_window(conn, session_id, limit, from_seq, from_record)
         )
 
+    async def count_events(self, session_id: str, from_seq: int, before_seq: int) -> int:
+        """How many non-compaction events have ``from_seq <= seq < before_seq``."""
+
+        def fn(conn: sqlite3.Connection) -> int:
+            row = conn.execute(
+                "SELECT COUNT(*) FROM events WHERE session_id = ? AND seq >= ? AND seq < ?"
+                " AND action != 'compaction'",
+                (session_id, from_seq, before_seq),
+            ).fetchone()
+            return int(row[0])
+
+        return await self._read(fn)
+
     async def all_events(self, session_id: str) -> list[SessionEvent]:
         return await self.load_events(session_id, limit=None, tail=False)
 

@@ -89,13 +89,15 @@ async def test_events_append_load_delete(ws: ClientConnection) -> None:
         idempotency_key="k1",
     )
     assert appended["result"] == {"seqs": [1, 2, 3, 4], "last_seq": 4, "compaction_required": False}
-    again = await rpc(
+    other = await rpc(
         "events.append",
         session_id=sid,
         events=[{"action": "user_message", "content": "hello"}],
         idempotency_key="k1",
     )
-    assert again["result"]["seqs"] == [1, 2, 3, 4]  # replay: nothing written
+    # The same key with different content is a conflict, not a replay of the first answer.
+    assert other["error"]["code"] == -32002
+    assert other["error"]["data"] == {"reason": "idempotency_mismatch", "field": "idempotency_key"}
 
     events = (await rpc("events.load", session_id=sid))["result"]["events"]
     assert [e["seq"] for e in events] == [1, 2, 3, 4]

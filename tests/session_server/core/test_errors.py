@@ -16,6 +16,7 @@ from session_server.core.errors import (
     InvalidAgentIdError,
     InvalidParamsError,
     InvalidRequestError,
+    MemoryDirInUseError,
     MethodNotFoundError,
     NotFoundError,
     ParseError,
@@ -43,6 +44,7 @@ EXPECTED_CODES = {
     CorruptRecordError: -32603,
     AgentUnavailableError: -32603,
     SummarizerError: -32603,
+    MemoryDirInUseError: -32603,
 }
 
 
