@@ -195,19 +195,6 @@ def _state(known: Known, session_id: str) -> SessionState | NeedState | None:
     return known.states[session_id]
 
 
-def _omitted(session_id: str, view: SessionView, known: Known) -> int | NeedCount:
-    """Events a context of ``view`` neither shows nor summarises: those before its window,
-    after what the record's summary covers (all from the session's start without one)."""
-    from_seq = (None if view.record is None else view.record.from_seq) or 1
-    first = next((e.seq for e in view.events if e.action != "compaction"), None)
-    if first is None or first <= from_seq:
-        return 0
-    key = (session_id, from_seq, first)
-    if key in known.counts:
-        return known.counts[key]
-    return NeedCount(session_id, from_seq, first)
-
-
 def _event_tokens(counter: Any, event: SessionEvent) -> int:
     message = event_to_message(event)
     return 0 if message is None else int(counter.count_message(message))
@@ -236,6 +223,9 @@ class AgentCore:
         # Sessions whose context was built since activation (the snapshot file is
         # consulted only for the first build of an activation).
         self._built: set[str] = set()
+        # Per session: (from_seq, before_seq, count) of the last omitted-events count, so
+        # a window that moved forward adds what the cache holds instead of reading again.
+        self._omitted: dict[str, tuple[int, int, int]] = {}
         self._compacting: set[str] = set()
         self._agent_strategy: dict[str, Any] | None = None
         self._agent_loaded = False
@@ -464,14 +454,17 @@ class AgentCore:
     def session_deleted(self, session_id: str) -> None:
         self._built.discard(session_id)
         self._recent.forget(session_id)
+        self._omitted.pop(session_id, None)
 
     def events_deleted(self, session_id: str) -> None:
         self._recent.forget(session_id)
+        self._omitted.pop(session_id, None)
 
     def hibernated(self) -> None:
         """The store closed: what the core knows may be stale when it opens again."""
         self._built.clear()
         self._recent.clear()
+        self._omitted.clear()
         self._agent_loaded = False
         self._agent_generation = 0
 
@@ -517,7 +510,7 @@ class AgentCore:
         )
         if due:
             return CompactionDue(session_id, config, instructions, window, force=False)
-        omitted = _omitted(session_id, view, known)
+        omitted = self._omitted_events(session_id, view, known)
         if isinstance(omitted, Need):
             return omitted
         ctx = build_compacted_context(
@@ -532,6 +525,26 @@ class AgentCore:
         if may_compact:
             self._built.add(session_id)
         return ctx
+
+    def _omitted_events(self, session_id: str, view: SessionView, known: Known) -> int | Need:
+        """Events a context of ``view`` neither shows nor summarises: those before its
+        window, after what the record's summary covers (from the session's start without
+        one). Counted once by the store, then kept up to date from the cache."""
+        from_seq = (None if view.record is None else view.record.from_seq) or 1
+        first = next((e.seq for e in view.events if e.action != "compaction"), None)
+        if first is None or first <= from_seq:
+            return 0
+        count = known.counts.get((session_id, from_seq, first))
+        if count is None:
+            count = self._recent.count_between(session_id, from_seq, first)
+        memo = self._omitted.get(session_id)
+        if count is None and memo is not None and memo[0] == from_seq and memo[1] <= first:
+            more = self._recent.count_between(session_id, memo[1], first)
+            count = None if more is None else memo[2] + more
+        if count is None:
+            return NeedCount(session_id, from_seq, first)
+        self._omitted[session_id] = (from_seq, first, count)
+        return count
 
     def _restore(
         self, session_id: str, instructions: list[str], known: Known

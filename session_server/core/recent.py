@@ -83,6 +83,16 @@ class RecentCache:
         self._entries.pop(session_id, None)
         self._bump(session_id)
 
+    def count_between(self, session_id: str, low: int, high: int) -> int | None:
+        """Non-compaction events with ``low <= seq < high``, when the cached run holds
+        that whole range (``None``: the cache cannot say)."""
+        entry = self._entries.get(session_id)
+        if entry is None or not entry.events:
+            return None
+        if not entry.complete and entry.events[0].seq > low:
+            return None
+        return sum(1 for e in entry.events if low <= e.seq < high and e.action != "compaction")
+
     def seed(self, session_id: str, window: ContextWindow, version: int) -> SessionView:
         """Keep what a store read returned, unless a commit happened since ``version``;
         the view of the window either way."""

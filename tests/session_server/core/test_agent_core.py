@@ -20,6 +20,7 @@ from session_server.core.agent_core import (
     CompactionInput,
     Known,
     NeedAgentStrategy,
+    NeedCount,
     NeedSnapshot,
     NeedState,
     NeedWindow,
@@ -103,6 +104,31 @@ def test_a_cold_build_asks_for_the_window_then_the_agent_strategy() -> None:
     again = core.build(SID, Known(), instructions=["sys"], limit=2, strategy=None)
     assert isinstance(again, WorkingContext)
     assert [m.content for m in again.messages] == ["q1", "a1"]
+
+
+def test_a_bounded_window_counts_the_events_it_leaves_out_once() -> None:
+    core, known = new_core(context_limit=2), Known()
+    log = stored(chat(3))  # seqs 1..6; the window holds the last turn
+    tail = ContextWindow(
+        events=log[4:], state=SessionState(SID, last_seq=6), suffix=log[4:], complete=False
+    )
+    step = core.build(SID, known, instructions=[], limit=None, strategy=None)
+    assert step == NeedWindow(SID, 2, 0)
+    answer(core, step, known, tail)
+    answer(core, core.build(SID, known, instructions=[], limit=None, strategy=None), known, None)
+    step = core.build(SID, known, instructions=[], limit=None, strategy=None)
+    assert step == NeedCount(SID, 1, 5)  # the cache does not reach back: the store counts
+    answer(core, step, known, 4)
+    ctx = core.build(SID, known, instructions=[], limit=None, strategy=None)
+    assert isinstance(ctx, WorkingContext) and ctx.omitted_events == 4
+    # A turn later the window moved by two events the cache holds: no read this time.
+    turn = stored(chat(4), first_seq=1)[6:]
+    core.committed(
+        AppendPlan(AppendBatch(SID, turn, [1, 1])),
+        AppendOutcome(AppendResult(seqs=[7, 8], last_seq=8), turn),
+    )
+    again = core.build(SID, Known(), instructions=[], limit=None, strategy=None)
+    assert isinstance(again, WorkingContext) and again.omitted_events == 6
 
 
 def test_a_turn_is_planned_with_its_snapshot_and_committed_into_the_cache() -> None:
