@@ -195,6 +195,14 @@ def _state(known: Known, session_id: str) -> SessionState | NeedState | None:
     return known.states[session_id]
 
 
+def _existing(known: Known, session_id: str) -> SessionState | NeedState:
+    """The session's state; ``NotFoundError`` when the session does not exist."""
+    state = _state(known, session_id)
+    if state is None:
+        raise NotFoundError.session(session_id)
+    return state
+
+
 def _event_tokens(counter: Any, event: SessionEvent) -> int:
     message = event_to_message(event)
     return 0 if message is None else int(counter.count_message(message))
@@ -288,15 +296,22 @@ class AgentCore:
             return _DEFAULT_CONFIG  # the common case: no validation to redo on every build
         return resolve_strategy(server, agent, session, request)
 
+    def _session_config(
+        self, session_id: str, request: Mapping[str, Any] | None, known: Known
+    ) -> StrategyConfig | Need:
+        """The effective strategy of an existing session (``NotFoundError`` otherwise)."""
+        state = _existing(known, session_id)
+        if isinstance(state, Need):
+            return state
+        return self.resolve(state.strategy, request)
+
     def strategy_levels(self, session_id: str | None, known: Known) -> dict[str, Any] | Need:
         """``{server, agent, session, effective}`` (session None: the agent's)."""
         session: dict[str, Any] | None = None
         if session_id is not None:
-            state = _state(known, session_id)
+            state = _existing(known, session_id)
             if isinstance(state, Need):
                 return state
-            if state is None:
-                raise NotFoundError.session(session_id)
             session = state.strategy
         effective = self.resolve(session, None)
         if isinstance(effective, Need):
@@ -406,22 +421,15 @@ class AgentCore:
         sid = turn.session_id
         flag: bool | None = None
         if turn.usage is not None:
-            state = _state(known, sid)
-            if isinstance(state, Need):
-                return state
-            if state is None:
-                raise NotFoundError.session(sid)
-            config = self.resolve(state.strategy, None)
+            config = self._session_config(sid, None, known)
             if isinstance(config, Need):
                 return config
             flag = True if token_pressure(turn.usage, config).required else None
         expected = turn.base_seq if turn.on_conflict == "reject" else None
         if not turn.events and expected is None and not flag:
-            state = _state(known, sid)
+            state = _existing(known, sid)
             if isinstance(state, Need):
                 return state
-            if state is None:
-                raise NotFoundError.session(sid)
             return AppendResult(
                 seqs=[], last_seq=state.last_seq, compaction_required=state.compaction_required
             )
@@ -603,12 +611,7 @@ class AgentCore:
         instructions: Iterable[str],
     ) -> CompactionDue | Need:
         """An explicit compaction (``memory.compact``) with the effective strategy."""
-        state = _state(known, session_id)
-        if isinstance(state, Need):
-            return state
-        if state is None:
-            raise NotFoundError.session(session_id)
-        config = self.resolve(state.strategy, strategy)
+        config = self._session_config(session_id, strategy, known)
         if isinstance(config, Need):
             return config
         return CompactionDue(session_id, config, list(instructions), self.context_limit, force=True)

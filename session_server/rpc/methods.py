@@ -478,5 +478,5 @@ async def events_unsubscribe(ctx: CallContext, p: SessionParams) -> dict[str, An
 
 async def agents_list(ctx: CallContext, p: NoParams) -> dict[str, Any]:
     """Agent ids with a folder on disk, sorted; a restricted token sees only its agents."""
-    agents = ctx.registry.list_agents()
+    agents = await ctx.registry.list_agents_async()
     return {"agents": [a for a in agents if ctx.permits(a)]}

@@ -157,6 +157,10 @@ class ActorRegistry:
             return []
         return sorted(p.name for p in root.iterdir() if p.is_dir())
 
+    async def list_agents_async(self) -> list[str]:
+        """``list_agents`` on a worker thread (a directory listing: not on the loop)."""
+        return await asyncio.get_running_loop().run_in_executor(self.executor, self.list_agents)
+
     @property
     def open_count(self) -> int:
         return len(self._open)
