@@ -26,7 +26,7 @@ from typing import Any, Final, Literal, TypeVar
 
 import msgspec
 
-from ..compaction.builder import build_compacted_context
+from ..compaction.builder import BuiltContext, build_compacted_context
 from ..compaction.config import StrategyConfig, resolve_strategy, validate_strategy
 from ..compaction.records import CompactionPlan, make_compaction_event
 from ..compaction.triggers import token_pressure
@@ -578,13 +578,14 @@ class AgentCore:
         if restored is None:
             return None
         self._built.add(session_id)
-        counter = get_counter()
+        # The one token rule (the builder's), here without stored per-event counts.
+        parts = BuiltContext([], restored.messages, 0, None)
         return WorkingContext(
             instructions,
             restored.messages,
             {"restored_from": "working_context_snapshot.json"},
             base_seq=state.last_seq,
-            token_count=counter.count_messages(restored.messages, instructions).tokens,
+            token_count=parts.token_count(instructions),
         )
 
     def snapshot_parts(self, due: SnapshotDue) -> SnapshotParts | None:

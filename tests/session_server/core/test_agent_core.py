@@ -39,6 +39,7 @@ from session_server.core.plans import (
     SessionState,
     SnapshotDue,
 )
+from session_server.core.tokens import count_messages
 from session_server.core.turns import number_turns
 from session_server.mirror.snapshot import RestoredSnapshot
 
@@ -305,6 +306,7 @@ def test_the_first_build_may_come_from_the_snapshot_file() -> None:
     assert isinstance(ctx, WorkingContext)
     assert ctx.metadata["restored_from"] == "working_context_snapshot.json"
     assert ctx.base_seq == 4
+    assert ctx.token_count == count_messages(restored.messages, ["sys"]).tokens
     # Only the first build of an activation: the next one reads the window.
     assert isinstance(core.build(SID, Known(), **kwargs), NeedWindow)
 
