@@ -1,0 +1,97 @@
+"""Blocking file work in request paths runs on worker threads, not on the event loop.
+
+Each test wraps the real file function (it still does its work) to record the thread it
+ran on, drives a real request path, and checks the thread was one of the registry's
+workers.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from session_server import ActorRegistry
+from session_server.client import SessionClient
+from session_server.core.events import ContextMessage
+from session_server.rpc import memory_methods
+from session_server.runtime import mirror_link, transfer
+from tests.support.server import running_server
+
+WORKER_PREFIX = "session-server-sqlite"
+
+
+@pytest.fixture
+def threads() -> Iterator[dict[str, list[str]]]:
+    seen: dict[str, list[str]] = {}
+    yield seen
+
+
+def recording(
+    monkeypatch: pytest.MonkeyPatch, module: Any, name: str, seen: dict[str, list[str]]
+) -> None:
+    original: Callable[..., Any] = getattr(module, name)
+
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        seen.setdefault(name, []).append(threading.current_thread().name)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, wrapped)
+
+
+def on_workers(names: list[str]) -> bool:
+    return bool(names) and all(n.startswith(WORKER_PREFIX) for n in names)
+
+
+async def test_snapshot_restore_reads_the_file_on_a_worker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, threads: dict[str, list[str]]
+) -> None:
+    async with ActorRegistry(tmp_path, idle_timeout=None) as reg:
+        actor = await reg.get("agent")
+        sid = await actor.create_session()
+        ctx = await actor.build_working_context(sid)
+        ctx.add_messages([ContextMessage(role="user", content="q")])
+        await actor.persist_working_context(sid, ctx)
+    recording(monkeypatch, mirror_link, "load_snapshot_cache", threads)
+    async with ActorRegistry(tmp_path, idle_timeout=None) as reg:
+        restored = await (await reg.get("agent")).build_working_context(sid)
+    assert restored.metadata.get("restored_from") == "working_context_snapshot.json"
+    assert on_workers(threads["load_snapshot_cache"]), threads
+
+
+async def test_export_and_import_touch_files_on_workers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, threads: dict[str, list[str]]
+) -> None:
+    recording(monkeypatch, transfer, "write_export", threads)
+    recording(monkeypatch, transfer, "import_reference_folder", threads)
+    async with ActorRegistry(tmp_path, idle_timeout=None) as reg:
+        actor = await reg.get("agent")
+        sid = await actor.create_session()
+        ctx = await actor.build_working_context(sid)
+        ctx.add_messages([ContextMessage(role="user", content="q")])
+        await actor.persist_working_context(sid, ctx)
+        exported = await transfer.export_files(actor, sid)
+        imported = await transfer.import_files(actor, exported["files"])
+        assert imported["event_count"] == 1
+    assert on_workers(threads["write_export"]), threads
+    assert on_workers(threads["import_reference_folder"]), threads
+
+
+async def test_memory_view_and_snapshot_index_read_on_workers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, threads: dict[str, list[str]]
+) -> None:
+    recording(monkeypatch, memory_methods, "read_memory_view", threads)
+    recording(monkeypatch, memory_methods, "list_snapshot_summaries", threads)
+    async with running_server(tmp_path / "memory") as server:
+        async with SessionClient(server.url, "agent") as client:
+            sid = await client.create_session()
+            await client.persist_turn(sid, [ContextMessage(role="user", content="q")])
+            view = await client.call("memory.view", {"session_id": sid})
+            assert view
+        async with SessionClient(server.url, None) as admin:
+            await admin.call("memory.list_snapshots", {})
+    assert on_workers(threads["read_memory_view"]), threads
+    assert on_workers(threads["list_snapshot_summaries"]), threads
