@@ -33,9 +33,23 @@ list of content blocks. (This module never imports the ``anthropic`` SDK.)
   request is accepted and the assistant's words stay verbatim.
 - ``reasoning``, ``metadata`` and ``name`` are never sent.
 
+- a message that keeps ``anthropic`` provider items (its content blocks, see
+  :mod:`adapters.ingest`) and was not compacted is sent as those blocks, verbatim
+  (``thinking`` blocks with their signatures, ``redacted_thinking``, server-tool blocks,
+  citations); provider items of other formats are left out.
+
 Refused with ``RenderError``: the tool pairing problems of :mod:`adapters.checks`, images
 on system or assistant messages, and images the API cannot take (a ``data:`` URL that is
 not base64 or not JPEG/PNG/GIF/WebP, or a URL that is neither ``data:`` nor ``http(s)``).
+
+Ingest (``from_response``): an Anthropic message ``{role, content}`` (the SDK ``Message``
+or its ``model_dump()``; ``content`` a string or blocks) becomes messages. An assistant
+message becomes one message: ``text`` blocks joined by a newline, ``tool_use`` blocks as
+``tool_calls`` (``input`` as sent), ``thinking`` text
+in ``reasoning``. A user message becomes one ``tool`` message per ``tool_result`` block
+(``is_error`` kept, text blocks of its content joined) and one user message for its text
+and ``image`` blocks (``base64`` sources as ``data:`` URLs). The blocks are kept as the
+message's provider items when rendering it from its fields would not give them back.
 """
 
 from __future__ import annotations
@@ -45,11 +59,22 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from session_server.core.codec import arguments_object
-from session_server.core.events import ContextMessage
+from session_server.core.errors import InvalidParamsError, RenderError
+from session_server.core.events import ContextMessage, ToolCall
 
 from .checks import check_images, check_tool_pairing, render_error
+from .ingest import (
+    as_json,
+    has_foreign_items_only,
+    keep_items,
+    parse_arguments,
+    provider_items,
+    require_mapping,
+)
 
-__all__ = ["LEADING_USER_TEXT", "AnthropicAdapter", "adapter"]
+__all__ = ["LEADING_USER_TEXT", "AnthropicAdapter", "adapter", "from_response"]
+
+NAME: Final = "anthropic"
 
 LEADING_USER_TEXT: Final[str] = "(conversation continues)"
 """Text of the user message prepended when the history starts with an assistant message."""
@@ -101,6 +126,15 @@ def _tool_result(msg: ContextMessage, index: int) -> dict[str, Any]:
 
 
 def _blocks(msg: ContextMessage, index: int) -> list[dict[str, Any]]:
+    kept = provider_items(msg, NAME)
+    if kept is not None:
+        return [dict(block) for block in kept]
+    if has_foreign_items_only(msg, NAME):
+        return []
+    return _field_blocks(msg, index)
+
+
+def _field_blocks(msg: ContextMessage, index: int) -> list[dict[str, Any]]:
     if msg.role == "tool":
         return [_tool_result(msg, index)]
     blocks = _text_and_images(msg, index)
@@ -120,7 +154,7 @@ def _blocks(msg: ContextMessage, index: int) -> list[dict[str, Any]]:
 class AnthropicAdapter:
     """Renders a context as Messages API ``system`` + ``messages`` (see the module docstring)."""
 
-    name: str = "anthropic"
+    name: str = NAME
 
     def to_model_messages(
         self, system_instructions: Sequence[str], messages: Sequence[ContextMessage]
@@ -154,3 +188,110 @@ class AnthropicAdapter:
 
 
 adapter = AnthropicAdapter()
+
+
+# ------------------------------------------------------------------------------- ingest
+
+
+def _text_of(blocks: list[Any]) -> str:
+    return "\n".join(
+        b["text"]
+        for b in blocks
+        if isinstance(b, dict) and b.get("type") == "text" and isinstance(b.get("text"), str)
+    )
+
+
+def _image_url(block: dict[str, Any]) -> str | None:
+    source = block.get("source")
+    if not isinstance(source, dict):
+        return None
+    if source.get("type") == "base64":
+        return f"data:{source.get('media_type')};base64,{source.get('data')}"
+    url = source.get("url")
+    return url if isinstance(url, str) else None
+
+
+def _images_of(blocks: list[Any]) -> list[str] | None:
+    urls = [
+        url
+        for b in blocks
+        if isinstance(b, dict) and b.get("type") == "image" and (url := _image_url(b))
+    ]
+    return urls or None
+
+
+def _rendered(msg: ContextMessage) -> list[dict[str, Any]] | None:
+    try:
+        return _field_blocks(msg, 0)
+    except RenderError:  # e.g. an image type the request format refuses: keep the blocks
+        return None
+
+
+def _assistant(blocks: list[dict[str, Any]]) -> ContextMessage:
+    calls = [
+        ToolCall(
+            id=str(b.get("id") or ""),
+            name=str(b.get("name") or ""),
+            arguments=parse_arguments(b.get("input")),
+        )
+        for b in blocks
+        if b.get("type") == "tool_use"
+    ]
+    thinking = [
+        b["thinking"]
+        for b in blocks
+        if b.get("type") == "thinking" and isinstance(b.get("thinking"), str)
+    ]
+    msg = ContextMessage(
+        role="assistant",
+        content=_text_of(blocks),
+        tool_calls=calls or None,
+        reasoning="\n".join(thinking) if thinking else None,
+    )
+    return keep_items(msg, NAME, blocks, _rendered(msg))
+
+
+def _user(blocks: list[dict[str, Any]]) -> list[ContextMessage]:
+    out: list[ContextMessage] = []
+    rest: list[dict[str, Any]] = []
+    for block in blocks:
+        if block.get("type") != "tool_result":
+            rest.append(block)
+            continue
+        content = block.get("content")
+        parts = [{"type": "text", "text": content}] if isinstance(content, str) else content or []
+        msg = ContextMessage(
+            role="tool",
+            content=_text_of(parts),
+            tool_call_id=str(block.get("tool_use_id") or ""),
+            images=_images_of(parts),
+            is_error=bool(block.get("is_error")),
+        )
+        out.append(keep_items(msg, NAME, [block], _rendered(msg)))
+    if rest:
+        msg = ContextMessage(role="user", content=_text_of(rest), images=_images_of(rest))
+        out.append(keep_items(msg, NAME, rest, _rendered(msg)))
+    return out
+
+
+def from_response(payload: Any) -> list[ContextMessage]:
+    """Messages for an Anthropic message (see the module docstring)."""
+    message = require_mapping(as_json(payload), "payload")
+    role = message.get("role", "assistant")
+    content = message.get("content")
+    if isinstance(content, str):
+        content = [{"type": "text", "text": content}]
+    if not isinstance(content, list):
+        raise InvalidParamsError(
+            "payload.content: must be a string or a list of blocks",
+            data={"field": "payload.content"},
+        )
+    blocks = [require_mapping(b, f"payload.content[{i}]") for i, b in enumerate(content)]
+    if role == "assistant":
+        return [_assistant(blocks)]
+    if role == "user":
+        return _user(blocks)
+    raise InvalidParamsError(
+        f"payload.role: must be 'assistant' or 'user', got {role!r}",
+        data={"field": "payload.role"},
+    )

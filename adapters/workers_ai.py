@@ -1,15 +1,31 @@
-"""Cloudflare Workers AI chat-completions format: ``{"messages": [...]}`` (pure)."""
+"""Cloudflare Workers AI chat-completions format: ``{"messages": [...]}`` (pure).
+
+Ingest (``from_response``): a Workers AI response becomes one assistant message. Both
+shapes are read: the native one (``{"response": text, "tool_calls": [{name, arguments}]}``,
+possibly wrapped in the REST envelope ``{"result": {...}, "success": true}``) and the
+OpenAI-compatible one (``choices``, read by :func:`adapters.openai_chat.from_response`).
+``reasoning_content`` goes to ``reasoning``. Native tool calls carry no id: each gets a
+fresh ``call_<hex>`` id (the one non-deterministic part of ingest), since a deterministic
+id would repeat when the model repeats a call in a later turn, and providers refuse a
+reused call id. ``arguments`` objects are kept, strings decoded (see
+:func:`adapters.ingest.parse_arguments`). Rendering the message gives back the response's
+text and calls in this format.
+"""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from session_server.core.codec import arguments_text
-from session_server.core.events import ContextMessage
+from session_server.core.codec import arguments_text, encode_json
+from session_server.core.events import ContextMessage, ToolCall
 
-__all__ = ["WorkersAIAdapter", "adapter"]
+from . import openai_chat
+from .ingest import as_json, parse_arguments, require_mapping
+
+__all__ = ["WorkersAIAdapter", "adapter", "from_response"]
 
 
 @dataclass(frozen=True)
@@ -49,3 +65,34 @@ class WorkersAIAdapter:
 
 
 adapter = WorkersAIAdapter()
+
+
+def _call(raw: Any, i: int) -> ToolCall:
+    call = require_mapping(raw, f"payload.tool_calls[{i}]")
+    fn: dict[str, Any] = call["function"] if isinstance(call.get("function"), dict) else call
+    call_id = call.get("id")
+    return ToolCall(
+        id=call_id if isinstance(call_id, str) and call_id else f"call_{uuid.uuid4().hex[:24]}",
+        name=str(fn.get("name") or ""),
+        arguments=parse_arguments(fn.get("arguments")),
+    )
+
+
+def from_response(payload: Any) -> list[ContextMessage]:
+    """One assistant message for a Workers AI response (see the module docstring)."""
+    data = require_mapping(as_json(payload), "payload")
+    if isinstance(data.get("result"), dict):
+        data = data["result"]
+    if "choices" in data:
+        return openai_chat.from_response(data)
+    text = data.get("response")
+    reasoning = data.get("reasoning_content")
+    calls = [_call(c, i) for i, c in enumerate(data.get("tool_calls") or ())]
+    return [
+        ContextMessage(
+            role="assistant",
+            content=text if isinstance(text, str) else "" if text is None else encode_json(text),
+            tool_calls=calls or None,
+            reasoning=reasoning if isinstance(reasoning, str) and reasoning else None,
+        )
+    ]
