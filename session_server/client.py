@@ -15,6 +15,21 @@ connection). JSON-RPC errors are raised as the project's exceptions (``NotFoundE
 caller passes one, so retrying a call with the same key never writes twice. Reconnecting is
 left to the caller; when the connection drops, pending calls and subscriptions raise
 ``ConnectionLostError``.
+
+There is one method per RPC method (``tests/session_server/test_client_methods.py`` checks
+the table): sessions (``create_session`` with ``if_exists``, ``get_or_create_session``,
+``get_session``, ``list_sessions``/``session_page``/``iter_sessions`` with paging and a
+metadata filter, ``update_session``, ``clear_session``, ``delete_session``), events
+(``append_events``, ``load_events``, ``delete_events``, ``pop_event``), contexts
+(``build_context``, ``render_context``, ``persist_turn``, ``persist_context``), memory
+(``get_strategy``, ``set_strategy``, ``compact``, ``memory_view``, ``export_session``,
+``import_session``), ``subscribe``, and on the server endpoint ``list_agents``,
+``list_snapshots``, ``list_adapters``, ``get_metrics``.
+
+Helpers built on it: :class:`session_server.sync_client.SyncSessionClient` (blocking
+calls for scripts and ``Runner.run_sync``, reconnecting on its own) and
+:func:`session_server.follow.follow` (a session's events across reconnects, no gap, no
+duplicate). Importing this module imports neither the store nor the server.
 """
 
 from __future__ import annotations
@@ -49,7 +64,14 @@ from .core.events import ContextMessage, SessionEvent
 from .core.plans import AppendResult
 from .rpc.protocol import DEFAULT_MAX_FRAME_BYTES
 
-__all__ = ["ERROR_CLASSES", "ConnectionLostError", "SessionClient", "Subscription", "error_from"]
+__all__ = [
+    "ERROR_CLASSES",
+    "ConnectionLostError",
+    "SessionClient",
+    "SessionPage",
+    "Subscription",
+    "error_from",
+]
 
 ERROR_CLASSES: Final[dict[int, type[SessionServerError]]] = {
     cls.code: cls
@@ -106,6 +128,14 @@ def error_from(error: dict[str, Any]) -> SessionServerError:
     cls = ERROR_CLASSES.get(code, InternalError) if isinstance(code, int) else InternalError
     data = error.get("data")
     return cls(str(error.get("message", "")), data=data if isinstance(data, dict) else None)
+
+
+class SessionPage(msgspec.Struct):
+    """One page of ``session.list``; ``next_offset`` is ``None`` on the last page."""
+
+    sessions: list[dict[str, Any]]
+    total: int
+    next_offset: int | None = None
 
 
 class Subscription:
@@ -200,6 +230,11 @@ class SessionClient:
         self._pending: dict[int, asyncio.Future[Any]] = {}
         self._subs: dict[str, list[Subscription]] = {}
         self._lost: BaseException | None = None
+
+    @property
+    def lost(self) -> BaseException | None:
+        """The error that ended the connection (``None`` while it is open or unopened)."""
+        return self._lost
 
     # -- connection ----------------------------------------------------------------------
     async def connect(self) -> SessionClient:
@@ -309,20 +344,83 @@ class SessionClient:
 
     # -- sessions ------------------------------------------------------------------------
     async def create_session(
-        self, metadata: dict[str, Any] | None = None, session_id: str | None = None
+        self,
+        metadata: dict[str, Any] | None = None,
+        session_id: str | None = None,
+        *,
+        if_exists: Literal["error", "return"] = "error",
     ) -> str:
-        result = await self.call("session.create", _set(metadata=metadata, session_id=session_id))
+        """Create a session and return its id. An existing ``session_id`` raises
+        ``ConflictError``, or with ``if_exists="return"`` is simply returned."""
+        result = await self.call(
+            "session.create",
+            _set(
+                metadata=metadata,
+                session_id=session_id,
+                if_exists=None if if_exists == "error" else if_exists,
+            ),
+        )
         return str(result["session_id"])
+
+    async def get_or_create_session(
+        self, session_id: str, metadata: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """The session ``session_id``, created (with ``metadata``) when it does not exist:
+        ``session.create`` with ``if_exists: "return"``. ``created`` says which happened."""
+        params = _set(session_id=session_id, metadata=metadata, if_exists="return")
+        return dict(await self.call("session.create", params))
 
     async def get_session(self, session_id: str) -> dict[str, Any]:
         """The session object; ``NotFoundError`` when it does not exist."""
         return dict(await self.call("session.get", {"session_id": session_id}))
 
-    async def list_sessions(self) -> list[dict[str, Any]]:
-        return list((await self.call("session.list"))["sessions"])
+    async def list_sessions(
+        self,
+        *,
+        metadata: dict[str, Any] | None = None,
+        limit: int | None = None,
+        offset: int = 0,
+    ) -> list[dict[str, Any]]:
+        """Sessions, most recently updated first (one page with ``limit``/``offset``),
+        keeping those whose metadata has every key of ``metadata`` with that exact value."""
+        return (await self.session_page(metadata=metadata, limit=limit, offset=offset)).sessions
+
+    async def session_page(
+        self,
+        *,
+        metadata: dict[str, Any] | None = None,
+        limit: int | None = None,
+        offset: int = 0,
+    ) -> SessionPage:
+        """One page of ``session.list``: sessions, the total matching, the next offset."""
+        params = _set(metadata=metadata, limit=limit, offset=offset or None)
+        return msgspec.convert(await self.call("session.list", params), SessionPage)
+
+    async def iter_sessions(
+        self, *, metadata: dict[str, Any] | None = None, page_size: int = 100
+    ) -> AsyncIterator[dict[str, Any]]:
+        """Every matching session, fetched ``page_size`` at a time."""
+        offset: int | None = 0
+        while offset is not None:
+            page = await self.session_page(metadata=metadata, limit=page_size, offset=offset)
+            for session in page.sessions:
+                yield session
+            offset = page.next_offset
+
+    async def update_session(
+        self, session_id: str, metadata: dict[str, Any] | None
+    ) -> dict[str, Any]:
+        """Replace the session's metadata (``None`` clears it); the updated session."""
+        params = {"session_id": session_id, "metadata": metadata}
+        return dict(await self.call("session.update", params))
 
     async def delete_session(self, session_id: str) -> bool:
         return bool((await self.call("session.delete", {"session_id": session_id}))["deleted"])
+
+    async def clear_session(self, session_id: str) -> int:
+        """Delete every event of the session at once; the session (metadata, strategy)
+        stays. Returns how many events were deleted."""
+        return int((await self.call("session.clear", {"session_id": session_id}))["deleted"])
 
     # -- events --------------------------------------------------------------------------
     async def append_events(
@@ -377,6 +475,21 @@ class SessionClient:
             "events.delete", {"session_id": session_id, "event_ids": list(event_ids)}
         )
         return int(result["deleted"])
+
+    async def pop_event(
+        self,
+        session_id: str,
+        *,
+        event_id: str | None = None,
+        replace_with: SessionEvent | dict[str, Any] | None = None,
+    ) -> SessionEvent | None:
+        """Remove the newest event that is not a compaction record (``replace_with``:
+        rewrite it in place instead), atomically; the event as it was, ``None`` if none.
+        With ``event_id`` it must be the newest such event (``ConflictError`` otherwise)."""
+        params = _set(session_id=session_id, event_id=event_id, replace_with=replace_with)
+        result = await self.call("events.pop", params)
+        event = result["event"]
+        return None if event is None else msgspec.convert(event, SessionEvent)
 
     # -- contexts ------------------------------------------------------------------------
     async def build_context(
@@ -449,11 +562,81 @@ class SessionClient:
             usage=usage,
         )
 
+    async def render_context(
+        self,
+        session_id: str,
+        adapter: str,
+        *,
+        system_instructions: str | Sequence[str] | None = None,
+        limit: int | None = None,
+        strategy: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """``context.render``: ``{adapter, payload, base_seq, token_count}``, ``payload``
+        ready for the provider's SDK (``adapters.names()`` lists the adapters)."""
+        if isinstance(system_instructions, str):
+            system_instructions = [system_instructions]
+        params = _set(
+            session_id=session_id,
+            adapter=adapter,
+            system_instructions=None if system_instructions is None else list(system_instructions),
+            limit=limit,
+            strategy=strategy,
+        )
+        return dict(await self.call("context.render", params))
+
+    # -- memory ------------------------------------------------------------------------------
+    async def get_strategy(self, session_id: str | None = None) -> dict[str, Any]:
+        """``{server, agent, session, effective}`` strategies (no session: the agent's)."""
+        return dict(await self.call("memory.get_strategy", _set(session_id=session_id)))
+
+    async def set_strategy(
+        self, strategy: dict[str, Any] | None, session_id: str | None = None
+    ) -> dict[str, Any]:
+        """Persist a session's strategy (the agent default without ``session_id``);
+        ``None`` clears it."""
+        params = {"strategy": strategy, **_set(session_id=session_id)}
+        return dict(await self.call("memory.set_strategy", params))
+
+    async def compact(
+        self,
+        session_id: str,
+        *,
+        strategy: dict[str, Any] | None = None,
+        system_instructions: str | Sequence[str] | None = None,
+    ) -> dict[str, Any]:
+        """Compact now (``memory.compact``); ``compacted: false`` with a ``reason`` when
+        there was nothing to do."""
+        if isinstance(system_instructions, str):
+            system_instructions = [system_instructions]
+        params = _set(
+            session_id=session_id,
+            strategy=strategy,
+            system_instructions=None if system_instructions is None else list(system_instructions),
+        )
+        return dict(await self.call("memory.compact", params))
+
+    async def memory_view(self, session_id: str | None = None, **options: Any) -> dict[str, Any]:
+        """``memory.view`` of a session (the latest one when ``None``); ``options`` are its
+        flags (``include_raw_traces=False``, ``raw_trace_limit=20``, ...)."""
+        return dict(await self.call("memory.view", _set(session_id=session_id, **options)))
+
+    async def export_session(self, session_id: str, *, name: str | None = None) -> dict[str, Any]:
+        """``export.session``: ``{name, files: {file name: text}, trace_count}``."""
+        return dict(await self.call("export.session", _set(session_id=session_id, name=name)))
+
+    async def import_session(
+        self, files: dict[str, str], *, session_id: str | None = None, **options: Any
+    ) -> dict[str, Any]:
+        """``import.session`` of reference-layout files (as ``export_session`` gives them)."""
+        params = _set(files=files, session_id=session_id, **options)
+        return dict(await self.call("import.session", params))
+
     # -- subscriptions ---------------------------------------------------------------------
     async def subscribe(self, session_id: str, *, after_seq: int | None = None) -> Subscription:
         """Start receiving the session's new events: ``async for event in sub``. With
         ``after_seq`` (say the last seq seen before a reconnect) the events after it come
-        first, with no gap and no duplicate."""
+        first, with no gap and no duplicate. To resume across reconnects by itself, use
+        :func:`session_server.follow.follow`."""
         sub = Subscription(self, session_id)
         self._subs.setdefault(session_id, []).append(sub)  # before the request: no gap
         try:
@@ -485,3 +668,18 @@ class SessionClient:
     async def list_agents(self) -> list[str]:
         """Agent ids (server endpoint: construct the client with ``agent_id=None``)."""
         return list((await self.call("agents.list"))["agents"])
+
+    async def list_snapshots(
+        self, *, search: str | None = None, page: int = 1, page_size: int = 50
+    ) -> dict[str, Any]:
+        """A page of memory snapshot summaries, newest first (server endpoint)."""
+        params = _set(search=search, page=page, page_size=page_size)
+        return dict(await self.call("memory.list_snapshots", params))
+
+    async def list_adapters(self) -> list[str]:
+        """Names of the provider adapters ``render_context`` accepts (server endpoint)."""
+        return list((await self.call("adapters.list"))["adapters"])
+
+    async def get_metrics(self) -> dict[str, Any]:
+        """Compaction counters and open agents (server endpoint)."""
+        return dict(await self.call("metrics.get"))

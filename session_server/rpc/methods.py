@@ -295,6 +295,8 @@ class SessionParams(RpcParams):
 class CreateSessionParams(RpcParams):
     metadata: JsonObject | None = None
     session_id: SessionId | None = None
+    # "return": an existing session_id answers that session (get-or-create).
+    if_exists: Literal["error", "return"] = "error"
 
 
 class NoParams(RpcParams):
@@ -361,21 +363,28 @@ async def _session_row(actor: AgentActor, session_id: str) -> dict[str, Any]:
 
 
 async def session_create(ctx: CallContext, p: CreateSessionParams) -> dict[str, Any]:
-    """Create a session; answer the session object plus ``session_id``."""
+    """Create a session; answer the session object plus ``session_id`` and ``created``.
+
+    An existing ``session_id`` is a conflict, or with ``if_exists: "return"`` answers the
+    existing session unchanged (``created: false``; ``metadata`` is not applied to it).
+    """
     actor = await ctx.actor()
-    sid = await actor.create_session(metadata=p.metadata, session_id=p.session_id)
+    while True:
+        try:
+            sid = await actor.create_session(metadata=p.metadata, session_id=p.session_id)
+            break
+        except ConflictError:
+            if p.if_exists != "return" or p.session_id is None:
+                raise
+            existing = await actor.get_session(p.session_id)
+            if existing is not None:  # else deleted between the two calls: create it
+                return {**existing, "session_id": p.session_id, "created": False}
     row = await actor.get_session(sid)
-    return {**(row or {"id": sid}), "session_id": sid}
+    return {**(row or {"id": sid}), "session_id": sid, "created": True}
 
 
 async def session_get(ctx: CallContext, p: SessionParams) -> dict[str, Any]:
     return await _session_row(await ctx.actor(), p.session_id)
-
-
-async def session_list(ctx: CallContext, p: NoParams) -> dict[str, Any]:
-    """The sessions of the agent; a token limited to sessions sees only its own."""
-    sessions = await (await ctx.actor()).list_sessions()
-    return {"sessions": [s for s in sessions if ctx.permits_session(s["id"])]}
 
 
 async def session_delete(ctx: CallContext, p: SessionParams) -> dict[str, Any]:

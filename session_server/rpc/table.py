@@ -14,6 +14,7 @@ from typing import Final
 
 from . import memory_methods as memory
 from . import methods as session
+from . import session_methods as edits
 from .methods import SERVER, MethodSpec, method_table
 
 __all__ = ["BUILTIN_METHODS", "ROWS"]
@@ -25,8 +26,11 @@ ROWS: Final[tuple[MethodSpec, ...]] = (
     ),
     MethodSpec("session.get", session.SessionParams, session.session_get, scope="read"),
     MethodSpec(
-        "session.list", session.NoParams, session.session_list, scope="read", sessions="filter"
+        "session.list", edits.ListParams, edits.session_list, scope="read", sessions="filter"
     ),
+    MethodSpec("session.update", edits.UpdateParams, edits.session_update, scope="write"),
+    MethodSpec("session.clear", edits.ClearParams, edits.session_clear, scope="admin"),
+    MethodSpec("events.pop", edits.PopParams, edits.events_pop, scope="admin"),
     MethodSpec("session.delete", session.SessionParams, session.session_delete, scope="admin"),
     MethodSpec("events.append", session.AppendParams, session.events_append, scope="write"),
     MethodSpec("events.load", session.LoadParams, session.events_load, scope="read"),

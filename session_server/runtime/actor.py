@@ -26,11 +26,21 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Collection,
+    Iterable,
+    Mapping,
+    Sequence,
+)
 from concurrent.futures import Executor
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any, Literal, Protocol, TypeVar
+
+import msgspec
 
 from ..compaction.records import CompactionPlan
 from ..core.agent_core import (
@@ -48,11 +58,14 @@ from ..core.agent_core import (
     StrategyWrite,
     compaction_report,
 )
+from ..core.codec import event_to_message
 from ..core.context import WorkingContext
 from ..core.errors import InvalidParamsError
 from ..core.events import SessionEvent
 from ..core.plans import AppendResult, Effects, NewSession
 from ..core.recent import SessionView
+from ..core.tokens import get_counter
+from ..core.validation import parse_event
 from ..mirror_io.writer import validate_session_id
 from ..storage.store import AgentStore, Synchronous
 from .compaction_run import run_compaction
@@ -433,6 +446,80 @@ class AgentActor:
                 self.core.events_deleted(session_id)
                 await self.mirror.events_deleted(store, session_id)
             return count
+
+        return await self._write(write)
+
+    # -- session edits beside the turn path ------------------------------------------
+
+    async def update_session(
+        self, session_id: str, metadata: dict[str, Any] | None
+    ) -> dict[str, Any]:
+        """Replace the session's metadata (``None`` clears it); the updated session."""
+        if metadata is not None and not isinstance(metadata, dict):
+            raise InvalidParamsError("metadata: must be an object", data={"field": "metadata"})
+        return await self._write(lambda s: s.replace_metadata(session_id, metadata))
+
+    async def list_sessions_page(
+        self,
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        limit: int | None = None,
+        offset: int = 0,
+        only: Collection[str] | None = None,
+    ) -> tuple[list[dict[str, Any]], int]:
+        """A page of sessions (most recently updated first) whose metadata has each key of
+        ``metadata`` with that exact value (scalars), among ``only`` when given; and how
+        many sessions match."""
+        if limit is not None and limit < 1:
+            raise InvalidParamsError("limit: must be a positive integer", data={"field": "limit"})
+        if offset < 0:
+            raise InvalidParamsError("offset: must be >= 0", data={"field": "offset"})
+        return await self._read(
+            lambda s: s.list_sessions_page(metadata=metadata, limit=limit, offset=offset, only=only)
+        )
+
+    async def pop_event(
+        self,
+        session_id: str,
+        *,
+        event_id: str | None = None,
+        replace_with: SessionEvent | None = None,
+    ) -> SessionEvent | None:
+        """Remove the newest event that is not a compaction record (or rewrite it in place,
+        same id, seq and timestamp, with ``replace_with``), atomically; the event as it
+        was, ``None`` when there is none. With ``event_id`` the newest such event must be
+        that one, else ``ConflictError``: read the tail, decide, pop with the id you read,
+        and no other writer's event is lost."""
+        replacement: tuple[SessionEvent, int] | None = None
+        if replace_with is not None:
+            checked = parse_event(msgspec.to_builtins(replace_with), "replace_with")
+            if checked.action == "compaction":
+                raise InvalidParamsError(
+                    "replace_with.action: a popped event cannot become a compaction record",
+                    data={"field": "replace_with.action"},
+                )
+            message = event_to_message(checked)
+            tokens = 0 if message is None else int(get_counter().count_message(message))
+            replacement = (checked, tokens)
+
+        async def write(store: AgentStore) -> SessionEvent | None:
+            popped = await store.pop_event(session_id, event_id, replacement)
+            if popped is not None:
+                self.core.events_deleted(session_id)
+                await self.mirror.events_deleted(store, session_id)
+            return popped
+
+        return await self._write(write)
+
+    async def clear_session(self, session_id: str) -> int:
+        """Delete every event of the session at once, keeping the session (its metadata
+        and strategy); seqs are never reused. Returns how many events were deleted."""
+
+        async def write(store: AgentStore) -> int:
+            deleted = await store.clear_events(session_id)
+            self.core.events_deleted(session_id)
+            await self.mirror.events_deleted(store, session_id)
+            return deleted
 
         return await self._write(write)
 

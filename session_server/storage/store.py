@@ -19,7 +19,7 @@ import contextlib
 import fcntl
 import os
 import sqlite3
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from concurrent.futures import Executor
 from pathlib import Path
 from typing import Any, Final, Literal, TypeVar
@@ -30,6 +30,7 @@ from ..core.events import ACTIONS, SessionEvent
 from ..core.plans import AppendBatch, AppendOutcome, AppendResult, ContextWindow, SessionState
 from ..core.records import CompactionRecord
 from ..core.turns import widening_turns, window_from
+from . import session_sql
 from . import sqlite_ops as ops
 from .sqlite_ops import EVENT_COLUMNS
 
@@ -293,6 +294,45 @@ class AgentStore:
             ).rowcount
 
         return await self._write("delete_events", body)
+
+    # -- session edits beside the turn path (bodies in ``session_sql``) -----------------
+
+    async def replace_metadata(
+        self, session_id: str, metadata: Mapping[str, Any] | None
+    ) -> dict[str, Any]:
+        row: dict[str, Any] = await self._write(
+            "update_session", session_sql.replace_metadata, session_id, metadata
+        )
+        return row
+
+    async def list_sessions_page(
+        self,
+        *,
+        metadata: Mapping[str, Any] | None,
+        limit: int | None,
+        offset: int,
+        only: Collection[str] | None,
+    ) -> tuple[list[dict[str, Any]], int]:
+        return await self._read(
+            lambda conn: session_sql.list_sessions_page(
+                conn, metadata=metadata, limit=limit, offset=offset, only=only
+            )
+        )
+
+    async def pop_event(
+        self,
+        session_id: str,
+        event_id: str | None,
+        replacement: tuple[SessionEvent, int] | None,
+    ) -> SessionEvent | None:
+        popped: SessionEvent | None = await self._write(
+            "pop_event", session_sql.pop_event, session_id, event_id, replacement
+        )
+        return popped
+
+    async def clear_events(self, session_id: str) -> int:
+        deleted: int = await self._write("clear_session", session_sql.clear_events, session_id)
+        return deleted
 
     async def context_window(
         self,

@@ -8,6 +8,9 @@
 - ``ServerProcess``: ``python -m session_server serve --port 0 --memory-dir DIR ...`` as a
   real subprocess; ``start()`` waits for the printed address (``.url``); ``terminate()``
   sends SIGTERM and waits.
+- ``RestartableServer(memory_dir)``: an in-process server on a fixed 127.0.0.1 port that
+  ``await start()``, ``await stop()`` (graceful, registry closed: state is re-read from
+  disk) and ``await restart()`` keep reachable at the same ``url``.
 - ``turn_messages(n)``: the 4-message turn (user, assistant tool call, tool result,
   assistant answer) the tests and benchmarks persist.
 
@@ -25,6 +28,7 @@ import contextlib
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -38,7 +42,14 @@ from session_server.core.events import ContextMessage, ToolCall
 from session_server.runtime.registry import ActorRegistry
 from session_server.server import SessionServer
 
-__all__ = ["RunningServer", "ServerProcess", "running_server", "turn_messages"]
+__all__ = [
+    "RestartableServer",
+    "RunningServer",
+    "ServerProcess",
+    "free_port",
+    "running_server",
+    "turn_messages",
+]
 
 ROOT = Path(__file__).resolve().parents[2]
 _LISTENING = re.compile(r"^session-server listening on (ws://\S+) ")
@@ -78,6 +89,51 @@ async def running_server(
             yield RunningServer(server.url, server, registry)
         finally:
             await server.stop()
+
+
+def free_port() -> int:
+    """A port of 127.0.0.1 that was free a moment ago (for servers that restart on it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class RestartableServer:
+    """An in-process server that can be stopped and started again on the same port."""
+
+    def __init__(self, memory_dir: Path, **registry_options: Any) -> None:
+        self.memory_dir = memory_dir
+        self.port = free_port()
+        self.url = f"ws://127.0.0.1:{self.port}"
+        self.registry_options = registry_options
+        self.registry: ActorRegistry | None = None
+        self.server: SessionServer | None = None
+        self.starts = 0
+
+    async def start(self) -> None:
+        self.registry = ActorRegistry(self.memory_dir, **self.registry_options)
+        self.server = SessionServer(self.registry, host="127.0.0.1", port=self.port)
+        await self.server.start()
+        self.starts += 1
+
+    async def stop(self) -> None:
+        if self.server is not None:
+            await self.server.stop()
+            self.server = None
+        if self.registry is not None:
+            await self.registry.close()
+            self.registry = None
+
+    async def restart(self) -> None:
+        await self.stop()
+        await self.start()
+
+    async def __aenter__(self) -> RestartableServer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
 
 
 class ServerProcess:

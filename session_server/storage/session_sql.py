@@ -1,0 +1,157 @@
+"""Transaction bodies for session edits: metadata, filtered pages, pop, clear (I/O).
+
+Each function runs on the agent's writer (or reader) connection inside one transaction
+(``sqlite_ops.write_txn`` for writes), so each edit is atomic: all of it or nothing.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Collection, Mapping
+from typing import Any, Final
+
+from ..core.codec import dehydrate_event, encode_json, now_ms
+from ..core.errors import ConflictError, InvalidParamsError, NotFoundError
+from ..core.events import SessionEvent
+from . import sqlite_ops as ops
+from .sqlite_ops import EVENT_COLUMNS
+
+__all__ = ["clear_events", "list_sessions_page", "pop_event", "replace_metadata"]
+
+_SESSION_COLUMNS: Final = "id, agent_id, created_at, updated_at, metadata, last_seq"
+
+
+def replace_metadata(
+    conn: sqlite3.Connection, session_id: str, metadata: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """Replace a session's metadata (``None`` clears it); the updated session row."""
+    cur = conn.execute(
+        "UPDATE sessions SET metadata = ?, updated_at = ? WHERE id = ?",
+        (None if metadata is None else encode_json(dict(metadata)), now_ms(), session_id),
+    )
+    if cur.rowcount == 0:
+        raise NotFoundError.session(session_id)
+    row = conn.execute(
+        f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE id = ?", (session_id,)
+    ).fetchone()
+    return ops.session_row(row)
+
+
+def _metadata_condition(key: str, value: Any) -> tuple[str, list[Any]]:
+    """SQL matching ``metadata[key] == value`` exactly for a JSON scalar ``value``."""
+    path = '$."' + key.replace('"', '""') + '"'
+    if value is None:
+        return "json_type(metadata, ?) = 'null'", [path]
+    if isinstance(value, bool):
+        return "json_type(metadata, ?) = ?", [path, "true" if value else "false"]
+    if isinstance(value, int):
+        return "(json_type(metadata, ?) = 'integer' AND json_extract(metadata, ?) = ?)", [
+            path,
+            path,
+            value,
+        ]
+    if isinstance(value, float):
+        return (
+            "(json_type(metadata, ?) IN ('integer', 'real') AND json_extract(metadata, ?) = ?)",
+            [
+                path,
+                path,
+                value,
+            ],
+        )
+    if isinstance(value, str):
+        return "(json_type(metadata, ?) = 'text' AND json_extract(metadata, ?) = ?)", [
+            path,
+            path,
+            value,
+        ]
+    raise InvalidParamsError(
+        f"metadata.{key}: a filter value must be a string, number, boolean or null",
+        data={"field": f"metadata.{key}"},
+    )
+
+
+def list_sessions_page(
+    conn: sqlite3.Connection,
+    *,
+    metadata: Mapping[str, Any] | None,
+    limit: int | None,
+    offset: int,
+    only: Collection[str] | None = None,
+) -> tuple[list[dict[str, Any]], int]:
+    """Sessions whose metadata has every key of ``metadata`` with that exact value (and
+    whose id is in ``only``, when given), most recently updated first, from ``offset`` (at
+    most ``limit``); and how many match."""
+    where: list[str] = []
+    args: list[Any] = []
+    if only is not None:
+        ids = sorted(only)
+        where.append(f"id IN ({','.join('?' * len(ids))})" if ids else "0")
+        args.extend(ids)
+    for key, value in (metadata or {}).items():
+        sql, values = _metadata_condition(key, value)
+        where.append(sql)
+        args.extend(values)
+    clause = f" WHERE {' AND '.join(where)}" if where else ""
+    total = int(conn.execute(f"SELECT COUNT(*) FROM sessions{clause}", args).fetchone()[0])
+    sql = (
+        f"SELECT {_SESSION_COLUMNS} FROM sessions{clause}"
+        " ORDER BY updated_at DESC, created_at DESC, id LIMIT ? OFFSET ?"
+    )
+    rows = conn.execute(sql, [*args, -1 if limit is None else limit, offset]).fetchall()
+    return [ops.session_row(r) for r in rows], total
+
+
+def pop_event(
+    conn: sqlite3.Connection,
+    session_id: str,
+    event_id: str | None,
+    replacement: tuple[SessionEvent, int] | None,
+) -> SessionEvent | None:
+    """Remove the session's newest event that is not a compaction record, or rewrite it in
+    place (same id, seq, timestamp and turn) with ``replacement`` (event, token count).
+
+    ``event_id`` given: the newest such event must be that one, else ``ConflictError``
+    (another writer changed the tail). Returns the event as it was (``None``: none).
+    """
+    if conn.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone() is None:
+        raise NotFoundError.session(session_id)
+    row = conn.execute(
+        f"SELECT {EVENT_COLUMNS} FROM events WHERE session_id = ? AND action != 'compaction'"
+        " ORDER BY seq DESC LIMIT 1",
+        (session_id,),
+    ).fetchone()
+    current = None if row is None else ops.rows_to_events([row])[0]
+    found = None if current is None else current.id
+    if event_id is not None and found != event_id:
+        raise ConflictError(
+            f"event_id: the newest event of session {session_id!r} is {found!r}, not {event_id!r}",
+            data={"field": "event_id", "event_id": found},
+        )
+    if current is None:
+        return None
+    if replacement is None:
+        conn.execute("DELETE FROM events WHERE id = ?", (current.id,))
+    else:
+        event, tokens = replacement
+        d = dehydrate_event(event)
+        conn.execute(
+            "UPDATE events SET action = ?, content = ?, metadata = ?, token_count = ? WHERE id = ?",
+            (d["action"], d["content"], d["metadata"], tokens, current.id),
+        )
+    conn.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (now_ms(), session_id))
+    return current
+
+
+def clear_events(conn: sqlite3.Connection, session_id: str) -> int:
+    """Delete every event of a session (compaction records included), keep the session
+    row (metadata, strategy, ``last_seq``: seqs are never reused); how many went."""
+    if conn.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone() is None:
+        raise NotFoundError.session(session_id)
+    deleted = conn.execute("DELETE FROM events WHERE session_id = ?", (session_id,)).rowcount
+    conn.execute("DELETE FROM tool_calls WHERE session_id = ?", (session_id,))
+    conn.execute(
+        "UPDATE sessions SET compaction_required = 0, updated_at = ? WHERE id = ?",
+        (now_ms(), session_id),
+    )
+    return int(deleted)

@@ -1,0 +1,156 @@
+"""A blocking client that reconnects on its own, for scripts and ``Runner.run_sync``.
+
+::
+
+    with SyncSessionClient("ws://127.0.0.1:8765", "support-bot") as client:
+        sid = client.create_session()
+        client.persist_turn(sid, [ContextMessage(role="user", content="hi")])
+        print(client.build_context(sid).messages)
+
+It has the methods of :class:`session_server.client.SessionClient` (same names, same
+arguments; ``subscribe`` excepted: use :func:`session_server.follow.follow`), blocking.
+The connection lives on an event loop of its own, in a daemon thread, so the client works
+from plain code, from any event loop and from loops that come and go (``asyncio.run``
+per call, as ``Runner.run_sync`` does); ``await client.acall("build_context", sid)`` runs
+a call from async code without blocking its loop.
+
+Reconnection: a call that fails because the connection is lost (or cannot be opened) is
+retried on a new connection, ``retries`` times with a doubling delay. Writes are safe to
+retry: ``append_events``, ``persist_turn`` and ``persist_context`` get an idempotency key
+before the first attempt, so a retried write happens once. A ``pop_event`` without
+``event_id`` is not retried (it could pop twice); pass the id of the event you read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import uuid
+from collections.abc import Callable, Coroutine
+from concurrent.futures import Future
+from types import TracebackType
+from typing import Any, Final
+
+from websockets.exceptions import WebSocketException
+
+from .client import ConnectionLostError, SessionClient
+
+__all__ = ["SyncSessionClient"]
+
+_KEYED_WRITES: Final = frozenset({"append_events", "persist_turn", "persist_context"})
+_NOT_PROXIED: Final = frozenset({"subscribe", "connect", "close", "call"})
+
+
+class SyncSessionClient:
+    """Blocking ``SessionClient`` calls on a private loop, reconnecting when needed."""
+
+    def __init__(
+        self,
+        url: str,
+        agent_id: str | None,
+        *,
+        token: str | None = None,
+        retries: int = 5,
+        retry_delay: float = 0.05,
+        timeout: float | None = 60.0,
+        **options: Any,
+    ) -> None:
+        self.url = url
+        self.agent_id = agent_id
+        self.retries = retries
+        self.retry_delay = retry_delay
+        self.timeout = timeout
+        self._factory: Callable[[], SessionClient] = lambda: SessionClient(
+            url, agent_id, token=token, **options
+        )
+        self._factory()  # validates the agent id before any thread starts
+        self._client: SessionClient | None = None
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name=f"session-client-{agent_id}", daemon=True
+        )
+        self._thread.start()
+        self._closed = False
+
+    # -- running coroutines on the private loop ---------------------------------------
+    def _submit(self, coro: Coroutine[Any, Any, Any]) -> Future[Any]:
+        if self._closed:
+            coro.close()
+            raise ConnectionLostError("client is closed")
+        return asyncio.run_coroutine_threadsafe(coro, self._loop)
+
+    async def _connected(self) -> SessionClient:
+        client = self._client
+        if client is None or client.lost is not None:
+            if client is not None:
+                await client.close()
+            self._client = None
+            client = await self._factory().connect()
+            self._client = client
+        return client
+
+    async def _invoke(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if name in _KEYED_WRITES and not kwargs.get("idempotency_key"):
+            kwargs = {**kwargs, "idempotency_key": str(uuid.uuid4())}
+        retry = not (name == "pop_event" and kwargs.get("event_id") is None)
+        delay = self.retry_delay
+        for attempt in range(self.retries + 1):
+            try:
+                client = await self._connected()
+                return await getattr(client, name)(*args, **kwargs)
+            except (ConnectionLostError, OSError, WebSocketException):
+                # The next attempt opens a new connection (``_connected`` sees the loss).
+                if not retry or attempt == self.retries:
+                    raise
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+        raise AssertionError("unreachable")
+
+    def run(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        """Call the ``SessionClient`` method ``name`` and wait for its result."""
+        return self._submit(self._invoke(name, args, kwargs)).result(self.timeout)
+
+    async def acall(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        """The same call from async code (any loop): awaits without blocking that loop."""
+        return await asyncio.wrap_future(self._submit(self._invoke(name, args, kwargs)))
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        if name.startswith("_") or name in _NOT_PROXIED or not hasattr(SessionClient, name):
+            raise AttributeError(f"SyncSessionClient has no attribute {name!r}")
+
+        def method(*args: Any, **kwargs: Any) -> Any:
+            return self.run(name, *args, **kwargs)
+
+        method.__name__ = name
+        method.__doc__ = getattr(SessionClient, name).__doc__
+        return method
+
+    # -- lifecycle ------------------------------------------------------------------------
+    def close(self) -> None:
+        """Close the connection and stop the private loop (idempotent)."""
+        if self._closed:
+            return
+
+        async def shutdown() -> None:
+            if self._client is not None:
+                await self._client.close()
+                self._client = None
+
+        try:
+            asyncio.run_coroutine_threadsafe(shutdown(), self._loop).result(self.timeout)
+        finally:
+            self._closed = True
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join()
+            self._loop.close()
+
+    def __enter__(self) -> SyncSessionClient:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
