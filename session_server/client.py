@@ -394,7 +394,10 @@ class SessionClient:
     ) -> SessionPage:
         """One page of ``session.list``: sessions, the total matching, the next offset."""
         params = _set(metadata=metadata, limit=limit, offset=offset or None)
-        return msgspec.convert(await self.call("session.list", params), SessionPage)
+        result = await self.call("session.list", params)
+        sessions = list(result["sessions"])
+        total = int(result.get("total", offset + len(sessions)))
+        return SessionPage(sessions, total, result.get("next_offset"))
 
     async def iter_sessions(
         self, *, metadata: dict[str, Any] | None = None, page_size: int = 100

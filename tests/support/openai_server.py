@@ -29,13 +29,14 @@ gets a 404 with an OpenAI-style error object.
 from __future__ import annotations
 
 import json
+import socket
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any
 
-__all__ = ["FakeOpenAIServer", "ReplyFn", "default_reply"]
+__all__ = ["FakeOpenAIServer", "ReplyFn", "async_client", "default_reply", "response_payload"]
 
 ReplyFn = Callable[[str, dict[str, Any]], tuple[int, dict[str, Any] | str]]
 
@@ -66,14 +67,9 @@ def _chat_completion(body: dict[str, Any]) -> dict[str, Any]:
 
 
 def _response(body: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "id": "resp_test",
-        "object": "response",
-        "created_at": 0,
-        "status": "completed",
-        "model": body.get("model", "test-model"),
-        "instructions": body.get("instructions"),
-        "output": [
+    return response_payload(
+        body,
+        [
             {
                 "type": "message",
                 "id": "msg_test",
@@ -82,6 +78,27 @@ def _response(body: dict[str, Any]) -> dict[str, Any]:
                 "content": [{"type": "output_text", "text": "ok", "annotations": []}],
             }
         ],
+    )
+
+
+def response_payload(
+    body: dict[str, Any],
+    output: list[dict[str, Any]],
+    *,
+    input_tokens: int = _USAGE_PROMPT,
+    output_tokens: int = _USAGE_COMPLETION,
+    response_id: str = "resp_test",
+) -> dict[str, Any]:
+    """A valid Responses API ``response`` object with the given ``output`` items and usage
+    (for scripted fake models: ``reply`` functions build their answers with it)."""
+    return {
+        "id": response_id,
+        "object": "response",
+        "created_at": 0,
+        "status": "completed",
+        "model": body.get("model", "test-model"),
+        "instructions": body.get("instructions"),
+        "output": output,
         "parallel_tool_calls": True,
         "tool_choice": "auto",
         "tools": [],
@@ -92,11 +109,11 @@ def _response(body: dict[str, Any]) -> dict[str, Any]:
         "top_p": None,
         "text": {"format": {"type": "text"}},
         "usage": {
-            "input_tokens": _USAGE_PROMPT,
+            "input_tokens": input_tokens,
             "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
-            "output_tokens": _USAGE_COMPLETION,
+            "output_tokens": output_tokens,
             "output_tokens_details": {"reasoning_tokens": 0},
-            "total_tokens": _USAGE_PROMPT + _USAGE_COMPLETION,
+            "total_tokens": input_tokens + output_tokens,
         },
     }
 
@@ -143,6 +160,9 @@ class FakeOpenAIServer:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # Headers and body are written separately: TCP_NODELAY sends both at once
+            # (clients should set it too, see ``async_client``).
+            disable_nagle_algorithm = True
 
             def _handle(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
@@ -193,3 +213,28 @@ class FakeOpenAIServer:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def async_client(base_url: str) -> Any:
+    """An ``openai.AsyncOpenAI`` for a fake server whose connections set TCP_NODELAY.
+
+    The SDK's HTTP library writes a request's headers and body separately; with Nagle's
+    algorithm on, the body waits for the server's delayed ACK, 40 ms or more per call.
+    The transport class is taken from whichever httpx flavour the ``openai`` package uses.
+    """
+    import importlib
+
+    import openai
+
+    http = importlib.import_module(
+        openai.DefaultAsyncHttpxClient.__mro__[1].__module__.split(".")[0]
+    )
+    transport = http.AsyncHTTPTransport(
+        socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
+    )
+    return openai.AsyncOpenAI(
+        base_url=base_url,
+        api_key="test",
+        max_retries=0,
+        http_client=openai.DefaultAsyncHttpxClient(transport=transport),
+    )

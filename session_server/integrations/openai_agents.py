@@ -1,0 +1,385 @@
+"""The OpenAI Agents SDK's ``Session`` protocol, backed by session-server.
+
+Two lines, as with the SDK's own ``SQLiteSession``::
+
+    session = SessionServerSession("user-42", url="ws://127.0.0.1:8765", agent_id="support")
+    result = await Runner.run(agent, "Hello", session=session)
+
+or, in the server's process, with no RPC: ``SessionServerSession("user-42",
+registry=registry, agent_id="support")``. A third, optional line reports each model call's
+token usage so the server's token-pressure triggers fire (the SDK passes no usage to
+``add_items``)::
+
+    result = await Runner.run(agent, "Hello", session=session, hooks=session.usage_hooks())
+
+Semantics (those of ``SQLiteSession``; the differences are listed last):
+
+- ``add_items(items)`` is one ``turn.persist``: the batch is written atomically or not at
+  all. Items map to messages with :func:`adapters.openai_responses.from_items`: the items
+  of one model turn (reasoning, text, parallel function calls, hosted-tool calls, items of
+  unknown types) become one assistant message, tool outputs ``tool`` messages, and every
+  message keeps its items verbatim in ``metadata["provider_items"]`` when its fields do not
+  give them back, so nothing is lost and the events stay usable by compaction, rendering
+  for other providers and the memory view.
+- ``get_items(limit=None)`` without a strategy gives back exactly the items ``add_items``
+  got, in order (read from the stored events, compaction records skipped); ``limit`` (or
+  ``session_settings.limit``) keeps the newest ``limit`` items (0: none; negative: all).
+- ``pop_item()`` removes and returns the newest item, atomically (``events.pop`` guarded
+  by the id of the event it read: a concurrent writer makes it retry, never lose an
+  item). When that event holds several items (one model turn), the event is rewritten in
+  place without its last item. Compaction records are never popped or returned.
+- ``clear_session()`` deletes every event at once (``session.clear``); the session, its
+  metadata and its strategy stay.
+
+With ``strategy`` (for example ``{"mode": "summarize"}`` or ``{"mode": "compact"}``) the
+strategy is stored on the session when it is first written, and ``get_items`` returns the
+compacted history as valid items: the working context that ``context.build`` gives for
+that strategy (placeholders for old tool outputs, the memory block as a leading ``system``
+message, the raw tail), so the SDK gets token-bounded memory without OpenAI's compaction
+endpoint. Items the compaction replaced are rendered from the message fields; the rest
+stay verbatim.
+
+Remote sessions talk over a :class:`session_server.sync_client.SyncSessionClient`, whose
+connection lives on its own thread: the session works from ``Runner.run`` on any loop and
+from ``Runner.run_sync`` (a new loop per call), and reconnects when the server restarts.
+``close()`` ends that connection.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Final, Protocol, cast
+
+from agents import RunHooks
+from agents.items import ModelResponse, TResponseInputItem
+from agents.memory import SessionSettings
+
+from adapters.openai_responses import from_items, to_input_items
+from session_server.core.codec import event_to_message, message_to_event
+from session_server.core.context import WorkingContext
+from session_server.core.errors import ConflictError, InvalidParamsError, NotFoundError
+from session_server.core.events import ACTIONS, ContextMessage, SessionEvent
+
+if TYPE_CHECKING:
+    from agents import Agent
+    from agents.run_context import RunContextWrapper
+
+    from session_server.runtime.actor import AgentActor
+    from session_server.runtime.registry import ActorRegistry
+    from session_server.sync_client import SyncSessionClient
+
+__all__ = ["SessionServerSession", "SessionUsageHooks"]
+
+_ITEM_ACTIONS: Final = [a for a in ACTIONS if a != "compaction"]
+_PAGE: Final = 500
+_POP_ATTEMPTS: Final = 8
+
+
+class _Backend(Protocol):
+    """What the session needs from session-server, remote or local."""
+
+    async def ensure(self, session_id: str, metadata: dict[str, Any] | None) -> None: ...
+    async def set_strategy(self, session_id: str, strategy: dict[str, Any]) -> None: ...
+    async def persist(
+        self, session_id: str, messages: list[ContextMessage], usage: dict[str, Any] | None
+    ) -> None: ...
+    async def load(
+        self, session_id: str, *, limit: int | None, after_seq: int | None
+    ) -> list[SessionEvent]: ...
+    async def build(self, session_id: str, strategy: dict[str, Any]) -> WorkingContext: ...
+    async def pop(
+        self, session_id: str, event_id: str, replace_with: SessionEvent | None
+    ) -> SessionEvent | None: ...
+    async def clear(self, session_id: str) -> None: ...
+    def close(self) -> None: ...
+
+
+class _Remote:
+    def __init__(self, url: str, agent_id: str, token: str | None) -> None:
+        from session_server.sync_client import SyncSessionClient
+
+        self.client: SyncSessionClient = SyncSessionClient(url, agent_id, token=token)
+
+    async def ensure(self, session_id: str, metadata: dict[str, Any] | None) -> None:
+        await self.client.acall("get_or_create_session", session_id, metadata)
+
+    async def set_strategy(self, session_id: str, strategy: dict[str, Any]) -> None:
+        await self.client.acall("set_strategy", strategy, session_id)
+
+    async def persist(
+        self, session_id: str, messages: list[ContextMessage], usage: dict[str, Any] | None
+    ) -> None:
+        await self.client.acall(
+            "persist_turn", session_id, messages, usage=usage, idempotency_key=str(uuid.uuid4())
+        )
+
+    async def load(
+        self, session_id: str, *, limit: int | None, after_seq: int | None
+    ) -> list[SessionEvent]:
+        events: list[SessionEvent] = await self.client.acall(
+            "load_events",
+            session_id,
+            limit=limit,
+            tail=after_seq is None,
+            after_seq=after_seq,
+            actions=_ITEM_ACTIONS,
+        )
+        return events
+
+    async def build(self, session_id: str, strategy: dict[str, Any]) -> WorkingContext:
+        ctx: WorkingContext = await self.client.acall(
+            "build_context", session_id, strategy=strategy
+        )
+        return ctx
+
+    async def pop(
+        self, session_id: str, event_id: str, replace_with: SessionEvent | None
+    ) -> SessionEvent | None:
+        event: SessionEvent | None = await self.client.acall(
+            "pop_event", session_id, event_id=event_id, replace_with=replace_with
+        )
+        return event
+
+    async def clear(self, session_id: str) -> None:
+        await self.client.acall("clear_session", session_id)
+
+    def close(self) -> None:
+        self.client.close()
+
+
+class _Local:
+    def __init__(self, registry: ActorRegistry, agent_id: str) -> None:
+        self.registry = registry
+        self.agent_id = agent_id
+
+    async def _actor(self) -> AgentActor:
+        return await self.registry.get(self.agent_id)
+
+    async def ensure(self, session_id: str, metadata: dict[str, Any] | None) -> None:
+        actor = await self._actor()
+        if await actor.get_session(session_id) is None:
+            # Created meanwhile by another writer: that is all we wanted.
+            with contextlib.suppress(ConflictError):
+                await actor.create_session(metadata=metadata, session_id=session_id)
+
+    async def set_strategy(self, session_id: str, strategy: dict[str, Any]) -> None:
+        await (await self._actor()).set_strategy(strategy, session_id)
+
+    async def persist(
+        self, session_id: str, messages: list[ContextMessage], usage: dict[str, Any] | None
+    ) -> None:
+        ctx = WorkingContext()
+        ctx.add_messages(messages)
+        await (await self._actor()).persist_working_context(session_id, ctx, usage=usage)
+
+    async def load(
+        self, session_id: str, *, limit: int | None, after_seq: int | None
+    ) -> list[SessionEvent]:
+        actor = await self._actor()
+        if await actor.get_session(session_id) is None:
+            raise NotFoundError.session(session_id)
+        return await actor.load_events(
+            session_id,
+            limit=limit,
+            tail=after_seq is None,
+            after_seq=after_seq,
+            actions=_ITEM_ACTIONS,
+        )
+
+    async def build(self, session_id: str, strategy: dict[str, Any]) -> WorkingContext:
+        return await (await self._actor()).build_working_context(session_id, strategy=strategy)
+
+    async def pop(
+        self, session_id: str, event_id: str, replace_with: SessionEvent | None
+    ) -> SessionEvent | None:
+        actor = await self._actor()
+        return await actor.pop_event(session_id, event_id=event_id, replace_with=replace_with)
+
+    async def clear(self, session_id: str) -> None:
+        await (await self._actor()).clear_session(session_id)
+
+    def close(self) -> None:
+        return None  # the registry belongs to the caller
+
+
+def _items_of(events: Sequence[SessionEvent]) -> list[dict[str, Any]]:
+    messages = [m for m in (event_to_message(e) for e in events) if m is not None]
+    return to_input_items(messages)
+
+
+class SessionServerSession:
+    """An OpenAI Agents SDK session stored in session-server (see the module docstring).
+
+    Remote: ``SessionServerSession(session_id, url=..., agent_id=..., token=None,
+    strategy=None)``; local: ``SessionServerSession(session_id, registry=...,
+    agent_id=...)``. ``metadata`` is given to the session when this object creates it;
+    ``session_settings`` as for ``SQLiteSession``.
+    """
+
+    session_id: str
+    session_settings: SessionSettings | None
+
+    def __init__(
+        self,
+        session_id: str,
+        *,
+        agent_id: str,
+        url: str | None = None,
+        registry: ActorRegistry | None = None,
+        token: str | None = None,
+        strategy: dict[str, Any] | None = None,
+        metadata: dict[str, Any] | None = None,
+        session_settings: SessionSettings | None = None,
+    ) -> None:
+        if (url is None) == (registry is None):
+            raise InvalidParamsError(
+                "url/registry: give exactly one (url for a server, registry for in-process)",
+                data={"field": "url"},
+            )
+        if strategy is not None and not isinstance(strategy, dict):
+            raise InvalidParamsError("strategy: must be an object", data={"field": "strategy"})
+        self.session_id = session_id
+        self.agent_id = agent_id
+        self.strategy = strategy
+        self.metadata = metadata
+        self.session_settings = session_settings or SessionSettings()
+        self._backend: _Backend = (
+            _Remote(url, agent_id, token) if url is not None else _Local(registry, agent_id)  # type: ignore[arg-type]
+        )
+        self._ensured = False
+        self._usage: dict[str, Any] | None = None
+
+    # -- the Session protocol ------------------------------------------------------------
+    async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
+        """The history as items: exactly what was added (no strategy), or the compacted
+        working context (with a strategy); the newest ``limit`` items when given."""
+        if limit is None and self.session_settings is not None:
+            limit = self.session_settings.limit
+        if limit == 0:
+            return []
+        try:
+            items = await (self._all_items() if self.strategy is None else self._built_items())
+        except NotFoundError:
+            return []  # nothing was ever added
+        if limit is not None and limit > 0:
+            items = items[-limit:]
+        return cast(list[TResponseInputItem], items)
+
+    async def add_items(self, items: list[TResponseInputItem]) -> None:
+        """Write ``items`` as one atomic turn (with the usage reported since the last one)."""
+        if not items:
+            return
+        messages = from_items(list(items))
+        await self._ensure()
+        usage, self._usage = self._usage, None
+        try:
+            await self._backend.persist(self.session_id, messages, usage)
+        except NotFoundError:  # deleted behind our back: create it again, once
+            self._ensured = False
+            await self._ensure()
+            await self._backend.persist(self.session_id, messages, usage)
+
+    async def pop_item(self) -> TResponseInputItem | None:
+        """Remove and return the newest item (compaction records are skipped), atomically."""
+        for _ in range(_POP_ATTEMPTS):
+            try:
+                tail = await self._backend.load(self.session_id, limit=1, after_seq=None)
+            except NotFoundError:
+                return None
+            if not tail:
+                return None
+            event = tail[-1]
+            items = _items_of([event])
+            replacement = None
+            if len(items) > 1:
+                [rest] = from_items(items[:-1])  # one event's items form one message
+                replacement = message_to_event(self.session_id, rest)
+            try:
+                await self._backend.pop(self.session_id, event.id, replacement)
+            except ConflictError:
+                continue  # another writer changed the tail: read it again
+            return cast(TResponseInputItem, items[-1])
+        raise ConflictError(
+            f"pop_item: the tail of session {self.session_id!r} kept changing",
+            data={"field": "session_id"},
+        )
+
+    async def clear_session(self) -> None:
+        """Delete every item at once; the session, its metadata and strategy stay."""
+        try:
+            await self._backend.clear(self.session_id)
+        except NotFoundError:
+            return
+
+    # -- usage -----------------------------------------------------------------------------
+    def report_usage(self, usage: dict[str, Any]) -> None:
+        """Usage of a model call (``input_tokens``/``prompt_tokens``, ...), sent with the
+        next ``add_items`` so the server's token-pressure trigger sees it."""
+        self._usage = dict(usage)
+
+    def usage_hooks(self) -> SessionUsageHooks:
+        """``RunHooks`` that report each model call's usage to this session."""
+        return SessionUsageHooks(self)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def close(self) -> None:
+        """Close the remote connection (a local session has nothing to close)."""
+        self._backend.close()
+
+    async def __aenter__(self) -> SessionServerSession:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- internals ---------------------------------------------------------------------------
+    async def _ensure(self) -> None:
+        if self._ensured:
+            return
+        await self._backend.ensure(self.session_id, self.metadata)
+        if self.strategy is not None:
+            # Stored on the session so the pressure check of each persist uses it too.
+            await self._backend.set_strategy(self.session_id, self.strategy)
+        self._ensured = True
+
+    async def _all_items(self) -> list[dict[str, Any]]:
+        events: list[SessionEvent] = []
+        cursor = 0
+        while True:
+            page = await self._backend.load(self.session_id, limit=_PAGE, after_seq=cursor)
+            events.extend(page)
+            if len(page) < _PAGE:
+                return _items_of(events)
+            cursor = page[-1].seq
+
+    async def _built_items(self) -> list[dict[str, Any]]:
+        assert self.strategy is not None
+        ctx = await self._backend.build(self.session_id, self.strategy)
+        memory = [ContextMessage(role="system", content=s) for s in ctx.system_instructions]
+        return to_input_items([*memory, *ctx.messages])
+
+
+class SessionUsageHooks(RunHooks[Any]):
+    """Reports every model call's usage to a :class:`SessionServerSession`.
+
+    ``Runner.run(agent, input, session=session, hooks=session.usage_hooks())``. To combine
+    with hooks of your own, subclass this class and call ``super().on_llm_end(...)``.
+    """
+
+    def __init__(self, session: SessionServerSession) -> None:
+        self.session = session
+
+    async def on_llm_end(
+        self, context: RunContextWrapper[Any], agent: Agent[Any], response: ModelResponse
+    ) -> None:
+        usage = response.usage
+        report: dict[str, Any] = {
+            "input_tokens": int(usage.input_tokens),
+            "output_tokens": int(usage.output_tokens),
+        }
+        cached = getattr(usage.input_tokens_details, "cached_tokens", None)
+        if isinstance(cached, int):
+            report["cached_tokens"] = cached
+        self.session.report_usage(report)

@@ -1,0 +1,317 @@
+"""``SessionServerSession`` with the real OpenAI Agents SDK.
+
+``Runner.run`` drives an agent with a tool against a scripted fake Responses API server on
+127.0.0.1 for 30+ turns: parallel function calls, reasoning items (with encrypted
+content), hosted web-search calls and multi-part messages. The same script runs on the
+SDK's own ``SQLiteSession``; without a strategy both give the same items after every turn,
+remote and local, across a server restart. Under ``compact`` and ``summarize`` the items
+stay valid (the fake model refuses unpaired calls) and the history stays bounded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agents import (
+    Agent,
+    OpenAIResponsesModel,
+    Runner,
+    SQLiteSession,
+    function_tool,
+    set_tracing_disabled,
+)
+from agents.memory import Session, SessionSettings
+
+from session_server.client import SessionClient
+from session_server.core.errors import InvalidParamsError
+from session_server.integrations.openai_agents import SessionServerSession
+from session_server.runtime.registry import ActorRegistry
+from tests.support.openai_server import FakeOpenAIServer, async_client, response_payload
+from tests.support.server import RestartableServer, ServerProcess
+
+set_tracing_disabled(True)  # no trace export: the only network is 127.0.0.1
+
+TURNS = 30
+RESTART_AT = 15
+AGENT = "sdk-agent"
+PLACEHOLDER = "⟦removed: tool output for get_weather"
+
+
+@function_tool
+def get_weather(city: str) -> str:
+    """The weather in a city."""
+    return f"{city}: sunny, {len(city) * 3} C"
+
+
+def _turn_number(text: str) -> int:
+    return int(text.rsplit(" ", 1)[1])
+
+
+def _check_items(items: list[dict[str, Any]]) -> str | None:
+    """What makes ``items`` an invalid Responses input (unpaired calls), or ``None``."""
+    calls: list[str] = []
+    outputs: set[str] = set()
+    for item in items:
+        if item.get("type") == "function_call":
+            calls.append(item["call_id"])
+        elif item.get("type") == "function_call_output":
+            if item["call_id"] not in calls:
+                return f"output {item['call_id']} has no call before it"
+            outputs.add(item["call_id"])
+    missing = [c for c in calls if c not in outputs]
+    return f"calls without output: {missing}" if missing else None
+
+
+def scripted_model(path: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    """A deterministic model: its answer depends only on the request's input items."""
+    items = body.get("input") or []
+    problem = _check_items(items)
+    if problem is not None:
+        return 400, {"error": {"message": problem, "type": "invalid_request_error"}}
+    users = [i for i in items if i.get("role") == "user"]
+    text = users[-1]["content"] if isinstance(users[-1]["content"], str) else "turn 0"
+    k = _turn_number(text)
+    tokens = len(json.dumps(items)) // 4
+    reasoning = {
+        "type": "reasoning",
+        "id": f"rs_{k}_{items[-1].get('type', 'message')}",
+        "summary": [{"type": "summary_text", "text": f"thinking about turn {k}"}],
+        "encrypted_content": f"enc-{k}",
+    }
+    if items[-1].get("type") == "function_call_output":
+        outputs = [i["output"] for i in items if i.get("type") == "function_call_output"][-2:]
+        answer = {
+            "type": "message", "id": f"msg_{k}_a", "status": "completed", "role": "assistant",
+            "content": [{"type": "output_text", "text": f"answer {k}: {'; '.join(outputs)}",
+                         "annotations": []}],
+        }  # fmt: skip
+        return 200, response_payload(body, [reasoning, answer], input_tokens=tokens)
+    if k % 3 == 0:  # two parallel calls
+        calls = [
+            {"type": "function_call", "id": f"fc_{k}_{j}", "call_id": f"call_{k}_{j}",
+             "name": "get_weather", "arguments": json.dumps({"city": city}), "status": "completed"}
+            for j, city in enumerate(("Paris", "Rome"))
+        ]  # fmt: skip
+        return 200, response_payload(body, [reasoning, *calls], input_tokens=tokens)
+    output: list[dict[str, Any]] = [reasoning]
+    if k % 3 == 1:
+        output.append({"type": "web_search_call", "id": f"ws_{k}", "status": "completed",
+                       "action": {"type": "search", "query": f"q{k}"}})  # fmt: skip
+    output.append(
+        {"type": "message", "id": f"msg_{k}", "status": "completed", "role": "assistant",
+         "content": [{"type": "output_text", "text": f"plain {k}", "annotations": []},
+                     {"type": "output_text", "text": " (two parts)", "annotations": []}]}
+    )  # fmt: skip
+    return 200, response_payload(body, output, input_tokens=tokens)
+
+
+@pytest.fixture(scope="module")
+def fake_model() -> Iterator[FakeOpenAIServer]:
+    with FakeOpenAIServer(scripted_model) as server:
+        yield server
+
+
+def make_agent(server: FakeOpenAIServer) -> Agent[Any]:
+    client = async_client(server.base_url)
+    return Agent(
+        name="assistant",
+        instructions="Be brief.",
+        tools=[get_weather],
+        model=OpenAIResponsesModel(model="test-model", openai_client=client),
+    )
+
+
+async def drive(
+    agent: Agent[Any],
+    session: Session,
+    turns: range,
+    *,
+    hooks: Any = None,
+) -> list[list[Any]]:
+    """Run the turns; the session's items after each one."""
+    seen = []
+    for k in turns:
+        result = await Runner.run(agent, f"turn {k}", session=session, hooks=hooks)
+        assert str(result.final_output).startswith(("answer", "plain")), result.final_output
+        seen.append(await session.get_items())
+    return seen
+
+
+@pytest.fixture(scope="module")
+def reference(fake_model: FakeOpenAIServer) -> list[list[Any]]:
+    """The items after each turn with the SDK's own SQLiteSession."""
+
+    async def run() -> list[list[Any]]:
+        session = SQLiteSession("reference")
+        try:
+            return await drive(make_agent(fake_model), session, range(1, TURNS + 1))
+        finally:
+            session.close()
+
+    return asyncio.run(run())
+
+
+async def test_reference_run_has_every_item_kind(reference: list[list[Any]]) -> None:
+    kinds = {item.get("type", "message") for item in reference[-1]}
+    assert {"reasoning", "function_call", "function_call_output", "web_search_call"} <= kinds
+    assert len(reference[-1]) > 4 * TURNS
+
+
+async def test_remote_without_strategy_matches_sqlite_across_restart(
+    tmp_path: Path, fake_model: FakeOpenAIServer, reference: list[list[Any]]
+) -> None:
+    agent = make_agent(fake_model)
+    async with RestartableServer(tmp_path / "memory") as server:
+        session = SessionServerSession("user-1", url=server.url, agent_id=AGENT)
+        try:
+            seen = await drive(agent, session, range(1, RESTART_AT))
+            await server.restart()
+            seen += await drive(agent, session, range(RESTART_AT, TURNS + 1))
+        finally:
+            session.close()
+        assert server.starts == 2
+    for k, (mine, theirs) in enumerate(zip(seen, reference, strict=True), start=1):
+        assert mine == theirs, f"turn {k} differs"
+
+
+async def test_local_without_strategy_matches_sqlite_across_restart(
+    tmp_path: Path, fake_model: FakeOpenAIServer, reference: list[list[Any]]
+) -> None:
+    agent = make_agent(fake_model)
+    seen: list[list[Any]] = []
+    for turns in (range(1, RESTART_AT), range(RESTART_AT, TURNS + 1)):  # two processes' lives
+        async with ActorRegistry(tmp_path / "memory") as registry:
+            session = SessionServerSession("user-1", registry=registry, agent_id=AGENT)
+            seen += await drive(agent, session, turns)
+    assert seen == reference
+
+
+@pytest.mark.parametrize("where", ["remote", "local"])
+@pytest.mark.parametrize(
+    ("strategy", "marker"),
+    [
+        ({"mode": "compact", "compact_keep": 2, "compact_trigger_turns": 3}, PLACEHOLDER),
+        (
+            {
+                "mode": "summarize",
+                "raw_tail_turns": 3,
+                "max_context_tokens": 3000,
+                "max_output_tokens": 200,
+                "safety_margin_tokens": 100,
+            },
+            "[MEMORY:EPISODIC]",
+        ),
+    ],
+    ids=["compact", "summarize"],
+)
+async def test_strategies_keep_history_valid_and_bounded(
+    tmp_path: Path,
+    fake_model: FakeOpenAIServer,
+    reference: list[list[Any]],
+    where: str,
+    strategy: dict[str, Any],
+    marker: str,
+) -> None:
+    agent = make_agent(fake_model)
+    requests_before = len(fake_model.requests)
+    async with RestartableServer(tmp_path / "memory") as server:
+
+        def open_session() -> SessionServerSession:
+            if where == "remote":
+                return SessionServerSession(
+                    "user-1", url=server.url, agent_id=AGENT, strategy=strategy
+                )
+            assert server.registry is not None
+            return SessionServerSession(
+                "user-1", registry=server.registry, agent_id=AGENT, strategy=strategy
+            )
+
+        session = open_session()
+        seen = await drive(agent, session, range(1, RESTART_AT), hooks=session.usage_hooks())
+        await server.restart()
+        if where == "local":
+            session = open_session()  # the old registry is gone with the "process"
+        seen += await drive(
+            agent, session, range(RESTART_AT, TURNS + 1), hooks=session.usage_hooks()
+        )
+        session.close()
+        async with SessionClient(server.url, AGENT) as client:
+            events = await client.load_events("user-1", limit=None)
+    # Every request the SDK built from these items was accepted by the model.
+    statuses = [r for r in fake_model.requests[requests_before:] if r["path"] == "/v1/responses"]
+    assert len(statuses) > TURNS
+    assert all(_check_items(items) is None for items in seen)
+    assert any(marker in json.dumps(items, ensure_ascii=False) for items in seen[-5:])
+    if strategy["mode"] == "summarize":  # older turns are behind the memory block
+        assert seen[-1][0]["role"] == "system" and marker in seen[-1][0]["content"]
+        assert len(json.dumps(seen[-1])) < len(json.dumps(reference[-1])) / 2
+    else:  # every turn stays, old tool outputs are placeholders
+        outputs = [i for i in seen[-1] if i.get("type") == "function_call_output"]
+        assert outputs[0]["output"].startswith(marker) and marker not in outputs[-1]["output"]
+    assert any(e.action == "compaction" for e in events)
+    # Raw history is complete in storage whatever the strategy shows.
+    assert sum(1 for e in events if e.action == "user_message") == TURNS
+
+
+async def test_pop_clear_limit_and_settings(tmp_path: Path, fake_model: FakeOpenAIServer) -> None:
+    agent = make_agent(fake_model)
+    reference = SQLiteSession("pop")
+    async with RestartableServer(tmp_path / "memory") as server:
+        async with SessionServerSession("user-2", url=server.url, agent_id=AGENT) as session:
+            assert isinstance(session, Session)
+            assert await session.get_items() == [] and await session.pop_item() is None
+            for target in (session, reference):
+                await drive(agent, target, range(1, 4))
+            ours, theirs = await session.get_items(), await reference.get_items()
+            assert ours == theirs
+            assert await session.get_items(limit=3) == theirs[-3:]
+            assert await session.get_items(limit=-1) == theirs
+            assert await session.get_items(limit=0) == []
+            # Compaction records are never popped: compact, then pop every item.
+            async with SessionClient(server.url, AGENT) as client:
+                summary = {"mode": "summarize", "raw_tail_turns": 1}
+                done = await client.compact("user-2", strategy=summary)
+                assert done["compacted"]
+            for _ in range(len(theirs)):
+                mine, expected = await session.pop_item(), await reference.pop_item()
+                assert mine == expected
+                assert await session.get_items() == await reference.get_items()
+            assert await session.pop_item() is None
+            await drive(agent, session, range(4, 5))
+            await session.clear_session()
+            assert await session.get_items() == []
+            await drive(agent, session, range(5, 6))
+            assert len(await session.get_items()) > 0
+        limited = SessionServerSession(
+            "user-2", url=server.url, agent_id=AGENT, session_settings=SessionSettings(limit=2)
+        )
+        try:
+            assert len(await limited.get_items()) == 2
+        finally:
+            limited.close()
+    reference.close()
+    with pytest.raises(InvalidParamsError, match="url/registry"):
+        SessionServerSession("x", agent_id=AGENT)
+
+
+def test_run_sync_against_a_server_process(tmp_path: Path, fake_model: FakeOpenAIServer) -> None:
+    agent = make_agent(fake_model)
+    with ServerProcess(tmp_path / "memory") as proc:
+        session = SessionServerSession("sync-user", url=proc.url, agent_id=AGENT)
+        try:
+            for k in range(1, 4):  # Runner.run_sync makes a new event loop every call
+                result = Runner.run_sync(agent, f"turn {k}", session=session)
+                assert str(result.final_output).startswith(("answer", "plain"))
+            items = asyncio.run(session.get_items())
+        finally:
+            session.close()
+    assert [i["content"] for i in items if i.get("role") == "user"] == [
+        "turn 1",
+        "turn 2",
+        "turn 3",
+    ]
