@@ -1,23 +1,73 @@
-"""The README's examples run against a real server."""
+"""The README's examples run against a real server (and a fake model on 127.0.0.1)."""
 
 from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 import pytest
 
+from tests.support.openai_server import FakeOpenAIServer, response_payload
 from tests.support.server import running_server
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "client_session.py"
-USER_TOKEN = EXAMPLE.with_name("user_token.py")
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
-async def test_client_example(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    spec = importlib.util.spec_from_file_location("client_session", EXAMPLE)
+def load(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    return module
+
+
+def weather_model(path: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    """Calls ``get_weather`` once, then answers with what it returned (both APIs)."""
+    if path.endswith("/responses"):
+        last = body["input"][-1]
+        if last.get("type") == "function_call_output":
+            text = {"type": "output_text", "text": f"It is {last['output']}.", "annotations": []}
+            output = [
+                {"type": "message", "id": "msg_1", "status": "completed", "role": "assistant",
+                 "content": [text]}
+            ]  # fmt: skip
+        else:
+            output = [
+                {"type": "reasoning", "id": "rs_1", "summary": []},
+                {"type": "function_call", "id": "fc_1", "call_id": "call_1",
+                 "name": "get_weather", "arguments": '{"city": "Paris"}', "status": "completed"},
+            ]  # fmt: skip
+        return 200, response_payload(body, output)
+    last = body["messages"][-1]
+    if last["role"] == "tool":
+        message: dict[str, Any] = {"role": "assistant", "content": f"It is {last['content']}."}
+    else:
+        message = {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "call_1", "type": "function",
+                 "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+            ],
+        }  # fmt: skip
+    return 200, {
+        "id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": "m",
+        "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 50, "completion_tokens": 5, "total_tokens": 55},
+    }  # fmt: skip
+
+
+@pytest.fixture
+def model(monkeypatch: pytest.MonkeyPatch) -> Any:
+    monkeypatch.setenv("OPENAI_API_KEY", "test")
+    with FakeOpenAIServer(weather_model) as server:
+        yield server
+
+
+async def test_client_example(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    module = load("client_session")
     async with running_server(tmp_path / "memory") as server:
         await module.main(server.url)
     out = capsys.readouterr().out
@@ -25,11 +75,33 @@ async def test_client_example(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert "4 agent_message 18°C and sunny." in out
 
 
+async def test_openai_agents_example(
+    tmp_path: Path, model: FakeOpenAIServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    module = load("openai_agents_session")
+    async with running_server(tmp_path / "memory") as server:
+        await module.main(server.url, model.base_url)
+    out = capsys.readouterr().out
+    assert "answer: It is Paris: 18°C and sunny." in out
+    assert "function_call_output" in out and "reasoning" in out
+
+
+async def test_openai_client_loop_example(
+    tmp_path: Path, model: FakeOpenAIServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    module = load("openai_client_loop")
+    async with running_server(tmp_path / "memory") as server:
+        await module.main(server.url, model.base_url)
+    out = capsys.readouterr().out
+    assert "answer: It is Paris: 18°C and sunny." in out
+    assert "1 user_message" in out and "2 tool_call_request" in out and "3 tool_result" in out
+    second = model.requests[-1]["body"]["messages"]
+    assert second[0] == {"role": "system", "content": "Be brief."}
+    assert second[-1]["role"] == "tool" and second[-2]["tool_calls"][0]["id"] == "call_1"
+
+
 async def test_user_token_example(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    spec = importlib.util.spec_from_file_location("user_token", USER_TOKEN)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load("user_token")
     secret = "example-secret-" + "e" * 32
     async with running_server(tmp_path / "memory", secrets=[secret]) as server:
         await module.main(server.url, secret)
