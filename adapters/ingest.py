@@ -26,7 +26,6 @@ from typing import Any, Final, cast
 
 import msgspec
 
-from session_server.core.codec import encode_json
 from session_server.core.errors import InvalidParamsError
 from session_server.core.events import ContextMessage, ToolArguments
 
@@ -70,9 +69,10 @@ def require_mapping(value: Any, where: str) -> dict[str, Any]:
 
 def parse_arguments(raw: Any) -> ToolArguments:
     """Tool-call arguments as the project stores them (``core.events.ToolArguments``): a
-    string holding a JSON object in compact form becomes that object; any other string
-    (spaced or malformed JSON, JSON that is not an object) stays exactly as the model sent
-    it, so it renders back unchanged; ``None`` is ``{}``; other values stay as they are."""
+    string holding a JSON object becomes that object (its exact text, when not compact,
+    stays in the message's provider items); any other string (malformed JSON, JSON that is
+    not an object) stays exactly as the model sent it; ``None`` is ``{}``; other values
+    stay as they are."""
     if raw is None:
         return {}
     if isinstance(raw, str):
@@ -80,7 +80,7 @@ def parse_arguments(raw: Any) -> ToolArguments:
             value = _DECODER.decode(raw)
         except msgspec.DecodeError:
             return raw
-        return value if isinstance(value, dict) and encode_json(value) == raw else raw
+        return value if isinstance(value, dict) else raw
     if isinstance(raw, dict):
         return dict(raw)
     return cast(ToolArguments, raw)

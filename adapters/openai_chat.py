@@ -31,8 +31,8 @@ images on anything but a user message (Chat Completions accepts image parts only
 Ingest (``from_response``): a chat completion (its first choice), a choice or a message,
 as the SDK object or its ``model_dump()`` dict, becomes one message: ``content`` (``null``
 reads as ``""``; a refusal with no content reads as the refusal text), ``tool_calls``
-(arguments as :func:`adapters.ingest.parse_arguments` stores them: compact JSON
-objects decoded, anything else kept as the string the model sent), ``reasoning_content`` or ``reasoning`` (as sent by DeepSeek, vLLM, OpenRouter) in
+(arguments as :func:`adapters.ingest.parse_arguments` stores them: JSON objects
+decoded, anything else kept as the string the model sent), ``reasoning_content`` or ``reasoning`` (as sent by DeepSeek, vLLM, OpenRouter) in
 ``reasoning``. The message's request fields (``role``, ``content``, ``name``,
 ``tool_calls``, ``refusal``, ``audio`` as ``{id}``, ``function_call``; ``null`` values and
 response-only keys such as ``annotations`` dropped) are kept as its provider item when

@@ -48,7 +48,7 @@ Ingest (``from_response``): a ``Response`` (object or dict), or a list of Respon
   one assistant message: text joined by a newline, reasoning summary and reasoning text in
   ``reasoning``, every call in ``tool_calls`` (parallel calls stay one message), so a
   provider's own shape needs no regrouping. A call's ``arguments`` string is decoded (the
-  string the model sent when it is not a compact JSON object); a call without
+  string the model sent when it is not a JSON object); a call without
   ``arguments`` keeps its ``input`` (``{"input": ...}``) or its ``action`` object;
 - outputs (``function_call_output`` and every ``*_output`` item with a ``call_id``) end the
   group and become ``tool`` messages: a string output as it is, list outputs as their text

@@ -165,7 +165,7 @@ def test_responses_fields_of_a_turn() -> None:
     [msg] = openai_responses.from_response(output)
     assert msg.role == "assistant" and msg.content == "Checking." and msg.reasoning == "think"
     assert msg.tool_calls == [
-        ToolCall(id="c1", name="weather", arguments='{"city": "Paris"}'),  # as sent
+        ToolCall(id="c1", name="weather", arguments={"city": "Paris"}),
         ToolCall(id="c2", name="weather", arguments="not json"),
     ]
     assert msg.metadata == {PROVIDER_FORMAT: "openai-responses", PROVIDER_ITEMS: output}
@@ -176,7 +176,7 @@ def test_responses_fields_of_a_turn() -> None:
             "role": "assistant",
             "content": "Checking.",
             "tool_calls": [
-                {"id": "c1", "type": "function", "function": {"name": "weather", "arguments": '{"city": "Paris"}'}},
+                {"id": "c1", "type": "function", "function": {"name": "weather", "arguments": '{"city":"Paris"}'}},
                 {"id": "c2", "type": "function", "function": {"name": "weather", "arguments": "not json"}},
             ],
         }
@@ -423,7 +423,7 @@ def test_workers_ai_openai_compatible_shape() -> None:
 
 def test_parse_arguments_keeps_what_was_sent() -> None:
     assert parse_arguments('{"a":1}') == {"a": 1}
-    assert parse_arguments('{"a": 1}') == '{"a": 1}'  # renders back byte for byte
+    assert parse_arguments('{"a": 1}') == {"a": 1}  # the text stays in provider items
     assert parse_arguments("[1]") == "[1]"
     assert parse_arguments("{oops") == "{oops"
     assert parse_arguments(None) == {}
