@@ -1,10 +1,11 @@
 """The WebSocket JSON-RPC 2.0 server (I/O shell around ``session_server.rpc``).
 
 Endpoints: ``/v1/agents/<url-encoded agent_id>`` (agent methods) and ``/v1`` (server
-methods). The handshake refuses, before any actor is touched: a missing, unknown, expired,
-tampered or malformed token when authentication is on (401, the body says which of these
-and nothing more), an unknown path (404), an invalid agent id (400), a token not allowed
-for the agent (403). Method scopes and session limits are checked per call by
+methods); plain HTTP ``GET /`` (the Memory Inspector), ``/healthz`` and ``/metrics`` are
+answered by ``http_routes``. The handshake refuses, before any actor is touched: a
+missing, unknown, expired, tampered or malformed token when authentication is on (401, the
+body says which of these and nothing more), an unknown path (404), an invalid agent id
+(400), a token not allowed for the agent (403). Method scopes and session limits are checked per call by
 ``rpc.methods.dispatch``. A connection whose token expires, or stops being valid after
 ``reload_auth``, is closed with 1008 (a frame that arrives after expiry is answered -32003
 first).
@@ -33,7 +34,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import unquote, urlsplit
 
-from prometheus_client import generate_latest
 from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.datastructures import Headers
 from websockets.exceptions import ConnectionClosed
@@ -57,6 +57,7 @@ from .core.errors import (
     SessionServerError,
 )
 from .core.events import SessionEvent
+from .http_routes import HttpRoutes
 from .rpc.methods import AGENT, SERVER, CallContext, Endpoint, MethodSpec, dispatch
 from .rpc.protocol import (
     DEFAULT_MAX_FRAME_BYTES,
@@ -165,6 +166,7 @@ class _Connection:
         self.flushers: set[asyncio.Task[None]] = set()
         self.tasks: set[asyncio.Task[None]] = set()
         self.subscriptions: dict[str, _Subscription] = {}
+        self.observe = server.registry.operations.observe_request
         self.slots = asyncio.Semaphore(server.max_inflight)
         self.reader: asyncio.Task[None] | None = None
         self.stop_requested = False
@@ -284,7 +286,9 @@ class _Connection:
             endpoint = self.route.endpoint
             if not frame.batch:
                 ctx = self._context()
-                response = await dispatch(frame.items[0], ctx, endpoint, self.server.methods)
+                response = await dispatch(
+                    frame.items[0], ctx, endpoint, self.server.methods, self.observe
+                )
                 if response is not None:
                     self.queue(response)
                 contexts = [ctx]
@@ -292,7 +296,7 @@ class _Connection:
                 contexts = [self._context() for _ in frame.items]
                 answers = await asyncio.gather(
                     *(
-                        dispatch(i, c, endpoint, self.server.methods)
+                        dispatch(i, c, endpoint, self.server.methods, self.observe)
                         for i, c in zip(frame.items, contexts, strict=True)
                     )
                 )
@@ -425,6 +429,12 @@ class SessionServer:
         self._connections: set[_Connection] = set()
         self._stopped = asyncio.Event()
         self._lock_fd: int | None = None
+        self.http = HttpRoutes(
+            registry,
+            auth_required=lambda: self.auth.enabled,
+            stopping=lambda: self.stopping,
+            open_connections=lambda: len(self._connections),
+        )
 
     @property
     def url(self) -> str:
@@ -508,6 +518,9 @@ class SessionServer:
 
     # -- handshake ---------------------------------------------------------------------
     def _process_request(self, connection: ServerConnection, request: Request) -> Response | None:
+        public = self.http.public(connection, request)  # the page and /healthz: no token
+        if public is not None:
+            return public
         if self.stopping:
             return _refuse(connection, http.HTTPStatus.SERVICE_UNAVAILABLE, "server shutting down")
         grant: Grant | None = None
@@ -523,10 +536,7 @@ class SessionServer:
         if path == "/metrics":
             if grant is not None and not grant.allows("admin"):
                 return _refuse(connection, http.HTTPStatus.FORBIDDEN, "/metrics needs scope admin")
-            # Prometheus text format (compaction counters, token histogram); plain HTTP GET.
-            return connection.respond(
-                http.HTTPStatus.OK, generate_latest(self.registry.metrics.registry).decode()
-            )
+            return self.http.metrics(connection)
         if path in ("/v1", "/v1/"):
             self._routes[connection] = _Route(SERVER, None, grant)
             return None
@@ -556,12 +566,14 @@ class SessionServer:
             return
         conn = _Connection(self, ws, route)
         self._connections.add(conn)
+        self.registry.operations.open_connections.inc()
         try:
             if self.stopping:
                 conn.stop_reading()
             await conn.run()
         finally:
             self._connections.discard(conn)
+            self.registry.operations.open_connections.dec()
 
 
 SERVER_LOCK_FILE: Final = "server.lock"

@@ -33,6 +33,7 @@ __all__ = [
     "build_conversation_view",
     "build_memory_view",
     "format_memory_view",
+    "group_by_agent",
     "merge_raw_traces",
     "page_snapshots",
     "to_memory_message",
@@ -265,6 +266,8 @@ class SnapshotSummary:
     has_semantic: bool = False
     has_raw_traces: bool = False
     has_raw_archive: bool = False
+    # Set on per-agent summaries (``group_by_agent``): how many folders were merged.
+    session_count: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         updated = (
@@ -272,7 +275,7 @@ class SnapshotSummary:
             if self.last_updated is None
             else datetime.fromtimestamp(self.last_updated, UTC).isoformat()
         )
-        return {
+        out: dict[str, Any] = {
             "agent_id": self.agent_id,
             "session_id": self.session_id,
             "last_updated_at": updated,
@@ -282,6 +285,34 @@ class SnapshotSummary:
             "has_raw_traces": self.has_raw_traces,
             "has_raw_archive": self.has_raw_archive,
         }
+        if self.session_count is not None:
+            out["session_count"] = self.session_count
+        return out
+
+
+def group_by_agent(summaries: Iterable[SnapshotSummary]) -> list[SnapshotSummary]:
+    """One summary per agent: its most recently updated folder (``session_id`` of that
+    folder), the files any of its folders has, and ``session_count`` folders merged."""
+    by_agent: dict[str, list[SnapshotSummary]] = {}
+    for summary in summaries:
+        by_agent.setdefault(summary.agent_id, []).append(summary)
+    out: list[SnapshotSummary] = []
+    for agent_id, group in by_agent.items():
+        latest = max(group, key=lambda s: (s.last_updated or 0.0, s.session_id or ""))
+        out.append(
+            SnapshotSummary(
+                agent_id=agent_id,
+                session_id=latest.session_id,
+                last_updated=latest.last_updated,
+                has_working_context=any(s.has_working_context for s in group),
+                has_episodic=any(s.has_episodic for s in group),
+                has_semantic=any(s.has_semantic for s in group),
+                has_raw_traces=any(s.has_raw_traces for s in group),
+                has_raw_archive=any(s.has_raw_archive for s in group),
+                session_count=len(group),
+            )
+        )
+    return out
 
 
 def page_snapshots(

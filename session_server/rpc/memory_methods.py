@@ -11,13 +11,13 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections.abc import Callable
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import Field
 
 import adapters
 
-from ..mirror.view import MemoryViewOptions, page_snapshots
+from ..mirror.view import MemoryViewOptions, group_by_agent, page_snapshots
 from ..mirror_io.view_files import list_snapshot_summaries, read_memory_view
 from ..runtime import transfer
 from .methods import (
@@ -91,6 +91,8 @@ class SnapshotsParams(RpcParams):
     search: str | None = None
     page: int = 1
     page_size: int = 50
+    # "folder": one entry per memory folder (session); "agent": one per agent (its latest).
+    group: Literal["folder", "agent"] = "folder"
 
 
 class ExportParams(RpcParams):
@@ -162,6 +164,8 @@ async def memory_list_snapshots(ctx: CallContext, p: SnapshotsParams) -> dict[st
         ctx, functools.partial(list_snapshot_summaries, ctx.registry.memory_dir)
     )
     summaries = [s for s in every if ctx.permits(s.agent_id)]
+    if p.group == "agent":
+        summaries = group_by_agent(summaries)
     return page_snapshots(summaries, p.search, p.page, p.page_size)
 
 

@@ -37,6 +37,7 @@ no I/O itself; it never imports ``asyncio`` or ``websockets``.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol
@@ -77,6 +78,7 @@ __all__ = [
     "ConnectionLike",
     "Endpoint",
     "MethodSpec",
+    "Observer",
     "RpcParams",
     "SessionRule",
     "dispatch",
@@ -92,6 +94,7 @@ AGENT: Endpoint = "agent"
 SERVER: Endpoint = "server"
 
 Handler = Callable[["CallContext", Any], Awaitable[Any]]
+Observer = Callable[[str, str, float], None]
 
 
 class RpcParams(pydantic.BaseModel):
@@ -191,23 +194,37 @@ async def dispatch(
     ctx: CallContext,
     endpoint: Endpoint,
     methods: Mapping[str, MethodSpec],
+    observe: Observer | None = None,
 ) -> dict[str, Any] | None:
     """Run one request against ``methods``; return its response dict, or ``None`` for a
-    notification."""
+    notification.
+
+    ``observe(method, code, seconds)``, when given, is called once per item with the
+    method name (``unknown`` when it names no method, ``invalid`` for an unusable item:
+    the label set stays bounded whatever clients send), ``ok`` or the JSON-RPC error code,
+    and the time taken.
+    """
     if isinstance(item, Invalid):
+        if observe is not None:
+            observe("invalid", str(item.error.code), 0.0)
         return None if item.notification else error_response(item.id, item.error)
+    started = time.perf_counter()
+    error: SessionServerError | None = None
     try:
         result = await _call(item, ctx, endpoint, methods)
     except SessionServerError as exc:
-        if item.notification:
-            return None
-        return error_response(item.id, exc)
+        error = exc
     except Exception:
         log.exception("internal error in %s (request id %r)", item.method, item.id)
-        if item.notification:
-            return None
-        return error_response(item.id, InternalError("Internal error"))
-    return None if item.notification else result_response(item.id, result)
+        error = InternalError("Internal error")
+    if observe is not None:
+        label = item.method if item.method in methods else "unknown"
+        observe(label, "ok" if error is None else str(error.code), time.perf_counter() - started)
+    if item.notification:
+        return None
+    if error is not None:
+        return error_response(item.id, error)
+    return result_response(item.id, result)
 
 
 async def _call(

@@ -60,7 +60,7 @@ from ..core.agent_core import (
 )
 from ..core.codec import event_to_message
 from ..core.context import WorkingContext
-from ..core.errors import InvalidParamsError
+from ..core.errors import InvalidParamsError, SummarizerError
 from ..core.events import SessionEvent
 from ..core.plans import AppendResult, Effects, NewSession
 from ..core.recent import SessionView
@@ -71,6 +71,7 @@ from ..storage.store import AgentStore, Synchronous
 from .compaction_run import run_compaction
 from .metrics import CompactionMetrics
 from .mirror_link import MirrorLink
+from .ops_metrics import OperationsMetrics
 from .summarizers import Summarizer
 
 __all__ = ["ActorHost", "AgentActor", "Subscriber"]
@@ -101,6 +102,9 @@ class ActorHost(Protocol):
 
     @property
     def metrics(self) -> CompactionMetrics: ...
+
+    @property
+    def operations(self) -> OperationsMetrics: ...
 
     def open_slot(self) -> AbstractAsyncContextManager[None]:
         """Held while a store opens: one at a time, with room made under the bound."""
@@ -159,6 +163,7 @@ class AgentActor:
             enabled=host.mirror,
             executor=host.executor,
             snapshot_parts=self.core.snapshot_parts,
+            on_lag=host.operations.mirror_lag_seconds.observe,
         )
 
     # -- lifecycle -------------------------------------------------------------------
@@ -193,6 +198,7 @@ class AgentActor:
                         synchronous=self.synchronous,
                         busy_timeout_ms=self.busy_timeout_ms,
                         executor=self.host.executor,
+                        on_commit=self.host.operations.observe_commit,
                     )
                     self.host.store_opened(self)
                 if self.mirror.enabled:
@@ -696,15 +702,19 @@ class AgentActor:
         try:
             # Read again inside the turn: an earlier compaction may have acted already.
             given = await self._decide(lambda known: self.core.compaction_input(due, known))
-            plan = await run_compaction(
-                given.events,
-                due.config,
-                previous_record=given.record_data,
-                summarizer=self.host.summarizer,
-                force=due.force,
-                pressure=given.pressure,
-                system_instructions=due.instructions,
-            )
+            try:
+                plan = await run_compaction(
+                    given.events,
+                    due.config,
+                    previous_record=given.record_data,
+                    summarizer=self.host.summarizer,
+                    force=due.force,
+                    pressure=given.pressure,
+                    system_instructions=due.instructions,
+                )
+            except SummarizerError:
+                self.host.operations.summarizer_failures.inc()
+                raise
             append = self.core.after_compaction(due, given, plan)
             if append is not None:
                 await self._commit(append)

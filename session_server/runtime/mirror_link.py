@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from pathlib import Path
@@ -58,6 +59,7 @@ class MirrorLink:
         executor: Executor,
         snapshot_parts: SnapshotRenderer,
         delay: float = 0.05,
+        on_lag: Callable[[float], None] | None = None,
     ) -> None:
         self.writer = MirrorWriter(memory_dir, agent_id, enabled=enabled)
         self._executor = executor
@@ -70,6 +72,9 @@ class MirrorLink:
         self._active: set[str] = set()
         # Mirror cursors confirmed by the files, not yet stored in sessions.mirror_seq.
         self._cursor: dict[str, int] = {}
+        # Mirror lag: when the oldest commit not yet handed to the chain was scheduled.
+        self._on_lag = on_lag
+        self._pending_since: float | None = None
 
     @property
     def enabled(self) -> bool:
@@ -139,6 +144,8 @@ class MirrorLink:
         if not self.enabled:
             return
         self._appends.setdefault(session_id, []).extend(events)
+        if self._pending_since is None:
+            self._pending_since = time.monotonic()
         self._arm()
 
     def _arm(self) -> None:
@@ -163,6 +170,7 @@ class MirrorLink:
             self._timer = None
         appends, self._appends = self._appends, {}
         dues, self._snapshots = self._snapshots, {}
+        since, self._pending_since = self._pending_since, None
         # Rendered now, on the loop, from the core's state as of the latest commit.
         snapshots = {sid: parts for sid, due in dues.items() if (parts := self._render(due))}
         if not appends and not snapshots:
@@ -183,6 +191,8 @@ class MirrorLink:
                     self._active.discard(sid)
                 else:
                     self._cursor[sid] = cursor
+            if since is not None and self._on_lag is not None:
+                self._on_lag(time.monotonic() - since)
 
         self._later(write, done)
 

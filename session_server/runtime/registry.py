@@ -30,6 +30,7 @@ from ..core.errors import AgentUnavailableError, InvalidParamsError
 from ..storage.store import Synchronous
 from .actor import AgentActor
 from .metrics import CompactionMetrics
+from .ops_metrics import OperationsMetrics
 from .summarizers import Summarizer, default_summarizer
 
 __all__ = ["ActorRegistry", "default_memory_dir"]
@@ -51,7 +52,8 @@ class ActorRegistry:
     ``build_working_context``, 200 events), ``mirror`` (keep the JSONL mirror, default
     True), ``io_threads`` (worker threads for SQLite calls, shared by all agents, 8),
     ``default_strategy`` (server default compaction strategy), ``summarizer`` (default:
-    ``SESSION_SERVER_SUMMARIZER``, extractive), ``metrics`` (``CompactionMetrics``).
+    ``SESSION_SERVER_SUMMARIZER``, extractive), ``metrics`` (``CompactionMetrics``);
+    ``operations`` (``OperationsMetrics``) is created on the same prometheus registry.
     """
 
     def __init__(
@@ -104,6 +106,9 @@ class ActorRegistry:
             raise ValueError(f"default_strategy: {exc.message}") from None
         self.summarizer: Summarizer = summarizer or default_summarizer()
         self.metrics = metrics or CompactionMetrics(CollectorRegistry())
+        self.operations = OperationsMetrics(
+            self.metrics.registry, open_agents=lambda: float(self.open_count)
+        )
         # SQLite calls run here, a whole transaction per call; the thread count is bounded
         # whatever the number of agents.
         self.executor = ThreadPoolExecutor(

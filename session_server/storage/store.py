@@ -19,6 +19,7 @@ import contextlib
 import fcntl
 import os
 import sqlite3
+import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from concurrent.futures import Executor
 from pathlib import Path
@@ -52,12 +53,14 @@ class AgentStore:
         synchronous: Synchronous,
         busy_timeout_ms: int,
         executor: Executor | None,
+        on_commit: Callable[[float], None] | None = None,
     ) -> None:
         self.path = path
         self.agent_id = agent_id
         self.synchronous = synchronous
         self.busy_timeout_ms = busy_timeout_ms
         self._executor = executor
+        self._on_commit = on_commit
         self._writer: sqlite3.Connection | None = None
         self._reader: sqlite3.Connection | None = None
         self._read_lock = asyncio.Lock()
@@ -76,7 +79,10 @@ class AgentStore:
         return self._writer
 
     async def _write(self, what: str, body: Callable[..., T], *args: Any) -> T:
+        started = time.perf_counter()
         result: T = await self._call(ops.write_txn, self.writer, what, body, *args)
+        if self._on_commit is not None:  # seconds of the transaction, queueing included
+            self._on_commit(time.perf_counter() - started)
         return result
 
     def _reader_conn(self) -> sqlite3.Connection:
@@ -112,12 +118,14 @@ class AgentStore:
         synchronous: Synchronous = "FULL",
         busy_timeout_ms: int = 5000,
         executor: Executor | None = None,
+        on_commit: Callable[[float], None] | None = None,
     ) -> AgentStore:
         """Open (creating and migrating if needed) the agent file.
 
         Raises ``AgentUnavailableError`` when the file is not a usable SQLite database.
+        ``on_commit(seconds)`` is called after each write transaction that committed.
         """
-        store = cls(path, agent_id, synchronous, busy_timeout_ms, executor)
+        store = cls(path, agent_id, synchronous, busy_timeout_ms, executor, on_commit)
 
         def open_writer() -> sqlite3.Connection:
             path.parent.mkdir(parents=True, exist_ok=True)

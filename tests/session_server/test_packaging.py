@@ -45,9 +45,17 @@ def test_wheel_contains_schema_and_type_markers(tmp_path: Path) -> None:
             "session_server/codec.py",
             "adapters/__init__.py",
             "adapters/workers_ai.py",
+            "session_server/http_routes.py",
+            "session_server/inspector/__init__.py",
+            "session_server/inspector/static/index.html",
+            "session_server/inspector/static/inspector.js",
+            "session_server/inspector/static/inspector.css",
         ):
             assert required in names, f"{required} missing from {wheels[0].name}"
         packaged = whl.read("session_server/schema.sql").decode("utf-8")
+        page = whl.read("session_server/inspector/static/index.html").decode("utf-8")
+    static = ROOT / "session_server" / "inspector" / "static"
+    assert page == (static / "index.html").read_text(encoding="utf-8")
     assert packaged == (ROOT / "schema.sql").read_text(encoding="utf-8")
     assert CREATE_EVENTS.search(packaged)
     assert not any(n.startswith("tests/") for n in names)

@@ -10,6 +10,7 @@ from session_server.mirror.view import (
     build_conversation_view,
     build_memory_view,
     format_memory_view,
+    group_by_agent,
     merge_raw_traces,
     page_snapshots,
     to_trace_event,
@@ -213,3 +214,20 @@ def test_page_snapshots_newest_first_search_and_clamps() -> None:
     assert past["entries"] == [] and past["total"] == 4
     none = page_snapshots(summaries(), search="nobody")
     assert (none["total"], none["total_pages"], none["entries"]) == (0, 0, [])
+
+
+def test_group_by_agent_keeps_the_latest_folder_and_counts_them() -> None:
+    folders = [
+        *summaries(),
+        SnapshotSummary("Worker_3", "s9", 500.0, has_episodic=True),
+        SnapshotSummary("Worker_3", "s0", 50.0, has_raw_archive=True),
+    ]
+    grouped = {s.agent_id: s for s in group_by_agent(folders)}
+    assert sorted(grouped) == ["Worker_1", "Worker_3", "db manager_2", "other"]
+    worker = grouped["Worker_3"]
+    assert (worker.session_id, worker.last_updated, worker.session_count) == ("s9", 500.0, 3)
+    assert worker.has_episodic and worker.has_raw_archive and not worker.has_working_context
+    page = page_snapshots(group_by_agent(folders), page_size=2)
+    assert [e["agent_id"] for e in page["entries"]] == ["Worker_3", "db manager_2"]
+    assert page["entries"][0]["session_count"] == 3 and page["total_pages"] == 2
+    assert "session_count" not in page_snapshots(folders)["entries"][0]

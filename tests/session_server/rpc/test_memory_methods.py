@@ -119,6 +119,14 @@ async def test_memory_view_and_snapshot_index(server: RunningServer, client: Ses
         page = await root.call("memory.list_snapshots", {"search": "MEMORY", "page_size": 1})
         assert page["total"] == 1 and page["entries"][0]["agent_id"] == AGENT
         assert (await root.call("memory.list_snapshots", {"search": "zzz"}))["total"] == 0
+        second = await session_with_turns(client, 1)
+        await client.call("memory.view", {"session_id": second})  # its mirror is written
+        folders = await root.call("memory.list_snapshots", {})
+        agents = await root.call("memory.list_snapshots", {"group": "agent"})
+        assert folders["total"] == 2 and agents["total"] == 1
+        assert agents["entries"][0]["session_count"] == 2
+        with pytest.raises(InvalidParamsError, match="group"):
+            await root.call("memory.list_snapshots", {"group": "session"})
 
 
 async def test_export_then_import_over_rpc(client: SessionClient) -> None:

@@ -1,0 +1,114 @@
+"""Operational metrics of a running server on a ``prometheus_client`` registry passed in.
+
+Beside the compaction counters (``metrics.CompactionMetrics``, same registry), with the
+default ``namespace="session_server"``:
+
+- ``session_server_requests_total{method,code}``: JSON-RPC requests answered, by method
+  (``unknown`` for a name that is not a method, ``invalid`` for an unusable request, so a
+  client cannot grow the label set) and outcome (``ok`` or the JSON-RPC error code);
+- ``session_server_request_seconds{method}``: histogram of the time to answer, per method;
+- ``session_server_open_connections``: WebSocket connections being served;
+- ``session_server_open_agents``: agents whose SQLite store is open (read at scrape time);
+- ``session_server_commit_seconds``: histogram of the time of one SQLite write
+  transaction, from handing it to the I/O thread to its commit returning;
+- ``session_server_commit_batch_size``: histogram of the writes one commit carries
+  (observed once per commit; every commit carries one write until group commit exists);
+- ``session_server_mirror_lag_seconds``: histogram of the delay from the first commit of
+  a mirror batch to its JSONL files being written;
+- ``session_server_summarizer_failures_total``: summaries that failed (nothing written).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Final
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+__all__ = ["BATCH_BUCKETS", "LATENCY_BUCKETS", "OperationsMetrics"]
+
+LATENCY_BUCKETS: Final[tuple[float, ...]] = (
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    float("inf"),
+)
+BATCH_BUCKETS: Final[tuple[float, ...]] = (1, 2, 4, 8, 16, 32, 64, 128, 256, float("inf"))
+
+
+class OperationsMetrics:
+    """Request, connection, commit, mirror and summarizer instruments (module doc)."""
+
+    def __init__(
+        self,
+        registry: CollectorRegistry | None = None,
+        *,
+        namespace: str = "session_server",
+        open_agents: Callable[[], float] | None = None,
+    ) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self._prefix = f"{namespace}_" if namespace else ""
+        common: dict[str, Any] = {"namespace": namespace, "registry": self.registry}
+        self.requests = Counter(
+            "requests",
+            "JSON-RPC requests answered, by method and code.",
+            ["method", "code"],
+            **common,
+        )
+        self.request_seconds = Histogram(
+            "request_seconds",
+            "Seconds to answer a JSON-RPC request, per method.",
+            ["method"],
+            buckets=LATENCY_BUCKETS,
+            **common,
+        )
+        self.open_connections = Gauge(
+            "open_connections", "WebSocket connections being served.", **common
+        )
+        self.open_agents = Gauge("open_agents", "Agents whose SQLite store is open.", **common)
+        if open_agents is not None:
+            self.open_agents.set_function(open_agents)
+        self.commit_seconds = Histogram(
+            "commit_seconds",
+            "Seconds of one SQLite write transaction (queueing on the I/O thread included).",
+            buckets=LATENCY_BUCKETS,
+            **common,
+        )
+        self.commit_batch_size = Histogram(
+            "commit_batch_size", "Writes carried by one commit.", buckets=BATCH_BUCKETS, **common
+        )
+        self.mirror_lag_seconds = Histogram(
+            "mirror_lag_seconds",
+            "Seconds from the first commit of a mirror batch to its files being written.",
+            buckets=LATENCY_BUCKETS,
+            **common,
+        )
+        self.summarizer_failures = Counter(
+            "summarizer_failures", "Summaries that failed (nothing was written).", **common
+        )
+
+    def observe_request(self, method: str, code: str, seconds: float) -> None:
+        """One answered request (``code``: ``ok`` or the JSON-RPC error code)."""
+        self.requests.labels(method=method, code=code).inc()
+        self.request_seconds.labels(method=method).observe(seconds)
+
+    def observe_commit(self, seconds: float, batch_size: int = 1) -> None:
+        """One commit of ``batch_size`` writes that took ``seconds``."""
+        self.commit_seconds.observe(seconds)
+        self.commit_batch_size.observe(batch_size)
+
+    def value(self, name: str, labels: dict[str, str] | None = None) -> float:
+        """A sample's current value (0 when absent), e.g. ``value("requests_total", {...})``."""
+        found = self.registry.get_sample_value(self._prefix + name, labels or {})
+        return 0.0 if found is None else float(found)
