@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Page, expect
 
+from session_server.client import SessionClient
 from tests.support.inspector_data import (
     LIVE_AGENT,
     LIVE_SESSION,
@@ -17,9 +18,18 @@ from tests.support.inspector_data import (
     persist_turn,
     seed_live_agent,
 )
-from tests.support.server import ServerProcess
+from tests.support.server import ServerProcess, turn_messages
 
 from .conftest import http_url, run_async
+
+
+async def more_agents(url: str, count: int) -> list[str]:
+    """Agents with one turn each (their mirror folders make them listed)."""
+    names = [f"extra-agent-{i}" for i in range(count)]
+    for name in names:
+        async with SessionClient(url, name) as client:
+            await client.persist_turn(await client.create_session(), turn_messages(1))
+    return names
 
 
 @pytest.fixture(scope="module")
@@ -28,6 +38,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerPro
     server.start()
     try:
         agents = run_async(import_reference(server.url))
+        agents += run_async(more_agents(server.url, 5))  # 22 agents: two pages of 20
         run_async(seed_live_agent(server.url))
         yield server, agents
     finally:
@@ -52,13 +63,23 @@ def open_live_session(page: Page) -> None:
 def test_agents_are_listed_newest_first_and_searchable(
     opened: Page, served: tuple[ServerProcess, list[str]]
 ) -> None:
-    agents = served[1]
+    agents = [*served[1], LIVE_AGENT]
+    assert len(agents) == 22
     items = opened.locator(".agent-item")
-    expect(items).to_have_count(len(agents) + 1)
+    expect(items).to_have_count(20)  # a page
     expect(items.first).to_have_attribute("data-agent", LIVE_AGENT)  # updated last
     expect(items.first).to_contain_text("1 session · updated")
-    expect(opened.locator("#agents-page")).to_have_text(f"Page 1 of 1 · {len(agents) + 1} agents")
+    expect(opened.locator("#agents-page")).to_have_text("Page 1 of 2 · 22 agents")
+    expect(opened.locator("#agents-prev")).to_be_disabled()
+    first_page = items.evaluate_all("els => els.map(e => e.dataset.agent)")
+    opened.locator("#agents-next").click()
+    expect(opened.locator("#agents-page")).to_have_text("Page 2 of 2 · 22 agents")
+    expect(items).to_have_count(2)
     expect(opened.locator("#agents-next")).to_be_disabled()
+    second_page = items.evaluate_all("els => els.map(e => e.dataset.agent)")
+    assert sorted(first_page + second_page) == sorted(agents)  # every agent, once
+    opened.locator("#agents-prev").click()
+    expect(opened.locator("#agents-page")).to_have_text("Page 1 of 2 · 22 agents")
     opened.locator("#agent-search").fill("worker")
     workers = sorted(a for a in agents if "worker" in a.lower())
     expect(items).to_have_count(len(workers))
