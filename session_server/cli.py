@@ -120,6 +120,27 @@ def _serve_arguments(p: argparse.ArgumentParser) -> None:
         "(env SESSION_SERVER_TOKEN_RELOAD_INTERVAL; default 2)",
     )
     p.add_argument(
+        "--max-connections",
+        type=_positive_int,
+        default=_positive_int(_env("MAX_CONNECTIONS") or "") if _env("MAX_CONNECTIONS") else None,
+        help="most simultaneous connections; more are refused with HTTP 503 "
+        "(env SESSION_SERVER_MAX_CONNECTIONS; default derived from the descriptor limit)",
+    )
+    p.add_argument(
+        "--idle-timeout",
+        type=float,
+        default=float(_env("IDLE_TIMEOUT", "300") or "300"),
+        help="close a connection that sent nothing, has nothing in flight and no "
+        "subscription for this many seconds (env SESSION_SERVER_IDLE_TIMEOUT; default 300)",
+    )
+    p.add_argument(
+        "--stop-timeout",
+        type=float,
+        default=float(_env("STOP_TIMEOUT", "10") or "10"),
+        help="on SIGTERM/SIGINT, stop within this many seconds whatever the clients do "
+        "(env SESSION_SERVER_STOP_TIMEOUT; default 10)",
+    )
+    p.add_argument(
         "--synchronous",
         choices=("FULL", "NORMAL"),
         default=(_env("SYNCHRONOUS", "FULL") or "FULL").upper(),
@@ -206,9 +227,13 @@ def _run_serve(args: argparse.Namespace) -> int:
 async def _serve(args: argparse.Namespace, sources: AuthSources, auth: Authenticator) -> int:
     from .auth_files import AuthReloader
     from .core.errors import MemoryDirInUseError
+    from .limits import derive_limits, raise_nofile_limit
     from .rpc.table import BUILTIN_METHODS
     from .runtime.registry import ActorRegistry
-    from .server import SessionServer
+    from .server import SessionServer, quiet_accept_errors
+
+    # Descriptors bound both open agents and connections: take what the system allows.
+    limits = derive_limits(raise_nofile_limit())
 
     host = args.host or DEFAULT_HOST
     tokens = auth.enabled
@@ -231,11 +256,13 @@ async def _serve(args: argparse.Namespace, sources: AuthSources, auth: Authentic
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    quiet_accept_errors(loop)
     async with ActorRegistry(
         memory_dir,
         synchronous=args.synchronous,
         mirror=not args.no_mirror,
         context_limit=args.context_limit,
+        max_open=limits.max_open_agents,
     ) as registry:
         server = SessionServer(
             registry,
@@ -244,6 +271,9 @@ async def _serve(args: argparse.Namespace, sources: AuthSources, auth: Authentic
             auth=auth,
             max_frame_bytes=args.max_frame_bytes,
             methods=BUILTIN_METHODS,
+            max_connections=args.max_connections or limits.max_connections,
+            idle_timeout=args.idle_timeout if args.idle_timeout > 0 else None,
+            stop_timeout=args.stop_timeout,
         )
         try:
             await server.start()

@@ -59,9 +59,11 @@ from .core.errors import (
     ParseError,
     SessionServerError,
     TooLargeError,
+    UnavailableError,
 )
 from .core.events import ContextMessage, SessionEvent
 from .core.plans import AppendResult
+from .log_redact import redacting_logger
 from .rpc.protocol import DEFAULT_MAX_FRAME_BYTES
 
 __all__ = [
@@ -85,6 +87,7 @@ ERROR_CLASSES: Final[dict[int, type[SessionServerError]]] = {
         ConflictError,
         ForbiddenError,
         TooLargeError,
+        UnavailableError,
     )
 }
 
@@ -104,6 +107,8 @@ def _handshake_error(exc: InvalidStatus) -> SessionServerError:
         return InvalidParamsError(message, data=data)
     if status == 404:
         return NotFoundError(message, data=data)
+    if status == 503:  # too many connections, or shutting down: retry later
+        return UnavailableError(message, data={**data, "retryable": True})
     return InternalError(message, data=data)
 
 
@@ -138,6 +143,11 @@ class SessionPage(msgspec.Struct):
     next_offset: int | None = None
 
 
+class _Gap(msgspec.Struct, frozen=True):
+    from_seq: int
+    to_seq: int
+
+
 class Subscription:
     """``events.appended`` notifications of one session, as an async iterator of events.
 
@@ -145,6 +155,8 @@ class Subscription:
     every later event once, in seq order (first those after ``after_seq`` when the
     subscription asked for them). ``close()`` (or leaving ``async with``) ends it;
     deleting the session ends it too, with ``deleted`` set.
+    When the server reports that this subscriber fell behind (``events.gap``), iteration
+    reads the missed events with ``events.load`` at that point, so the order holds.
     """
 
     def __init__(self, client: SessionClient, session_id: str) -> None:
@@ -159,6 +171,10 @@ class Subscription:
     def deliver(self, events: list[SessionEvent]) -> None:
         """Queue the events of one notification (called by the client's reader)."""
         self._queue.put_nowait(events)
+
+    def gap(self, from_seq: int, to_seq: int) -> None:
+        """Queue a gap the server reported (called by the client's reader)."""
+        self._queue.put_nowait(_Gap(from_seq, to_seq))
 
     def end(self, error: BaseException | None) -> None:
         """End the iteration, raising ``error`` when given (called by the client)."""
@@ -176,6 +192,13 @@ class Subscription:
             if isinstance(item, BaseException):
                 self._queue.put_nowait(item)
                 raise item
+            if isinstance(item, _Gap):
+                item = await self.client.load_events(
+                    self.session_id,
+                    after_seq=item.from_seq - 1,
+                    limit=item.to_seq - item.from_seq + 1,
+                    tail=False,
+                )
             self._pending.extend(item)
         return self._pending.pop(0)
 
@@ -239,7 +262,8 @@ class SessionClient:
     # -- connection ----------------------------------------------------------------------
     async def connect(self) -> SessionClient:
         """Open the connection. A refused handshake raises ``ForbiddenError`` (401/403),
-        ``InvalidParamsError`` (400, e.g. an invalid agent id) or ``NotFoundError`` (404)."""
+        ``InvalidParamsError`` (400, e.g. an invalid agent id), ``NotFoundError`` (404) or
+        ``UnavailableError`` (503: too many connections or stopping; retry later)."""
         headers = {"Authorization": f"Bearer {self._token}"} if self._token else None
         try:
             self._ws = await connect(
@@ -247,6 +271,7 @@ class SessionClient:
                 additional_headers=headers,
                 max_size=self._max_size,
                 open_timeout=self._open_timeout,
+                logger=redacting_logger("websockets.client"),
             )
         except InvalidStatus as exc:
             raise _handshake_error(exc) from exc
@@ -310,6 +335,9 @@ class SessionClient:
                 for sub in self._subs.pop(params.get("session_id", ""), ()):
                     sub.deleted = True
                     sub.end(None)
+            elif message["method"] == "events.gap":
+                for sub in self._subs.get(params.get("session_id", ""), ()):
+                    sub.gap(int(params["from_seq"]), int(params["to_seq"]))
             return
         future = self._pending.pop(message.get("id"), None)  # type: ignore[arg-type]
         if future is None or future.done():

@@ -49,24 +49,31 @@ from .auth import (
     TokenSet,
     token_from_headers,
 )
+from .budget import ByteBudget
 from .core.agent_ids import validate_agent_id
 from .core.errors import (
     InvalidAgentIdError,
+    InvalidRequestError,
     MemoryDirInUseError,
     NotFoundError,
     SessionServerError,
+    TooLargeError,
 )
 from .core.events import SessionEvent
 from .http_routes import HttpRoutes
+from .limits import derive_limits
+from .log_redact import redacting_logger
 from .rpc.methods import AGENT, SERVER, CallContext, Endpoint, MethodSpec, dispatch
 from .rpc.protocol import (
     DEFAULT_MAX_FRAME_BYTES,
     Frame,
+    Invalid,
     encode_message,
     error_response,
     notification,
     parse_frame,
 )
+from .rpc.protocol import Request as RpcRequest
 from .rpc.table import BUILTIN_METHODS
 
 if TYPE_CHECKING:
@@ -79,6 +86,7 @@ __all__ = [
     "SERVER_LOCK_FILE",
     "SessionServer",
     "lock_memory_dir",
+    "quiet_accept_errors",
 ]
 
 log = logging.getLogger("session_server.server")
@@ -98,37 +106,134 @@ REPLAY_BATCH = 500
 """Events per ``events.appended`` notification when a subscription replays the past."""
 
 
+class _Topic:
+    """One actor subscription per (agent, session) for all of this server's subscribers.
+
+    The actor calls ``on_events`` on the writer's path; the fan-out runs in a later loop
+    callback (the append's answer does not wait for it) and encodes the notification once
+    for every subscriber.
+    """
+
+    __slots__ = ("key", "server", "subs", "unsubscribe")
+
+    def __init__(self, server: SessionServer, key: tuple[str, str]) -> None:
+        self.server = server
+        self.key = key
+        self.subs: list[_Subscription] = []
+        self.unsubscribe: Callable[[], None] = lambda: None
+
+    def on_events(self, events: list[SessionEvent]) -> None:
+        asyncio.get_running_loop().call_soon(self._fan_out, events)
+
+    def _fan_out(self, events: list[SessionEvent]) -> None:
+        if not events:
+            return
+        payload: bytes | None = None
+        for sub in list(self.subs):
+            if not sub.live:
+                sub.buffer.extend(events)
+                continue
+            if events[0].seq > sub.floor:
+                if payload is None:
+                    payload = _appended(self.key[1], events)
+                sub.deliver(payload, events[0].seq, events[-1].seq)
+            else:  # overlaps what the subscribe answer already covered
+                sub.deliver_events(events)
+
+    def on_deleted(self) -> None:
+        asyncio.get_running_loop().call_soon(self._deleted)
+
+    def _deleted(self) -> None:
+        for sub in list(self.subs):
+            sub.on_deleted()
+
+    def remove(self, sub: _Subscription) -> None:
+        with contextlib.suppress(ValueError):
+            self.subs.remove(sub)
+        if not self.subs:
+            self.server.topics.pop(self.key, None)
+            try:
+                self.unsubscribe()
+            except Exception:
+                log.exception("unsubscribe from %r failed", self.key)
+
+
+def _appended(session_id: str, events: list[SessionEvent]) -> bytes:
+    return encode_message(
+        notification("events.appended", {"session_id": session_id, "events": events})
+    )
+
+
 class _Subscription:
-    """Buffers events until the subscribe answer is queued, then sends the replayed events
-    (those after the caller's ``after_seq``) and forwards events with seq > ``last_seq``
-    as ``events.appended`` notifications; ``session.deleted`` ends it."""
+    """One connection's subscription to one session.
+
+    Events are buffered until the subscribe answer is queued; then the replayed events
+    (those after the caller's ``after_seq``) go out, then events with seq > ``floor`` as
+    ``events.appended`` notifications; ``session.deleted`` ends it. At most
+    ``max_subscriber_bytes`` of notifications wait to be written (one always may,
+    whatever its size); beyond that the subscriber has fallen behind: further events are
+    dropped and, once what was queued is written, one ``events.gap {session_id,
+    from_seq, to_seq}`` notification names the seqs it missed (read them with
+    ``events.load``), then notifications resume.
+    """
 
     __slots__ = (
         "buffer",
         "conn",
         "deleted",
-        "last_seq",
+        "floor",
+        "gap",
         "live",
+        "queued",
         "replay",
         "session_id",
-        "unsubscribe",
+        "topic",
     )
 
     def __init__(self, conn: _Connection, session_id: str) -> None:
         self.conn = conn
         self.session_id = session_id
-        self.last_seq: int | None = None
+        self.floor = 0
         self.live = False
         self.deleted = False
         self.buffer: list[SessionEvent] = []
         self.replay: list[SessionEvent] = []
-        self.unsubscribe: Callable[[], None] = lambda: None
+        self.queued = 0
+        self.gap: tuple[int, int] | None = None
+        self.topic: _Topic | None = None
 
-    def on_events(self, events: list[SessionEvent]) -> None:
-        if self.live:
-            self.conn.notify(self.session_id, events)
+    def deliver(self, payload: bytes, first: int, last: int) -> None:
+        if self.gap is not None:
+            self.gap = (self.gap[0], last)
+        elif self.queued and self.queued + len(payload) > self.conn.server.max_subscriber_bytes:
+            self.gap = (first, last)
         else:
-            self.buffer.extend(events)
+            self._send(payload)
+        self.floor = max(self.floor, last)
+
+    def deliver_events(self, events: list[SessionEvent]) -> None:
+        pending = [e for e in events if e.seq > self.floor]
+        if pending:
+            self.deliver(_appended(self.session_id, pending), pending[0].seq, pending[-1].seq)
+
+    def _send(self, payload: bytes) -> None:
+        size = len(payload)
+        self.queued += size
+        self.conn.send(payload, lambda: self._written(size))
+
+    def _written(self, size: int) -> None:
+        self.queued -= size
+        if self.queued == 0 and self.gap is not None and self.live:
+            first, last = self.gap
+            self.gap = None
+            self._send(
+                encode_message(
+                    notification(
+                        "events.gap",
+                        {"session_id": self.session_id, "from_seq": first, "to_seq": last},
+                    )
+                )
+            )
 
     def on_deleted(self) -> None:
         self.deleted = True
@@ -136,32 +241,42 @@ class _Subscription:
             self._end()
 
     def _end(self) -> None:
-        self.conn.send(notification("session.deleted", {"session_id": self.session_id}))
+        self.conn.send(
+            encode_message(notification("session.deleted", {"session_id": self.session_id}))
+        )
         self.conn.unsubscribe(self.session_id)
 
     def go_live(self) -> None:
-        if self.live or self.last_seq is None:
+        if self.live:
             return
-        floor = self.last_seq
-        for start in range(0, len(self.replay), REPLAY_BATCH):
-            self.conn.notify(self.session_id, self.replay[start : start + REPLAY_BATCH])
-        pending = [e for e in self.buffer if e.seq > floor]
+        replay, pending = self.replay, self.buffer
         self.buffer, self.replay = [], []
         self.live = True
-        if pending:
-            self.conn.notify(self.session_id, pending)
+        for start in range(0, len(replay), REPLAY_BATCH):
+            batch = replay[start : start + REPLAY_BATCH]
+            self.deliver(_appended(self.session_id, batch), batch[0].seq, batch[-1].seq)
+        self.deliver_events(pending)
         if self.deleted:
             self._end()
 
 
 class _Connection:
-    """One client connection: reader, per-frame tasks, ordered writer, subscriptions."""
+    """One client connection: reader, per-frame tasks, ordered writer, subscriptions.
+
+    Bounds (see ``SessionServer``): a frame takes a slot of the in-flight window before
+    it is read and gives it back only when its answer has been written, so a client that
+    does not read its answers stops being read after ``max_inflight`` frames; reading
+    also pauses while more than ``max_outgoing_bytes`` wait to be written.
+    """
 
     def __init__(self, server: SessionServer, ws: ServerConnection, route: _Route) -> None:
         self.server = server
         self.ws = ws
         self.route = route
-        self.outgoing: deque[bytes] = deque()
+        self.outgoing: deque[tuple[bytes, Callable[[], None] | None]] = deque()
+        self.outgoing_bytes = 0
+        self.writable = asyncio.Event()
+        self.writable.set()
         self.writing = False
         self.flushers: set[asyncio.Task[None]] = set()
         self.tasks: set[asyncio.Task[None]] = set()
@@ -175,12 +290,19 @@ class _Connection:
         self.expiry: asyncio.TimerHandle | None = None
 
     # -- sending (everything goes through one FIFO, in order) -----------------------------
-    def send(self, message: dict[str, Any] | list[dict[str, Any]]) -> None:
-        """Queue ``message``; it is written after everything queued before it."""
-        if not self.closed:
-            self.outgoing.append(encode_message(message))
-            if not self.writing:
-                self._spawn_flush()
+    def send(self, data: bytes, on_written: Callable[[], None] | None = None) -> None:
+        """Queue ``data``; it is written after everything queued before it, then
+        ``on_written`` runs (also when the connection closed and it was dropped)."""
+        if self.closed:
+            if on_written is not None:
+                on_written()
+            return
+        self.outgoing.append((data, on_written))
+        self.outgoing_bytes += len(data)
+        if self.outgoing_bytes > self.server.max_outgoing_bytes:
+            self.writable.clear()
+        if not self.writing:
+            self._spawn_flush()
 
     def _spawn_flush(self) -> None:
         self.writing = True
@@ -188,35 +310,36 @@ class _Connection:
         self.flushers.add(task)
         task.add_done_callback(self.flushers.discard)
 
-    def queue(self, message: dict[str, Any] | list[dict[str, Any]]) -> None:
-        """Queue ``message`` without starting a write (see ``write_out``)."""
-        if not self.closed:
-            self.outgoing.append(encode_message(message))
-
-    async def write_out(self) -> None:
-        """When no write is under way, write the queue from this task (saves a task
-        switch per answer). Order is always the order of queueing."""
-        if self.outgoing and not self.writing:
-            self.writing = True
-            await self._flush()
-
     async def _flush(self) -> None:
         try:
             while self.outgoing:
-                data = self.outgoing.popleft()
-                if self.closed:
-                    continue
+                data, on_written = self.outgoing[0]
                 try:
-                    await self.ws.send(data, text=True)
+                    if not self.closed:
+                        await self.ws.send(data, text=True)
                 except ConnectionClosed:
                     self.closed = True
+                finally:
+                    self.outgoing.popleft()
+                    self.outgoing_bytes -= len(data)
+                    if self.outgoing_bytes <= self.server.max_outgoing_bytes:
+                        self.writable.set()
+                    if on_written is not None:
+                        on_written()
         finally:
             self.writing = False
             if self.outgoing and not self.closed:
                 self._spawn_flush()
 
-    def notify(self, session_id: str, events: list[SessionEvent]) -> None:
-        self.send(notification("events.appended", {"session_id": session_id, "events": events}))
+    def _drop_outgoing(self) -> None:
+        """Forget unwritten messages (the connection is being aborted)."""
+        self.closed = True
+        while self.outgoing:
+            data, on_written = self.outgoing.popleft()
+            self.outgoing_bytes -= len(data)
+            if on_written is not None:
+                on_written()
+        self.writable.set()
 
     # -- subscriptions (ConnectionLike) ------------------------------------------------
     async def subscribe(
@@ -228,12 +351,19 @@ class _Connection:
             if row is None:
                 raise NotFoundError.session(session_id)
             return int(row["last_seq"])
+        if len(self.subscriptions) >= self.server.max_subscriptions:
+            raise TooLargeError(
+                f"session_id: this connection already has {len(self.subscriptions)} "
+                f"subscriptions (the maximum); unsubscribe first or use another connection",
+                data={"field": "session_id", "max_subscriptions": self.server.max_subscriptions},
+            )
         sub = _Subscription(self, session_id)
         self.subscriptions[session_id] = sub
         try:
             # Registered before the reads: an append committed meanwhile is buffered, and
             # the seq floor below drops what the reads already hold (no gap, no duplicate).
-            sub.unsubscribe = actor.subscribe(session_id, sub.on_events, sub.on_deleted)
+            sub.topic = self.server.topic_for(actor, session_id)
+            sub.topic.subs.append(sub)
             row = await actor.get_session(session_id)
             if row is None:
                 raise NotFoundError.session(session_id)
@@ -246,9 +376,9 @@ class _Connection:
         except BaseException:
             self._drop(sub)
             raise
-        sub.last_seq = last_seq
+        sub.floor = last_seq
         ctx.after_response(sub.go_live)
-        return sub.last_seq
+        return last_seq
 
     def unsubscribe(self, session_id: str) -> bool:
         sub = self.subscriptions.get(session_id)
@@ -262,65 +392,112 @@ class _Connection:
             del self.subscriptions[sub.session_id]
         sub.live = False
         sub.buffer = []
-        try:
-            sub.unsubscribe()
-        except Exception:
-            log.exception("unsubscribe from %r failed", sub.session_id)
+        if sub.topic is not None:
+            sub.topic.remove(sub)
+            sub.topic = None
 
     # -- requests -----------------------------------------------------------------------
     def _context(self) -> CallContext:
         return CallContext(self.server.registry, self.route.agent_id, self, self.route.grant)
 
-    async def _handle(self, data: str | bytes) -> None:
+    async def _answer(self, data: str | bytes) -> tuple[bytes | None, list[CallContext]]:
+        """Parse and run one frame; return its encoded answer (None: nothing to send)."""
+        try:
+            frame = parse_frame(data)
+        except SessionServerError as exc:
+            return encode_message(error_response(None, exc)), []
+        del data
+        grant = self.route.grant
+        if self.revoked or (grant is not None and grant.expired(self.server.clock())):
+            return self._refuse_expired(frame), []
+        endpoint = self.route.endpoint
+        methods = self.server.methods
+        limit = self.server.max_answer_bytes
+        if not frame.batch:
+            ctx = self._context()
+            response = await dispatch(frame.items[0], ctx, endpoint, methods, self.observe)
+            if response is None:
+                return None, [ctx]
+            return _bounded(response, frame.items[0], limit), [ctx]
+        if len(frame.items) > self.server.max_batch:
+            error = InvalidRequestError(
+                f"Invalid Request: a batch of {len(frame.items)} requests exceeds the "
+                f"maximum of {self.server.max_batch}; split it",
+                data={"max_batch": self.server.max_batch},
+            )
+            return encode_message(error_response(None, error)), []
+        # One request at a time: a batch holds one slot of the window and at most one
+        # result in memory besides its encoded answers, which stay under the bound.
+        contexts: list[CallContext] = []
+        parts: list[bytes] = []
+        size = 2
+        for item in frame.items:
+            ctx = self._context()
+            contexts.append(ctx)
+            response = await dispatch(item, ctx, endpoint, methods, self.observe)
+            if response is None:
+                continue
+            part = _bounded(response, item, limit - size)
+            size += len(part) + 1
+            parts.append(part)
+        if not parts:
+            return None, contexts
+        return b"[" + b",".join(parts) + b"]", contexts
+
+    async def _handle(self, data: str | bytes, token: int) -> None:
+        answer: bytes | None = None
+        contexts: list[CallContext] = []
         try:
             try:
-                frame = parse_frame(data)
-            except SessionServerError as exc:
-                self.queue(error_response(None, exc))
-                await self.write_out()
-                return
-            grant = self.route.grant
-            if self.revoked or (grant is not None and grant.expired(self.server.clock())):
-                await self._refuse_expired(frame)
-                return
-            endpoint = self.route.endpoint
-            if not frame.batch:
-                ctx = self._context()
-                response = await dispatch(
-                    frame.items[0], ctx, endpoint, self.server.methods, self.observe
-                )
-                if response is not None:
-                    self.queue(response)
-                contexts = [ctx]
-            else:
-                contexts = [self._context() for _ in frame.items]
-                answers = await asyncio.gather(
-                    *(
-                        dispatch(i, c, endpoint, self.server.methods, self.observe)
-                        for i, c in zip(frame.items, contexts, strict=True)
-                    )
-                )
-                responses = [a for a in answers if a is not None]
-                if responses:
-                    self.queue(responses)
-            for ctx in contexts:
-                for callback in ctx.after:
-                    callback()
-            await self.write_out()
+                answer, contexts = await self._answer(data)
+            finally:
+                del data
+                self.server.budget.release(token)
         except Exception:  # dispatch answers every error; this is a last resort
             log.exception("unexpected failure handling a frame")
         finally:
-            self.slots.release()
+            if answer is None:
+                self.slots.release()
+            else:
+                self.send(answer, self.slots.release)
+            for ctx in contexts:
+                for callback in ctx.after:
+                    callback()
 
     async def _read(self) -> None:
+        idle = self.server.idle_timeout
         try:
-            async for data in self.ws:
+            while True:
                 await self.slots.acquire()
-                task = asyncio.create_task(self._handle(data))
+                await self.writable.wait()
+                try:
+                    data = await self._recv(idle)
+                except BaseException:
+                    self.slots.release()
+                    raise
+                token = await self.server.budget.acquire(len(data))
+                task = asyncio.create_task(self._handle(data, token))
+                del data
                 self.tasks.add(task)
                 task.add_done_callback(self.tasks.discard)
         except ConnectionClosed:
             pass
+
+    async def _recv(self, idle: float | None) -> str | bytes:
+        """The next frame as bytes; close the connection when it stays idle (no frame,
+        nothing in flight, no subscription) for ``idle`` seconds."""
+        while True:
+            try:
+                async with asyncio.timeout(idle):
+                    # Text frames decoded (invalid UTF-8 closes with 1007, as the protocol
+                    # requires); binary frames stay bytes and are read as UTF-8 JSON.
+                    return await self.ws.recv()
+            except TimeoutError:
+                if self.subscriptions or self.tasks or self.outgoing:
+                    continue
+                log.info("closing a connection idle for %ss", idle)
+                await self.ws.close(1000, "idle timeout")
+                raise ConnectionClosed(None, None) from None
 
     # -- token lifetime ----------------------------------------------------------------------
     def set_grant(self, grant: Grant | None) -> None:
@@ -340,15 +517,15 @@ class _Connection:
             self.revoked = reason
             self.stop_reading()
 
-    async def _refuse_expired(self, frame: Frame) -> None:
-        """Answer every request of ``frame`` -32003 (the token is no longer valid), then
-        close the connection."""
+    def _refuse_expired(self, frame: Frame) -> bytes | None:
+        """The answer to every request of ``frame``: -32003 (the token is no longer
+        valid); the connection is closed after it."""
         error = TokenRejectedError(self.revoked or REASON_EXPIRED)
-        answers = [error_response(i.id, error) for i in frame.items if not i.notification]
-        if answers:
-            self.queue(answers if frame.batch else answers[0])
-            await self.write_out()
         self.revoke(error.reason)
+        answers = [error_response(i.id, error) for i in frame.items if not i.notification]
+        if not answers:
+            return None
+        return encode_message(answers if frame.batch else answers[0])
 
     async def run(self) -> None:
         self.set_grant(self.route.grant)
@@ -363,28 +540,64 @@ class _Connection:
                 self.expiry.cancel()
             for sub in list(self.subscriptions.values()):
                 self._drop(sub)
-            await self._drain()
-            while self.flushers:
-                await asyncio.wait(set(self.flushers))
-            if self.server.stopping:
-                await self.ws.close(1001, "server shutting down")
-            elif self.revoked is not None:
-                await self.ws.close(1008, self.revoked)
+            await self._finish()
 
-    async def _drain(self) -> None:
-        if not self.tasks:
+    async def _finish(self) -> None:
+        """Let handlers finish and answers go out, within the server's stop deadline;
+        whatever is left then is cancelled and the connection aborted."""
+        if self.tasks:
+            _done, pending = await asyncio.wait(
+                set(self.tasks), timeout=self.server.remaining_stop_time()
+            )
+            for task in pending:
+                log.warning("cancelling a request still running at the stop deadline")
+                task.cancel()
+            if pending:
+                await asyncio.wait(pending)
+        if self.flushers:
+            _done, unwritten = await asyncio.wait(
+                set(self.flushers), timeout=self.server.remaining_stop_time()
+            )
+            if unwritten:
+                self.abort()
+                return
+        if self.server.stopping:
+            code, reason = 1001, "server shutting down"
+        elif self.revoked is not None:
+            code, reason = 1008, self.revoked
+        else:
             return
-        _done, pending = await asyncio.wait(set(self.tasks), timeout=self.server.drain_timeout)
-        for task in pending:
-            log.warning("cancelling a request still running after %ss", self.server.drain_timeout)
+        try:
+            async with asyncio.timeout(self.server.remaining_stop_time()):
+                await self.ws.close(code, reason)
+        except TimeoutError:
+            self.abort()
+
+    def abort(self) -> None:
+        """Drop the TCP connection now (a client that does not read blocks a clean close)."""
+        self._drop_outgoing()
+        for task in list(self.flushers):
             task.cancel()
-        if pending:
-            await asyncio.wait(pending)
+        self.ws.transport.abort()
 
     def stop_reading(self) -> None:
         self.stop_requested = True
         if self.reader is not None:
             self.reader.cancel()
+
+
+def _bounded(response: dict[str, Any], item: RpcRequest | Invalid, limit: int) -> bytes:
+    """``response`` encoded, or a -32004 answer when it would exceed ``limit`` bytes."""
+    data = encode_message(response)
+    if len(data) <= limit:
+        return data
+    error = TooLargeError(
+        f"the answer would be {len(data)} bytes, more than the server sends at once "
+        f"({limit} bytes left of max_answer_bytes); ask for less (limit, paging)",
+        data={"answer_bytes": len(data), "max_answer_bytes": limit},
+    )
+    del data
+    return encode_message(error_response(item.id, error))
 
 
 class SessionServer:
@@ -395,6 +608,22 @@ class SessionServer:
     authentication. ``clock`` (seconds since the epoch) is what token expiry is checked
     against. ``port=0`` lets the system choose; ``port``/``url`` tell which.
     Usable as ``async with SessionServer(...) as server:`` (start/stop).
+
+    Bounds on what clients control (each documented in docs/server.md):
+
+    - ``max_frame_bytes``: largest frame (bigger: close 1009);
+    - ``max_inflight`` frames per connection whose answer is not yet written;
+    - ``max_outgoing_bytes`` per connection waiting to be written before reading pauses;
+    - ``max_batch`` requests per batch (more: -32600); a batch runs one request at a time;
+    - ``max_answer_bytes`` per answer (a batch's answers together; more: -32004);
+    - ``max_request_bytes``: frames being handled, all connections together;
+    - ``max_subscriber_bytes`` of notifications queued per subscription (then a gap);
+    - ``max_subscriptions`` per connection;
+    - ``max_connections`` (default derived from ``RLIMIT_NOFILE``): more get HTTP 503;
+    - ``idle_timeout``: a connection with no frame, nothing in flight and no subscription
+      for that long is closed (1000);
+    - ``stop_timeout``: ``stop()`` returns within about this many seconds whatever the
+      clients do (requests still running are cancelled, unwritable connections aborted).
     """
 
     def __init__(
@@ -408,7 +637,15 @@ class SessionServer:
         clock: Callable[[], float] = time.time,
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         max_inflight: int = 64,
-        drain_timeout: float = 30.0,
+        max_outgoing_bytes: int = 8 * 1024 * 1024,
+        max_batch: int = 64,
+        max_answer_bytes: int | None = None,
+        max_request_bytes: int | None = None,
+        max_subscriber_bytes: int = 1024 * 1024,
+        max_subscriptions: int = 256,
+        max_connections: int | None = None,
+        idle_timeout: float | None = 300.0,
+        stop_timeout: float = 10.0,
         methods: Mapping[str, MethodSpec] | None = None,
     ) -> None:
         self.registry = registry
@@ -419,9 +656,25 @@ class SessionServer:
         self.auth = auth if auth is not None else Authenticator(tokens)
         self.clock = clock
         self.max_frame_bytes = max_frame_bytes
-        self.max_inflight = max_inflight
-        self.drain_timeout = drain_timeout
+        self.max_inflight = max(1, max_inflight)
+        self.max_outgoing_bytes = max_outgoing_bytes
+        self.max_batch = max(1, max_batch)
+        self.max_answer_bytes = max_answer_bytes or max(max_frame_bytes, 1024 * 1024)
+        # Two maximal frames at once (large frames may hold half the budget), the other
+        # half for ordinary requests.
+        self.budget = ByteBudget(max_request_bytes or 4 * max_frame_bytes)
+        self.max_subscriber_bytes = max_subscriber_bytes
+        self.max_subscriptions = max_subscriptions
+        self.max_connections = max_connections or derive_limits().max_connections
+        self.idle_timeout = idle_timeout
+        self.stop_timeout = stop_timeout
         self.stopping = False
+        self._deadline: float | None = None
+        self.topics: dict[tuple[str, str], _Topic] = {}
+        self._refusals = _RateLimitedLog(
+            "refusing connections: %d open, the maximum is %d (max_connections); "
+            "%d refused in the last %.0f s"
+        )
         self._ws: Server | None = None
         self._routes: weakref.WeakKeyDictionary[ServerConnection, _Route] = (
             weakref.WeakKeyDictionary()
@@ -469,22 +722,45 @@ class SessionServer:
             process_request=self._process_request,
             select_subprotocol=_select_subprotocol,
             max_size=self.max_frame_bytes,
+            # Frames buffered by websockets before we read them: few, they may be large.
+            max_queue=4,
+            logger=redacting_logger("websockets.server"),
         )
         sockets = self._ws.sockets
         if sockets:
             self.port = int(sockets[0].getsockname()[1])
 
+    def remaining_stop_time(self) -> float | None:
+        """Seconds left before the stop deadline (``None`` when not stopping)."""
+        if self._deadline is None:
+            return None
+        return max(0.0, self._deadline - asyncio.get_running_loop().time())
+
     async def stop(self) -> None:
-        """Graceful stop: refuse new connections and requests, finish in-flight ones,
-        send their answers, close every connection with 1001. Idempotent."""
+        """Graceful stop within ``stop_timeout``: refuse new connections and requests,
+        finish in-flight ones, send their answers, close every connection with 1001;
+        at the deadline cancel what still runs and abort what cannot be written. Idempotent."""
         if self._ws is None or self.stopping:
             await self._stopped.wait()
             return
         self.stopping = True
+        # The last second is for aborting and closing the listener.
+        self._deadline = asyncio.get_running_loop().time() + max(0.0, self.stop_timeout - 1.0)
         self._ws.close(close_connections=False)
         for conn in list(self._connections):
             conn.stop_reading()
-        await self._ws.wait_closed()
+        try:
+            async with asyncio.timeout(self.stop_timeout):
+                await self._ws.wait_closed()
+        except TimeoutError:
+            log.warning("stop deadline reached: aborting %d connections", len(self._ws.handlers))
+            for ws in list(self._ws.handlers):
+                ws.transport.abort()
+            for conn in list(self._connections):
+                conn.abort()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(1.0):
+                    await self._ws.wait_closed()
         self._release_lock()
         self._stopped.set()
 
@@ -516,6 +792,15 @@ class SessionServer:
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
 
+    def topic_for(self, actor: AgentActor, session_id: str) -> _Topic:
+        key = (actor.agent_id, session_id)
+        topic = self.topics.get(key)
+        if topic is None:
+            topic = _Topic(self, key)
+            topic.unsubscribe = actor.subscribe(session_id, topic.on_events, topic.on_deleted)
+            self.topics[key] = topic
+        return topic
+
     # -- handshake ---------------------------------------------------------------------
     def _process_request(self, connection: ServerConnection, request: Request) -> Response | None:
         public = self.http.public(connection, request)  # the page and /healthz: no token
@@ -523,10 +808,27 @@ class SessionServer:
             return public
         if self.stopping:
             return _refuse(connection, http.HTTPStatus.SERVICE_UNAVAILABLE, "server shutting down")
+        open_now = len(self._ws.handlers) if self._ws is not None else 0
+        if open_now > self.max_connections:  # this handshake is one of the handlers
+            self._refusals.note(open_now - 1, self.max_connections)
+            response = _refuse(
+                connection,
+                http.HTTPStatus.SERVICE_UNAVAILABLE,
+                f"too many connections (max_connections {self.max_connections}); retry later",
+            )
+            response.headers["Retry-After"] = "1"
+            return response
+        authorizations = request.headers.get_all("Authorization")
+        if len(authorizations) > 1:
+            return _refuse(
+                connection,
+                http.HTTPStatus.BAD_REQUEST,
+                f"Authorization: {len(authorizations)} headers; send exactly one",
+            )
         grant: Grant | None = None
         if self.auth.enabled:
             token = token_from_headers(
-                request.headers.get("Authorization"), _offered(request.headers)
+                authorizations[0] if authorizations else None, _offered(request.headers)
             )
             try:
                 grant = self.auth.authenticate(token, self.clock())
@@ -594,6 +896,43 @@ def lock_memory_dir(memory_dir: Path) -> int:
             data={"memory_dir": str(memory_dir)},
         ) from None
     return fd
+
+
+class _RateLimitedLog:
+    """One warning per ``interval`` seconds for a repeated event, with a count."""
+
+    def __init__(self, template: str, interval: float = 10.0) -> None:
+        self.template = template
+        self.interval = interval
+        self.count = 0
+        self.last = -float("inf")
+
+    def note(self, *args: Any) -> None:
+        self.count += 1
+        now = time.monotonic()
+        if now - self.last >= self.interval:
+            log.warning(self.template, *args, self.count, self.interval)
+            self.last = now
+            self.count = 0
+
+
+_accept_errors = _RateLimitedLog(
+    "cannot accept connections: %s (the process is out of file descriptors?); "
+    "%d such errors in the last %.0f s"
+)
+
+
+def quiet_accept_errors(loop: asyncio.AbstractEventLoop) -> None:
+    """Log asyncio's "socket.accept() out of system resource" (EMFILE at accept) as one
+    line per interval, without a traceback; every other loop error as before."""
+
+    def handler(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        if str(context.get("message", "")).startswith("socket.accept() out of system"):
+            _accept_errors.note(repr(context.get("exception")))
+            return
+        loop.default_exception_handler(context)
+
+    loop.set_exception_handler(handler)
 
 
 def _refuse(connection: ServerConnection, status: http.HTTPStatus, text: str) -> Response:

@@ -27,6 +27,7 @@ __all__ = [
     "StorageError",
     "SummarizerError",
     "TooLargeError",
+    "UnavailableError",
 ]
 
 
@@ -125,3 +126,10 @@ class ForbiddenError(SessionServerError):
 
 class TooLargeError(SessionServerError):
     code = -32004
+
+
+class UnavailableError(SessionServerError):
+    """A resource is exhausted for now (for example no free file descriptor); the same
+    call may succeed later. ``data["retryable"]`` is true and ``data["reason"]`` names it."""
+
+    code = -32005

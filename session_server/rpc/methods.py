@@ -62,6 +62,7 @@ from .protocol import (
     Invalid,
     Request,
     error_response,
+    find_out_of_range_int,
     format_validation_error,
     result_response,
     validation_error_field,
@@ -237,6 +238,12 @@ async def _call(
         where = "/v1" if spec.endpoint == SERVER else "/v1/agents/<agent_id>"
         raise MethodNotFoundError(
             f"Method not found: {req.method!r} is not available on this endpoint (use {where})"
+        )
+    too_big = find_out_of_range_int(req.params)
+    if too_big is not None:
+        raise InvalidParamsError(
+            f"{too_big}: integer out of range (must fit in a signed 64-bit integer)",
+            data={"field": too_big},
         )
     grant = ctx.grant
     if grant is not None and not scope_allows(grant.scope, spec.scope):
@@ -428,8 +435,9 @@ async def events_append(ctx: CallContext, p: AppendParams) -> dict[str, Any]:
 
 
 async def events_load(ctx: CallContext, p: LoadParams) -> dict[str, Any]:
-    """Events oldest first."""
-    events = await (await ctx.actor()).load_events(
+    """Events oldest first; an unknown session is -32001 (as for every other method)."""
+    actor = await ctx.actor()
+    events = await actor.load_events(
         p.session_id,
         limit=p.limit,
         tail=p.tail,
@@ -437,6 +445,8 @@ async def events_load(ctx: CallContext, p: LoadParams) -> dict[str, Any]:
         after_seq=p.after_seq,
         actions=p.actions,
     )
+    if not events:
+        await _session_row(actor, p.session_id)  # only an empty answer needs the check
     return {"events": events}
 
 

@@ -35,6 +35,7 @@ __all__ = [
     "RequestId",
     "encode_message",
     "error_response",
+    "find_out_of_range_int",
     "format_validation_error",
     "notification",
     "parse_frame",
@@ -190,6 +191,26 @@ def encode_message(message: dict[str, Any] | Sequence[dict[str, Any]]) -> bytes:
     """Serialise a response, a batch of responses or a notification to UTF-8 JSON
     (send it as a text frame)."""
     return _ENCODER.encode(message)
+
+
+INT64_MIN: Final = -(2**63)
+INT64_MAX: Final = 2**63 - 1
+
+
+def find_out_of_range_int(value: Any, path: str = "params") -> str | None:
+    """The path of the first integer outside the signed 64-bit range in ``value`` (what
+    SQLite and every JSON peer can hold), or ``None``."""
+    stack: list[tuple[Any, str]] = [(value, path)]
+    while stack:
+        item, where = stack.pop()
+        if type(item) is int:
+            if not INT64_MIN <= item <= INT64_MAX:
+                return where
+        elif isinstance(item, dict):
+            stack.extend((v, f"{where}.{k}") for k, v in reversed(item.items()))
+        elif isinstance(item, list):
+            stack.extend((v, f"{where}[{i}]") for i, v in reversed(list(enumerate(item))))
+    return None
 
 
 def _loc_path(prefix: str, loc: Sequence[int | str]) -> str:

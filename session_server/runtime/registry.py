@@ -27,6 +27,7 @@ from prometheus_client import CollectorRegistry
 from ..compaction import resolve_strategy, validate_strategy
 from ..core.agent_ids import validate_agent_id
 from ..core.errors import AgentUnavailableError, InvalidParamsError
+from ..limits import derive_limits
 from ..storage.store import Synchronous
 from .actor import AgentActor
 from .metrics import CompactionMetrics
@@ -47,7 +48,8 @@ class ActorRegistry:
     """Owns the actors of one memory dir. Use ``async with ActorRegistry(dir) as reg``.
 
     Options: ``synchronous`` ("FULL" default, or "NORMAL"), ``idle_timeout`` seconds
-    (default 300; ``None`` disables the sweep), ``max_open`` open stores (default 256),
+    (default 300; ``None`` disables the sweep), ``max_open`` open stores (default
+    derived from ``RLIMIT_NOFILE``, at most 256: see ``session_server.limits``),
     ``busy_timeout_ms`` (5000), ``context_limit`` (default window of
     ``build_working_context``, 200 events), ``mirror`` (keep the JSONL mirror, default
     True), ``io_threads`` (worker threads for SQLite calls, shared by all agents, 8),
@@ -62,7 +64,7 @@ class ActorRegistry:
         *,
         synchronous: Synchronous = "FULL",
         idle_timeout: float | None = 300.0,
-        max_open: int = 256,
+        max_open: int | None = None,
         busy_timeout_ms: int = 5000,
         context_limit: int = 200,
         mirror: bool = True,
@@ -73,6 +75,8 @@ class ActorRegistry:
     ) -> None:
         if synchronous not in ("FULL", "NORMAL"):
             raise ValueError(f"synchronous: must be 'FULL' or 'NORMAL', got {synchronous!r}")
+        if max_open is None:
+            max_open = derive_limits().max_open_agents
         for name, value in (
             ("max_open", max_open),
             ("busy_timeout_ms", busy_timeout_ms),

@@ -31,6 +31,7 @@ from ..core.events import ACTIONS, SessionEvent
 from ..core.plans import AppendBatch, AppendOutcome, AppendResult, ContextWindow, SessionState
 from ..core.records import CompactionRecord
 from ..core.turns import widening_turns, window_from
+from ..limits import descriptor_error, out_of_descriptors
 from . import session_sql
 from . import sqlite_ops as ops
 from .sqlite_ops import EVENT_COLUMNS
@@ -102,6 +103,8 @@ class AgentStore:
             try:
                 return fn(self._reader_conn())
             except sqlite3.Error as exc:
+                if out_of_descriptors(exc):
+                    raise descriptor_error(self.agent_id) from exc
                 raise ops.storage_error(exc, "read") from exc
 
         async with self._read_lock:
@@ -147,6 +150,15 @@ class AgentStore:
 
         try:
             store._writer = await store._call(open_writer)
+        except (OSError, sqlite3.OperationalError) as exc:
+            if out_of_descriptors(exc):
+                raise descriptor_error(agent_id) from exc
+            if isinstance(exc, OSError):
+                raise
+            raise AgentUnavailableError(
+                f"agent {agent_id!r}: database file {path.name} is unusable ({exc})",
+                data={"agent_id": agent_id},
+            ) from exc
         except sqlite3.DatabaseError as exc:
             raise AgentUnavailableError(
                 f"agent {agent_id!r}: database file {path.name} is unusable ({exc})",

@@ -201,6 +201,11 @@ class ServerProcess:
             raise RuntimeError(f"server did not print its address: {self.stderr_text}")
         return self.url
 
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
     def terminate(self, timeout: float = 30.0, sig: int = signal.SIGTERM) -> int:
         """Send ``sig`` (SIGTERM), then wait for the exit code (killed after ``timeout``)."""
         assert self.proc is not None

@@ -25,6 +25,7 @@ from session_server.core.errors import (
     StorageError,
     SummarizerError,
     TooLargeError,
+    UnavailableError,
 )
 
 EXPECTED_CODES = {
@@ -37,6 +38,7 @@ EXPECTED_CODES = {
     ConflictError: -32002,
     ForbiddenError: -32003,
     TooLargeError: -32004,
+    UnavailableError: -32005,
     # Subclasses inherit the code of the class they refine.
     InvalidAgentIdError: -32602,
     RenderError: -32602,

@@ -1,0 +1,82 @@
+"""``ByteBudget``: a server-wide bound on request bytes being handled (I/O shell).
+
+Every frame takes its size from the budget before it is parsed and gives it back when its
+handling ends, so the memory spent parsing, validating and storing requests is bounded by
+the budget whatever the number of connections. A frame bigger than ``large_share`` of the
+capacity is "large": large frames together may hold at most that share, so small requests
+(the common case) always find room and are not queued behind a few huge appends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+
+__all__ = ["ByteBudget"]
+
+
+class ByteBudget:
+    """Counts bytes in use against ``capacity``; ``acquire`` waits until a request fits.
+
+    Waiters are served in arrival order within their class (small, large); a small
+    request does not queue behind a large one that waits for the large share.
+    """
+
+    def __init__(self, capacity: int, *, large_share: float = 0.5) -> None:
+        if capacity < 1:
+            raise ValueError("capacity: must be at least 1")
+        self.capacity = capacity
+        self.large_limit = max(1, int(capacity * large_share))
+        self.large_threshold = max(1, capacity // 16)
+        self.in_use = 0
+        self.large_in_use = 0
+        self._waiters: deque[tuple[int, bool, asyncio.Future[None]]] = deque()
+
+    def _fits(self, cost: int, large: bool) -> bool:
+        if self.in_use + cost > self.capacity:
+            return False
+        return not large or self.large_in_use + cost <= self.large_limit
+
+    def _take(self, cost: int, large: bool) -> None:
+        self.in_use += cost
+        if large:
+            self.large_in_use += cost
+
+    async def acquire(self, size: int) -> int:
+        """Wait until ``size`` bytes fit; return the token to hand to ``release``."""
+        large = size >= self.large_threshold
+        cost = max(1, min(size, self.large_limit if large else self.capacity))
+        queued = any(w[1] == large for w in self._waiters)  # keep order within a class
+        if not queued and self._fits(cost, large):
+            self._take(cost, large)
+        else:
+            future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            entry = (cost, large, future)
+            self._waiters.append(entry)
+            try:
+                await future
+            except BaseException:
+                if future.done() and not future.cancelled():
+                    self.release(-cost if large else cost)  # granted, then cancelled
+                else:
+                    self._waiters.remove(entry)
+                raise
+        return -cost if large else cost
+
+    def release(self, token: int) -> None:
+        """Give back what ``acquire`` returned (negative means a large frame)."""
+        cost = abs(token)
+        self.in_use -= cost
+        if token < 0:
+            self.large_in_use -= cost
+        blocked: set[bool] = set()  # classes whose first waiter does not fit yet
+        for entry in list(self._waiters):
+            w_cost, w_large, future = entry
+            if w_large in blocked or future.done():
+                continue
+            if self._fits(w_cost, w_large):
+                self._waiters.remove(entry)
+                self._take(w_cost, w_large)
+                future.set_result(None)
+            else:
+                blocked.add(w_large)

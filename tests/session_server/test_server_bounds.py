@@ -1,0 +1,324 @@
+"""Bounds the server keeps on what clients control (issue 13, items 1, 2, 6, 8).
+
+Real server on 127.0.0.1, real sockets. Clients that "do not read" are ``websockets``
+connections with a tiny receive queue whose frames are never consumed: once their queue
+is full they stop reading the socket, exactly like a stalled peer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import http
+import logging
+import os
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import InvalidStatus
+
+from session_server.budget import ByteBudget
+from session_server.client import SessionClient
+from session_server.core.errors import InvalidParamsError, NotFoundError, UnavailableError
+from session_server.server import SessionServer
+from tests.support.server import RunningServer, running_server
+
+AGENT = "bounds-agent"
+DEADLINE_S = 20.0  # guards against a hung server; never used to synchronise
+
+_ENC = msgspec.json.Encoder()
+_DEC = msgspec.json.Decoder()
+
+
+async def until(predicate: Callable[[], bool], what: str) -> None:
+    """Wait (polling the loop) until ``predicate()`` holds; fail after ``DEADLINE_S``."""
+    deadline = time.monotonic() + DEADLINE_S
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.01)
+
+
+def noise(n: int) -> str:
+    """Text that deflate cannot shrink (answers must be big on the wire too)."""
+    return os.urandom(n // 2).hex()
+
+
+def request(rid: int, method: str, **params: Any) -> bytes:
+    return _ENC.encode({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
+
+
+async def stalled(url: str) -> ClientConnection:
+    """A connection that buffers at most one frame and is then never read."""
+    return await connect(f"{url}/v1/agents/{AGENT}", max_queue=1, max_size=None, compression=None)
+
+
+@pytest.fixture
+async def server(tmp_path: Path) -> AsyncIterator[RunningServer]:
+    async with running_server(
+        tmp_path / "memory",
+        max_inflight=4,
+        max_outgoing_bytes=256 * 1024,
+        max_batch=8,
+        max_answer_bytes=200_000,
+        max_subscriber_bytes=64 * 1024,
+        max_connections=6,
+        stop_timeout=3.0,
+    ) as running:
+        async with SessionClient(running.url, AGENT) as client:
+            await client.create_session(session_id="s")
+            big = [{"content": noise(20_000)} for _ in range(10)]
+            await client.append_events("s", big)
+        yield running
+
+
+def only_connection(server: SessionServer) -> Any:
+    assert len(server._connections) == 1
+    return next(iter(server._connections))
+
+
+async def test_unread_answers_hold_the_window(server: RunningServer) -> None:
+    """A client pipelining 400 requests with 100 kB answers, reading none: the server
+    stops reading after the window, holds at most ``max_inflight`` answers, and once the
+    client reads, every request is answered, in full."""
+    ws = await stalled(server.url)
+    try:
+        n = 400
+        for i in range(n):
+            await ws.send(request(i, "events.load", session_id="s", limit=5), text=True)
+        conn = only_connection(server.server)
+        await until(
+            lambda: conn.slots.locked() and not conn.tasks and conn.outgoing,
+            "every slot held by an unwritten answer",
+        )
+        assert len(conn.outgoing) <= server.server.max_inflight
+        assert conn.outgoing_bytes <= server.server.max_inflight * 110_000
+        # Now read everything: all n answers arrive, none lost.
+        seen = set()
+        while len(seen) < n:
+            async with asyncio.timeout(DEADLINE_S):
+                answer = _DEC.decode(await ws.recv(decode=False))
+            assert len(answer["result"]["events"]) == 5
+            seen.add(answer["id"])
+        assert seen == set(range(n))
+    finally:
+        await ws.close()
+
+
+async def test_batch_length_and_answer_size_are_bounded(server: RunningServer) -> None:
+    async with connect(f"{server.url}/v1/agents/{AGENT}") as ws:
+        too_long = [{"jsonrpc": "2.0", "id": i, "method": "session.list"} for i in range(9)]
+        await ws.send(_ENC.encode(too_long), text=True)
+        answer = _DEC.decode(await ws.recv())
+        assert answer["error"]["code"] == -32600
+        assert "maximum of 8" in answer["error"]["message"]
+
+        # Each load answers ~100 kB; the bound (200 kB) lets one through whole.
+        batch = [
+            {
+                "jsonrpc": "2.0",
+                "id": i,
+                "method": "events.load",
+                "params": {"session_id": "s", "limit": 5},
+            }
+            for i in range(8)
+        ]
+        await ws.send(_ENC.encode(batch), text=True)
+        answers = _DEC.decode(await ws.recv())
+        assert [a["id"] for a in answers] == list(range(8))
+        assert "result" in answers[0]
+        assert all(a["error"]["code"] == -32004 for a in answers[2:])
+        assert sum(len(_ENC.encode(a)) for a in answers) <= 200_000
+
+        # A single answer over the bound is -32004 with the id; the connection stays up.
+        await ws.send(request(99, "events.load", session_id="s", limit=None), text=True)
+        await ws.send(request(100, "session.list"), text=True)
+        got = [_DEC.decode(await ws.recv()), _DEC.decode(await ws.recv())]
+        big, small = sorted(got, key=lambda a: int(a["id"]))
+        assert big["id"] == 99 and big["error"]["code"] == -32004
+        assert "max_answer_bytes" in big["error"]["message"]
+        assert small["id"] == 100 and "result" in small
+
+
+async def test_non_reading_subscriber_gets_a_gap_and_writers_are_not_slowed(
+    server: RunningServer,
+) -> None:
+    """A subscriber that stops reading holds at most ``max_subscriber_bytes`` of
+    notifications; writers keep being answered; when it reads again it is told of the
+    gap (``events.gap``), and the Python client fills it, so it sees every event once."""
+    sub_client = SessionClient(server.url, AGENT, max_size=None)
+    await sub_client.connect()
+    try:
+        sub = await sub_client.subscribe("s")
+        # Stall the subscriber's socket: its reader task is paused by filling the queue.
+        stalled_ws = await stalled(server.url)
+        await stalled_ws.send(request(1, "events.subscribe", session_id="s"), text=True)
+        async with SessionClient(server.url, AGENT) as writer:
+            for i in range(60):
+                async with asyncio.timeout(DEADLINE_S):
+                    await writer.append_events("s", [{"content": f"{i}:" + noise(200_000)}])
+        conns = [c for c in server.server._connections if "s" in c.subscriptions]
+        stalled_conn = next(c for c in conns if c.ws.remote_address[1] == _port(stalled_ws))
+        sub_state = stalled_conn.subscriptions["s"]
+        await until(lambda: sub_state.gap is not None, "the stalled subscriber to lag")
+        assert sub_state.queued <= 64 * 1024 + 201_000
+        # The reading subscriber got everything, in order.
+        got: list[int] = []
+        while len(got) < 60:
+            async with asyncio.timeout(DEADLINE_S):
+                event = await sub.__anext__()
+            got.append(event.seq)
+        assert got == list(range(11, 71))
+        # The stalled one reads again: some notifications, one gap, then live again.
+        methods: list[str] = []
+        gap: dict[str, Any] = {}
+        while not gap:
+            async with asyncio.timeout(DEADLINE_S):
+                message = _DEC.decode(await stalled_ws.recv(decode=False))
+            methods.append(message.get("method", "answer"))
+            if message.get("method") == "events.gap":
+                gap = message["params"]
+        assert gap["session_id"] == "s" and gap["to_seq"] == 70
+        assert methods[0] == "answer" and "events.appended" in methods
+        await stalled_ws.close()
+    finally:
+        await sub_client.close()
+
+
+async def test_client_fills_a_gap_in_order(server: RunningServer) -> None:
+    """The Python client's subscription replaces an ``events.gap`` by the missed events."""
+    async with SessionClient(server.url, AGENT, max_size=None) as client:
+        sub = await client.subscribe("s")
+        sub._gap(2, 4)  # as the notification would
+        async with SessionClient(server.url, AGENT) as writer:
+            await writer.append_events("s", [{"content": "after"}])
+        seqs = []
+        for _ in range(4):
+            async with asyncio.timeout(DEADLINE_S):
+                seqs.append((await sub.__anext__()).seq)
+        assert seqs == [2, 3, 4, 11]
+
+
+def _port(ws: ClientConnection) -> int:
+    return int(ws.local_address[1])
+
+
+async def test_connection_maximum_refuses_with_503_and_logs_once(
+    server: RunningServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="session_server.server")
+    held = [await connect(f"{server.url}/v1/agents/{AGENT}") for _ in range(6)]
+    try:
+        for _ in range(20):
+            with pytest.raises(InvalidStatus) as info:
+                await connect(f"{server.url}/v1/agents/{AGENT}")
+            assert info.value.response.status_code == http.HTTPStatus.SERVICE_UNAVAILABLE
+        with pytest.raises(UnavailableError) as refused:
+            await SessionClient(server.url, AGENT).connect()
+        assert refused.value.data == {"http_status": 503, "retryable": True}
+    finally:
+        for ws in held:
+            await ws.close()
+    refusals = [r for r in caplog.records if "refusing connections" in r.getMessage()]
+    assert len(refusals) == 1
+    assert not any(r.exc_info for r in caplog.records)
+    # Room again once they are gone.
+    await until(lambda: len(server.server._connections) == 0, "connections to end")
+    async with SessionClient(server.url, AGENT) as client:
+        assert await client.list_sessions()
+
+
+async def test_idle_connection_is_closed_but_a_subscriber_is_not(tmp_path: Path) -> None:
+    async with running_server(tmp_path / "memory", idle_timeout=0.2) as running:
+        async with SessionClient(running.url, AGENT) as setup:
+            await setup.create_session(session_id="s")
+        async with connect(f"{running.url}/v1/agents/{AGENT}") as listener:
+            await listener.send(request(1, "events.subscribe", session_id="s"), text=True)
+            assert "result" in _DEC.decode(await listener.recv())
+            async with connect(f"{running.url}/v1/agents/{AGENT}") as idle:
+                async with asyncio.timeout(DEADLINE_S):
+                    await idle.wait_closed()
+                assert idle.close_code == 1000 and idle.close_reason == "idle timeout"
+            # The idle one was closed after several idle periods; the subscriber lives.
+            await listener.send(request(2, "session.list"), text=True)
+            assert _DEC.decode(await listener.recv())["id"] == 2
+
+
+async def test_stop_is_bounded_with_a_client_that_never_reads(server: RunningServer) -> None:
+    ws = await stalled(server.url)
+    for i in range(200):
+        await ws.send(request(i, "events.load", session_id="s", limit=5), text=True)
+    conn = only_connection(server.server)
+    await until(lambda: conn.slots.locked() and conn.outgoing, "answers stuck")
+    started = time.monotonic()
+    await server.server.stop()
+    elapsed = time.monotonic() - started
+    assert elapsed < server.server.stop_timeout + 1.0
+    assert not server.server._connections
+    await ws.close()
+
+
+async def test_duplicate_authorization_headers_get_400(tmp_path: Path) -> None:
+    async with running_server(tmp_path / "memory", tokens=["secret-token"]) as running:
+        port = int(running.url.rsplit(":", 1)[1])
+        raw = (
+            f"GET /v1/agents/{AGENT} HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\n"
+            "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+            "Sec-WebSocket-Version: 13\r\nAuthorization: Bearer secret-token\r\n"
+            "Authorization: Bearer other\r\n\r\n"
+        ).encode()
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(raw)
+        await writer.drain()
+        status = await reader.readline()
+        writer.close()
+        assert status.startswith(b"HTTP/1.1 400"), status
+
+
+async def test_out_of_range_integers_name_the_field(server: RunningServer) -> None:
+    big = 2**70
+    async with SessionClient(server.url, AGENT) as client:
+        cases = {
+            "params.limit": ("events.load", {"session_id": "s", "limit": big}),
+            "params.after_seq": ("events.load", {"session_id": "s", "after_seq": -big}),
+            "params.events[0].timestamp": (
+                "events.append",
+                {"session_id": "s", "events": [{"content": "x", "timestamp": big}]},
+            ),
+            "params.base_seq": (
+                "turn.persist",
+                {"session_id": "s", "messages": [], "base_seq": big},
+            ),
+        }
+        for field, (method, params) in cases.items():
+            with pytest.raises(InvalidParamsError) as info:
+                await client.call(method, params)
+            assert info.value.data == {"field": field}
+            assert field in info.value.message
+
+
+async def test_events_load_of_unknown_session_is_not_found(server: RunningServer) -> None:
+    async with SessionClient(server.url, AGENT) as client:
+        with pytest.raises(NotFoundError):
+            await client.load_events("no-such-session")
+        assert await client.load_events("s", actions=["tool_result"]) == []
+
+
+async def test_byte_budget_bounds_and_reserves_room_for_small_requests() -> None:
+    budget = ByteBudget(1600)  # large: >= 100 bytes, at most 800 together
+    big = [await budget.acquire(500)]
+    waiting = asyncio.ensure_future(budget.acquire(500))
+    await asyncio.sleep(0)
+    assert not waiting.done() and budget.large_in_use == 500
+    small = [await budget.acquire(50) for _ in range(10)]  # small ones still get through
+    assert budget.in_use == 1000
+    budget.release(big[0])
+    assert await waiting < 0 and budget.large_in_use == 500
+    for token in small:
+        budget.release(token)
+    budget.release(await waiting)
+    assert budget.in_use == 0 and budget.large_in_use == 0
