@@ -724,6 +724,10 @@ class SessionServer:
             max_size=self.max_frame_bytes,
             # Frames buffered by websockets before we read them: few, they may be large.
             max_queue=4,
+            # No permessage-deflate: (de)compressing a 16 MiB frame takes the event loop
+            # for a few hundred ms (every client stalls), and each compressed connection
+            # keeps zlib buffers; the server's peers are local or on a fast network.
+            compression=None,
             logger=redacting_logger("websockets.server"),
         )
         sockets = self._ws.sockets

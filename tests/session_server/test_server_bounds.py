@@ -193,7 +193,7 @@ async def test_client_fills_a_gap_in_order(server: RunningServer) -> None:
     """The Python client's subscription replaces an ``events.gap`` by the missed events."""
     async with SessionClient(server.url, AGENT, max_size=None) as client:
         sub = await client.subscribe("s")
-        sub._gap(2, 4)  # as the notification would
+        sub.gap(2, 4)  # as the notification would
         async with SessionClient(server.url, AGENT) as writer:
             await writer.append_events("s", [{"content": "after"}])
         seqs = []

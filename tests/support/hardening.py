@@ -11,7 +11,7 @@
 - ``non_reading_subscriber``: ``subscribers`` connections subscribe and never read while
   a writer appends ``megabytes`` MB; the writer's append latencies are kept.
 - ``Probe``: another client on another agent, timing small calls meanwhile (its own
-  thread and loop, so the scenario's client work does not count in its latencies).
+  process, so the scenario's client work does not count in its latencies).
 
 ``watch_rss(pid, until)`` samples the server's RSS every 20 ms; the peak is the figure.
 """
@@ -19,9 +19,9 @@
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
 import os
 import statistics
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -280,44 +280,34 @@ async def _drain(ws: ClientConnection) -> None:
 
 
 class Probe:
-    """A client on another agent timing ``session.get`` round trips in its own thread
-    (own event loop) until ``stop()``; ``latencies`` in seconds."""
+    """A client on another agent timing ``session.get`` round trips in a separate process
+    (its own interpreter and loop: the scenario's client work does not count in its
+    latencies) until the ``with`` block ends; ``latencies`` in seconds."""
 
     def __init__(self, url: str, agent: str = "probe-agent") -> None:
         self.url = url
         self.agent = agent
         self.latencies: list[float] = []
-        self.error: BaseException | None = None
-        self._stop = threading.Event()
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
+        context = multiprocessing.get_context("spawn")
+        self._stop = context.Event()
+        self._ready = context.Event()
+        self._results, child = context.Pipe(duplex=False)
+        self._process = context.Process(
+            target=_probe_main, args=(url, agent, self._stop, self._ready, child), daemon=True
+        )
 
     def __enter__(self) -> Probe:
-        self._thread.start()
-        if not self._ready.wait(30):
+        self._process.start()
+        if not self._ready.wait(60):
+            self._process.kill()
             raise RuntimeError("probe did not connect")
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
-        self._thread.join(30)
-
-    def _run(self) -> None:
-        try:
-            asyncio.run(self._loop())
-        except BaseException as exc:  # reported by the caller
-            self.error = exc
-            self._ready.set()
-
-    async def _loop(self) -> None:
-        async with SessionClient(self.url, self.agent) as client:
-            sid = await client.create_session()
-            self._ready.set()
-            while not self._stop.is_set():
-                started = time.perf_counter()
-                await client.get_session(sid)
-                self.latencies.append(time.perf_counter() - started)
-                await asyncio.sleep(0.005)
+        if self._results.poll(60):
+            self.latencies = list(self._results.recv())
+        self._process.join(30)
 
     def summary(self) -> dict[str, float]:
         values = self.latencies
@@ -327,3 +317,20 @@ class Probe:
             "p99_ms": 1000 * percentile(values, 0.99),
             "max_ms": 1000 * max(values) if values else 0.0,
         }
+
+
+def _probe_main(url: str, agent: str, stop: Any, ready: Any, results: Any) -> None:
+    latencies: list[float] = []
+
+    async def run() -> None:
+        async with SessionClient(url, agent) as client:
+            sid = await client.create_session()
+            ready.set()
+            while not stop.is_set():
+                started = time.perf_counter()
+                await client.get_session(sid)
+                latencies.append(time.perf_counter() - started)
+                await asyncio.sleep(0.005)
+
+    asyncio.run(run())
+    results.send(latencies)
