@@ -311,9 +311,12 @@ def append(conn: sqlite3.Connection, batch: AppendBatch) -> AppendOutcome:
                 data={"field": "events[].id", "last_seq": last_seq},
             ) from exc
     if added:
+        # A reused id points at its latest call, as ``number_turns`` says: later results
+        # join the latest call's turn.
         conn.executemany(
-            "INSERT OR IGNORE INTO tool_calls (session_id, call_id, turn, turn_start_seq)"
-            " VALUES (?, ?, ?, ?)",
+            "INSERT INTO tool_calls (session_id, call_id, turn, turn_start_seq)"
+            " VALUES (?, ?, ?, ?) ON CONFLICT(session_id, call_id) DO UPDATE SET"
+            " turn = excluded.turn, turn_start_seq = excluded.turn_start_seq",
             [(session_id, cid, p.turn, p.start_seq) for cid, p in added.items()],
         )
     flag = bool(row[3]) if batch.compaction_required is None else batch.compaction_required

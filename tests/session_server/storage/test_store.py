@@ -13,6 +13,7 @@ from session_server import ActorRegistry, AgentActor
 from session_server.core.codec import message_to_event
 from session_server.core.errors import ConflictError, InvalidParamsError, NotFoundError
 from session_server.core.events import ContextMessage, SessionEvent, ToolCall
+from session_server.core.turns import assign_turns
 from session_server.storage.schema import SCHEMA_VERSION
 
 
@@ -223,6 +224,28 @@ async def test_turn_numbers_and_late_tool_results(actor: AgentActor) -> None:
         ("tool_result", 1),
     ]
     assert all(e.token_count and e.token_count > 0 for e in events)
+
+
+async def test_a_reused_call_id_joins_its_latest_calls_turn_across_appends(
+    actor: AgentActor,
+) -> None:
+    """A provider reusing ``call_1``: a result in a later append joins the latest call's
+    turn (``core.turns.number_turns``), not the first one's."""
+    sid = await actor.create_session()
+
+    def call() -> SessionEvent:
+        tc = ToolCall(id="call_1", name="t", arguments={})
+        return SessionEvent(action="tool_call_request", tool_calls=[tc])
+
+    def result(text: str) -> SessionEvent:
+        return SessionEvent(action="tool_result", tool_call_id="call_1", content=text)
+
+    await actor.append_events(sid, [user(sid, "q1"), call(), result("r1")])
+    await actor.append_events(sid, [user(sid, "q2"), call()])
+    await actor.append_events(sid, [result("r2")])
+    events = await actor.load_events(sid, limit=None)
+    assert [e.turn for e in events] == [1, 1, 1, 2, 2, 2]
+    assert [e.turn for e in events] == assign_turns(events)[0]
 
 
 def _fields(ev: SessionEvent) -> dict[str, object]:
