@@ -110,6 +110,7 @@ def build_parts(
     )
     names = call_name_index(evs) if params is not None else {}
     messages: list[ContextMessage] = []
+    turns: list[int | None] = []  # the stored turn of each message's event
     # Token count of each message by identity (None: the event has no stored count);
     # messages a placeholder changed are counted afresh, and so are the ones the repair
     # below makes up or changes (they are not in this map).
@@ -130,10 +131,11 @@ def build_parts(
         else:
             known[id(msg)] = ev.token_count
         messages.append(msg)
+        turns.append(ev.turn)
     # ``mapped`` stays referenced (a local lives until the return): the ids in ``known``
     # cannot be reused by the messages the repair makes.
     mapped = messages
-    repaired = repair_tool_pairing(mapped)
+    repaired = repair_tool_pairing(mapped, turns=turns)
     total = 0
     for msg in repaired:
         if id(msg) in known:

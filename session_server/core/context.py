@@ -90,7 +90,8 @@ def build_working_context(
     so the context renders for every adapter whatever the events hold. ``base_seq`` defaults to the highest seq among ``events`` (0 when there are none).
     """
     mapper = event_to_message or default_event_to_message
-    messages = repair_tool_pairing([m for m in (mapper(e) for e in events) if m is not None])
+    mapped = [(m, e.turn) for m, e in ((mapper(e), e) for e in events) if m is not None]
+    messages = repair_tool_pairing([m for m, _ in mapped], turns=[t for _, t in mapped])
     if base_seq is None:
         base_seq = max((e.seq for e in events), default=0)
     return WorkingContext(

@@ -8,8 +8,10 @@ never rewritten, so the context builder repairs the *messages* it builds:
 
 - **attribution**: a result answers the latest unanswered call with its id before it (a
   call id reused in a later turn therefore pairs with its own results); a result that
-  comes before every call with its id answers the first of them; a result may also name
-  a call by its repaired id (see renaming). A result that answers nothing (its call is not
+  comes before every call with its id answers the first of them *in its own turn* (a
+  result stored before its call), never a call of another turn; a result may also name
+  a call by its repaired id (see renaming). Turns are the stored ones when the caller
+  passes them (``turns``), otherwise a user message starts a new turn. A result that answers nothing (its call is not
   in the context, or the call already has a result) is left out.
 - **placement**: the results of a *call group* (a run of assistant messages with tool
   calls, as the Responses API's one ``function_call`` per item produces, with nothing
@@ -51,6 +53,7 @@ class _Slot:
     """One tool call of the context: where it is, its ids, and the result attributed to it."""
 
     message: int
+    turn: int
     original: str
     id: str
     name: str
@@ -71,7 +74,22 @@ def _unique(call_id: str, used: set[str]) -> str:
     return f"{call_id}_{k}"
 
 
-def _collect_calls(messages: Sequence[ContextMessage]) -> _Calls:
+def _message_turns(
+    messages: Sequence[ContextMessage], turns: Sequence[int | None] | None
+) -> list[int]:
+    """The turn of each message: ``turns`` when given in full (one per message, none
+    ``None``), else counted from the user messages (each starts a turn)."""
+    if turns is not None and len(turns) == len(messages) and None not in turns:
+        return [t or 0 for t in turns]
+    out: list[int] = []
+    turn = 0
+    for msg in messages:
+        turn += msg.role == "user"
+        out.append(turn)
+    return out
+
+
+def _collect_calls(messages: Sequence[ContextMessage], turns: list[int]) -> _Calls:
     calls = _Calls()
     used: set[str] = set()
     for i, msg in enumerate(messages):
@@ -81,14 +99,14 @@ def _collect_calls(messages: Sequence[ContextMessage]) -> _Calls:
             base = call.id or "call"  # an empty id (never accepted, but readable) gets one
             new_id = base if base not in used else _unique(base, used)
             used.add(new_id)
-            slot = _Slot(i, call.id, new_id, call.name)
+            slot = _Slot(i, turns[i], call.id, new_id, call.name)
             calls.slots.append(slot)
             calls.by_original.setdefault(call.id, []).append(slot)
             calls.by_id[new_id] = slot
     return calls
 
 
-def _attribute(messages: Sequence[ContextMessage], calls: _Calls) -> None:
+def _attribute(messages: Sequence[ContextMessage], calls: _Calls, turns: list[int]) -> None:
     """Give each result to the call it answers (rules in the module docstring)."""
     for j, msg in enumerate(messages):
         if msg.role != "tool" or not msg.tool_call_id:
@@ -107,7 +125,7 @@ def _attribute(messages: Sequence[ContextMessage], calls: _Calls) -> None:
             if latest_open is not None:
                 latest_open.result = j
             continue  # otherwise a second result for an answered call: left out
-        first_open = next((s for s in candidates if s.result is None), None)
+        first_open = next((s for s in candidates if s.result is None and s.turn == turns[j]), None)
         if first_open is not None:
             first_open.result = j
 
@@ -156,12 +174,19 @@ def _next_in_group(
     return k if k in slots_of else None
 
 
-def repair_tool_pairing(messages: Sequence[ContextMessage]) -> list[ContextMessage]:
-    """The messages with every call paired with one result (see the module docstring)."""
+def repair_tool_pairing(
+    messages: Sequence[ContextMessage], *, turns: Sequence[int | None] | None = None
+) -> list[ContextMessage]:
+    """The messages with every call paired with one result (see the module docstring).
+
+    ``turns`` holds the stored turn of each message (the turn of the event it was built
+    from); without it (or with a ``None`` in it) a user message starts a turn.
+    """
     if not any(m.role == "tool" or m.tool_calls for m in messages):
         return list(messages)
-    calls = _collect_calls(messages)
-    _attribute(messages, calls)
+    turn_of = _message_turns(messages, turns)
+    calls = _collect_calls(messages, turn_of)
+    _attribute(messages, calls, turn_of)
     slots_of: dict[int, list[_Slot]] = {}
     for slot in calls.slots:
         slots_of.setdefault(slot.message, []).append(slot)

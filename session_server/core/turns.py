@@ -5,6 +5,10 @@ message, except that a ``tool_result`` belongs to the turn of its call (matched 
 ``tool_call_id``) even when it arrives after the next user message. Events before the
 first user message form turn 0.
 
+A result pairs with the latest call with its id before it; only a result stored before
+every call with its id pairs with the first such call after it *in its own turn*. A call
+that reuses the id in a later turn never takes an earlier turn's result.
+
 A window never separates a tool call from its results: a cut that would leave a result
 without its call (or a call without its results) moves to the nearest turn boundary.
 """
@@ -114,23 +118,49 @@ def group_turns(events: Sequence[SessionEvent]) -> list[Turn]:
     return [turns[n] for n in sorted(turns)]
 
 
-def _call_index(events: Sequence[SessionEvent]) -> dict[str, int]:
-    index: dict[str, int] = {}
-    for i, ev in enumerate(events):
-        if ev.action == "tool_call_request":
-            for call in ev.tool_calls or ():
-                index.setdefault(call.id, i)
-    return index
+def _turns(events: Sequence[SessionEvent]) -> list[int]:
+    """The turn of each event: the stored ``turn`` when every event has one, otherwise
+    the numbering rule applied to ``events`` alone."""
+    if all(e.turn is not None for e in events):
+        return [e.turn or 0 for e in events]
+    return assign_turns(events)[0]
 
 
 def _pairs(events: Sequence[SessionEvent]) -> list[tuple[int, int]]:
-    """(call index, result index) for every result whose call is among ``events``."""
-    calls = _call_index(events)
+    """(call index, result index) for every result whose call is among ``events``.
+
+    A result pairs with the latest call with its id *before* it; only when there is none,
+    with the first call with its id after it in the same turn (a result stored before its
+    call). A call with a reused id in a later turn never takes an earlier turn's result,
+    so a window that starts between a call and its result is widened instead of giving
+    the result to another turn's call.
+    """
+    turns: list[int] | None = None
+    later: dict[tuple[str, int], int] = {}  # (call id, turn) -> its first call's index
+    latest: dict[str, int] = {}
     out = []
     for j, ev in enumerate(events):
-        if ev.action == "tool_result" and ev.tool_call_id in calls:
-            out.append((calls[ev.tool_call_id], j))
+        if ev.action == "tool_call_request":
+            for c in ev.tool_calls or ():
+                latest[c.id] = j
+        elif ev.action == "tool_result" and ev.tool_call_id is not None:
+            call = latest.get(ev.tool_call_id)
+            if call is None:
+                if turns is None:
+                    turns = _turns(events)
+                    for i, e in enumerate(events):
+                        if e.action == "tool_call_request":
+                            for c in e.tool_calls or ():
+                                later.setdefault((c.id, turns[i]), i)
+                call = later.get((ev.tool_call_id, turns[j]))
+            if call is not None:
+                out.append((call, j))
     return out
+
+
+def _answered(events: Sequence[SessionEvent]) -> set[int]:
+    """Indexes of the results in ``events`` whose call is among them (see ``_pairs``)."""
+    return {result for _, result in _pairs(events)}
 
 
 def splits_tool_pair(events: Sequence[SessionEvent], start: int, end: int | None = None) -> bool:
@@ -281,21 +311,25 @@ def drop_orphan_results(events: Sequence[SessionEvent]) -> list[SessionEvent]:
     Such a result cannot be sent to a provider (every provider rejects it); it stays in
     storage. Used when a loaded window starts after the call it answers.
     """
-    calls = _call_index(events)
-    return [e for e in events if e.action != "tool_result" or e.tool_call_id in calls]
+    answered = _answered(events)
+    return [e for i, e in enumerate(events) if e.action != "tool_result" or i in answered]
 
 
 def widening_turns(window: Sequence[SessionEvent]) -> set[int]:
     """The window rule's widening, the only implementation (the store's SQL path and the
     actor's cache both use it).
 
-    A window cut from the end of the log that splits no tool pair stays as it is (the
-    empty set). Otherwise it is widened back to the opening message of the turn of its
-    first event and of every tool result in it (a result's turn is its call's); these are
-    the turns returned (turn 0 has no opening message: it starts at the log's start).
+    A window cut from the end of the log in which every tool result follows its call
+    stays as it is (the empty set). Otherwise it is widened back to the opening message
+    of the turn of its first event and of every tool result in it (a result's turn is
+    its call's, and an earlier call with its id is never before that turn's opening);
+    these are the turns returned (turn 0 has no opening message: it starts at the log's
+    start).
     """
-    calls = _call_index(window)
-    if all(e.tool_call_id in calls for e in window if e.action == "tool_result"):
+    # Only a call *before* a result settles it: a result whose call comes after it in
+    # its turn may have an earlier call with its id before the cut, the one it answers.
+    settled = {result for call, result in _pairs(window) if call < result}
+    if all(i in settled for i, e in enumerate(window) if e.action == "tool_result"):
         return set()
     needed = {window[0].turn or 0}
     needed.update(e.turn or 0 for e in window if e.action == "tool_result")

@@ -6,7 +6,10 @@ whose call was never stored, duplicate results, system messages in the middle, a
 that are malformed JSON or not an object, and the Responses shape (one call per assistant
 item). Each is built (``build_compacted_context``, the builder of ``context.build`` /
 ``context.render``), rendered by every adapter, validated against the ``openai`` and
-``anthropic`` SDK request types, and built a second time to the same bytes.
+``anthropic`` SDK request types, and built a second time to the same bytes. Each log is
+also built through tail windows of every length (``core.turns.tail_window``, the rule
+``store.context_window`` and the actor's cache share): every result a window shows
+answers the call the whole log gives it to, never another turn's call with its id.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from session_server.core.codec import encode_json
 from session_server.core.context import build_working_context
 from session_server.core.events import SessionEvent, ToolCall
 from session_server.core.repair import missing_result_text
+from session_server.core.turns import assign_turns, tail_window
 
 from .test_sdk_types import _check_all
 
@@ -35,21 +39,30 @@ def logs(draw: st.DrawFn) -> list[SessionEvent]:
     events: list[SessionEvent] = []
     deferred: list[SessionEvent] = []  # results that arrive later (or never)
     fresh = 0
+    used: list[str] = []  # call ids so far ("reuse": a later turn's call takes one again)
     for _ in range(draw(st.integers(0, 12))):
         kind = draw(
-            st.sampled_from(["user", "assistant", "system", "calls", "late", "orphan", "dup"])
+            st.sampled_from(
+                ["user", "assistant", "system", "calls", "reuse", "late", "orphan", "dup"]
+            )
         )
+        if kind == "reuse" and used:
+            events.append(SessionEvent(action="user_message", content=draw(_text)))
         if kind == "user":
             events.append(SessionEvent(action="user_message", content=draw(_text)))
         elif kind == "assistant":
             events.append(SessionEvent(action="agent_message", content=draw(_text)))
         elif kind == "system":
             events.append(SessionEvent(action="system_instruction", content=draw(_text)))
-        elif kind == "calls":
+        elif kind in ("calls", "reuse"):
             calls = []
-            for _ in range(draw(st.integers(1, 3))):
+            for k in range(draw(st.integers(1, 3))):
                 fresh += 1
-                call_id = draw(_ids | st.just(f"f{fresh}"))
+                if kind == "reuse" and used and k == 0:
+                    call_id = draw(st.sampled_from(used))
+                else:
+                    call_id = draw(_ids | st.just(f"f{fresh}"))
+                used.append(call_id)
                 calls.append(ToolCall(id=call_id, name=f"tool{fresh}", arguments=draw(_arguments)))
             if draw(st.booleans()):  # one request event per call (the Responses shape)
                 events.extend(
@@ -132,3 +145,42 @@ def test_every_stored_history_renders_for_every_adapter(events: list[SessionEven
             assert msg.is_error
     # The events a build reads are never changed by it.
     assert encode_json(events) == stored
+
+
+def _stored(events: list[SessionEvent]) -> list[SessionEvent]:
+    """The events as the store returns them: turns assigned, each result's text unique
+    (a duplicate keeps its original's: the generator names every call's tool apart), so a
+    built context tells which result it shows."""
+    turns, _ = assign_turns(events)
+    text: dict[tuple[str | None, str | None], str] = {}
+    out = []
+    for e, turn in zip(events, turns, strict=True):
+        fields = {**_fields(e), "turn": turn}
+        if e.action == "tool_result":
+            fields["content"] = text.setdefault((e.tool_call_id, e.tool_name), f"r of {e.id}")
+        out.append(SessionEvent(**fields))
+    return out
+
+
+def _answers(events: list[SessionEvent]) -> set[tuple[str, str]]:
+    """(result text, name of the call it answers) for each stored result a build shows."""
+    ctx = build_compacted_context(events, record=None)
+    names = {c.id: c.name for m in ctx.messages for c in m.tool_calls or ()}
+    return {
+        (m.content, names[m.tool_call_id or ""])
+        for m in ctx.messages
+        if m.role == "tool" and not m.synthetic
+    }
+
+
+@settings(max_examples=150, deadline=None)
+@given(logs())
+def test_windows_give_each_result_to_its_own_call(events: list[SessionEvent]) -> None:
+    stored = _stored(events)
+    truth = _answers(stored)
+    for limit in range(1, len(stored) + 1):
+        window = tail_window(stored, limit, complete=True)
+        assert window is not None
+        ctx = build_compacted_context(window, record=None, system_instructions=["Be brief."])
+        _check_all(ctx.system_instructions, ctx.messages)
+        assert _answers(window) <= truth, limit

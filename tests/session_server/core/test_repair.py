@@ -84,6 +84,25 @@ def test_a_result_stored_before_its_call_moves_after_it() -> None:
     ]
 
 
+def test_a_result_before_its_call_answers_only_a_call_of_its_own_turn() -> None:
+    # Turn 1's result (its call cut off), turn 2 reusing the id and crashed: the result
+    # is not turn 2's answer; turn 2's call gets a synthetic one.
+    messages = [result("call_1", "turn 1"), user("q2"), calls("call_1"), user("q3")]
+    out = repaired(messages)
+    assert shape(out) == ["u", "call:call_1", "syn:call_1", "u"]
+    # The stored turns decide when given: a result of turn 2 before turn 2's call
+    # answers it...
+    no_user = [messages[0], *messages[2:]]
+    assert shape(repair_tool_pairing(no_user, turns=[2, 2, 3])) == [
+        "call:call_1",
+        "res:call_1",
+        "u",
+    ]
+    # ...a result of turn 1 next to it (no user message between, as in a window) does not.
+    apart = repair_tool_pairing(no_user, turns=[1, 2, 3])
+    assert shape(apart) == ["call:call_1", "syn:call_1", "u"]
+
+
 def test_a_reused_call_id_is_made_unique_and_its_results_follow() -> None:
     messages = [
         user(),

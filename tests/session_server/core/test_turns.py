@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import msgspec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -16,6 +17,8 @@ from session_server.core.turns import (
     safe_window,
     safe_window_start,
     splits_tool_pair,
+    tail_window,
+    widening_turns,
     window_last_n,
 )
 
@@ -49,23 +52,32 @@ def contents(events: Sequence[SessionEvent]) -> list[str]:
 # --------------------------------------------------------------------------------------
 
 
-def first_call_index(events: Sequence[SessionEvent]) -> dict[str, int]:
-    index: dict[str, int] = {}
-    for i, ev in enumerate(events):
-        for call in ev.tool_calls or ():
-            if ev.action == "tool_call_request":
-                index.setdefault(call.id, i)
-    return index
+def answering_call(events: Sequence[SessionEvent], j: int) -> int | None:
+    """The index of the call the result ``events[j]`` pairs with: the latest call with
+    its id before it, else the first one after it in the same turn (brute force)."""
+    call_id = events[j].tool_call_id
+    turns, _ = assign_turns(events)
+
+    def has_id(i: int) -> bool:
+        ev = events[i]
+        return ev.action == "tool_call_request" and any(
+            c.id == call_id for c in ev.tool_calls or ()
+        )
+
+    before = [i for i in range(j) if has_id(i)]
+    if before:
+        return before[-1]
+    after = [i for i in range(j + 1, len(events)) if has_id(i) and turns[i] == turns[j]]
+    return after[0] if after else None
 
 
 def broken_pairs(events: Sequence[SessionEvent], start: int, end: int) -> list[tuple[int, int]]:
     """(call, result) pairs of ``events`` with exactly one side inside ``[start, end)``."""
-    calls = first_call_index(events)
     out = []
     for j, ev in enumerate(events):
-        if ev.action == "tool_result" and ev.tool_call_id in calls:
-            i = calls[ev.tool_call_id]
-            if (start <= i < end) != (start <= j < end):
+        if ev.action == "tool_result":
+            i = answering_call(events, j)
+            if i is not None and (start <= i < end) != (start <= j < end):
                 out.append((i, j))
     return out
 
@@ -434,6 +446,16 @@ class TestDropOrphanResults:
         events = [U(), C("x"), A(), R("x")]
         assert drop_orphan_results(events) == events
 
+    def test_a_result_never_pairs_with_a_later_turns_call(self) -> None:
+        # Turn 1's result, then turn 2 reusing its id: the result has no call before it
+        # and none in its own turn, so it is an orphan here, not turn 2's answer.
+        events = [R("call_1"), A("a1"), U("q2"), C("call_1"), U("q3")]
+        assert drop_orphan_results(events) == events[1:]
+
+    def test_a_result_stored_before_its_call_in_the_same_turn_is_kept(self) -> None:
+        events = [U(), R("x"), C("x"), A()]
+        assert drop_orphan_results(events) == events
+
     @given(well_formed_events())
     def test_no_orphans_remain(self, events: list[SessionEvent]) -> None:
         kept = drop_orphan_results(events)
@@ -442,6 +464,31 @@ class TestDropOrphanResults:
         assert [e for e in events if e.action != "tool_result"] == [
             e for e in kept if e.action != "tool_result"
         ]
+
+
+class TestReusedIdsAcrossACut:
+    """A window cut between turn 1's call and result, turn 2 reusing the id (crashed)."""
+
+    def stored(self) -> list[SessionEvent]:
+        log = [U("q1"), C("call_1"), R("call_1"), A("a1"), U("q2"), C("call_1"), U("q3")]
+        turns, _ = assign_turns(log)
+        return [
+            msgspec.structs.replace(e, seq=i + 1, turn=t)
+            for i, (e, t) in enumerate(zip(log, turns, strict=True))
+        ]
+
+    def test_the_window_widens_back_to_the_results_turn(self) -> None:
+        events = self.stored()
+        assert widening_turns(events[2:]) == {1}
+        window = tail_window(events, 5, complete=True)
+        assert window is not None
+        assert contents(window) == contents(events)  # widened to q1, the pair kept
+
+    def test_the_results_call_is_never_taken_from_another_turn(self) -> None:
+        window = self.stored()[2:]  # loaded from turn 1's result on
+        # Before the fix the result paired with turn 2's call_1, which kept them together.
+        assert not splits_tool_pair(window, 1)
+        assert safe_window_start(window, 1) == 1
 
 
 def test_large_history_is_fast() -> None:

@@ -15,6 +15,7 @@ from session_server.core.codec import message_to_event
 from session_server.core.context import WorkingContext
 from session_server.core.errors import ConflictError, InvalidParamsError, NotFoundError
 from session_server.core.events import ContextMessage, SessionEvent, ToolCall
+from session_server.core.turns import assign_turns
 
 
 def turn(n: int, ctx: WorkingContext) -> None:
@@ -247,7 +248,9 @@ async def test_window_widens_to_the_call_of_a_late_result(actor: AgentActor) -> 
 
 
 async def test_cached_windows_equal_store_windows(tmp_path: Path) -> None:
-    """The in-memory window (recent events) gives exactly what the SQL path gives."""
+    """The in-memory window (recent events) gives exactly what the SQL path gives, and
+    the stored turns are the pure rule's, with call ids reused across turns and appends
+    (a provider's ``call_1`` every turn), results stored before their call, and crashes."""
     rng = random.Random(1234)
     async with ActorRegistry(tmp_path, idle_timeout=None, context_limit=8) as reg:
         actor = await reg.get("cache")
@@ -262,9 +265,14 @@ async def test_cached_windows_equal_store_windows(tmp_path: Path) -> None:
                     batch.append(SessionEvent(action="user_message", content=f"u{step}"))
                 elif kind < 0.55:
                     ids = [f"{round_}-{step}-{i}" for i in range(rng.randint(1, 3))]
+                    if rng.random() < 0.4:  # a reused id; some never get a result (a crash)
+                        ids[0] = rng.choice(["call_1", "call_2"])
                     calls = [ToolCall(id=i, name="t", arguments={}) for i in ids]
                     batch.append(SessionEvent(action="tool_call_request", tool_calls=calls))
                     pending.extend(ids)
+                elif kind < 0.6:  # a result stored before its call (or with none at all)
+                    call_id = rng.choice(["call_1", "call_2"])
+                    batch.append(SessionEvent(action="tool_result", tool_call_id=call_id))
                 elif kind < 0.85 and pending:
                     call_id = pending.pop(rng.randrange(len(pending)))  # late results too
                     batch.append(SessionEvent(action="tool_result", tool_call_id=call_id))
@@ -281,6 +289,8 @@ async def test_cached_windows_equal_store_windows(tmp_path: Path) -> None:
                     )
                     assert view.last_seq == fresh.state.last_seq
                     assert actor.core.cached_view(sid, limit) is not None
+            stored = await actor.load_events(sid, limit=None)
+            assert [e.turn for e in stored] == assign_turns(stored)[0], round_
 
 
 async def test_persisting_nothing(actor: AgentActor) -> None:
