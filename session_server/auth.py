@@ -9,7 +9,9 @@ constant-time per configured token (``hmac.compare_digest``).
 
 **Signed tokens.** With one or more secrets, ``Authenticator`` also accepts HS256 JWTs
 (verified with PyJWT) whose claims are ``agents`` (fnmatch patterns), optional ``sessions``
-(session ids), ``scope`` and ``exp`` (seconds since the epoch). ``mint_token`` makes one.
+(session ids), ``scope`` and ``exp`` (seconds since the epoch; finite and at most
+``MAX_TTL_SECONDS`` + ``MAX_CLOCK_SKEW_SECONDS`` ahead of the server's clock).
+``mint_token`` makes one.
 
 **Scopes.** ``read`` < ``write`` < ``admin``: each allows what the one before does and more.
 Which scope a method needs is on its entry in the method table (``rpc.methods``).
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import fnmatch
 import hmac
+import math
 import re
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -38,6 +41,7 @@ from .core.errors import ForbiddenError
 __all__ = [
     "BEARER_SUBPROTOCOL_PREFIX",
     "DEFAULT_STATIC_SCOPE",
+    "MAX_CLOCK_SKEW_SECONDS",
     "MAX_TTL_SECONDS",
     "MIN_SECRET_BYTES",
     "REASON_EXPIRED",
@@ -69,6 +73,9 @@ ALGORITHM: Final = "HS256"
 MIN_SECRET_BYTES: Final = 32
 # Tokens are meant to expire; a year is the longest a minted token may live.
 MAX_TTL_SECONDS: Final = 366 * 24 * 3600
+# A signed token's ``exp`` may lie at most this far beyond MAX_TTL_SECONDS from the server's
+# clock (the minting backend's clock may run a little ahead).
+MAX_CLOCK_SKEW_SECONDS: Final = 300
 # Bounds on what a token may carry (a token travels in one HTTP header).
 MAX_CLAIM_ITEMS: Final = 256
 MAX_CLAIM_ITEM_CHARS: Final = 256
@@ -82,6 +89,11 @@ REASON_SIGNATURE: Final = "token signature does not verify"
 REASON_ALGORITHM: Final = "token is not signed with HS256"
 REASON_EXPIRED: Final = "token expired"
 REASON_NOT_YET: Final = "token not valid yet"
+REASON_EXP_RANGE: Final = (
+    "token claims invalid: exp: must be a finite time at most "
+    f"{MAX_TTL_SECONDS + MAX_CLOCK_SKEW_SECONDS} seconds from now"
+)
+REASON_NBF_RANGE: Final = "token claims invalid: nbf: must be a finite time"
 
 
 def scope_allows(granted: Scope, needed: Scope) -> bool:
@@ -143,7 +155,9 @@ class Grant:
 def parse_token_spec(spec: str) -> Grant:
     """Parse ``TOKEN``, ``TOKEN:PATTERNS`` or ``TOKEN:PATTERNS:SCOPE``; ``ValueError`` when
     malformed. A last ``:read``/``:write``/``:admin`` is the scope (so an agent pattern that
-    itself ends in ``:read`` needs an explicit scope after it: ``tok:a:read:admin``)."""
+    itself ends in ``:read`` needs an explicit scope after it: ``tok:a:read:admin``).
+    ``TOKEN:read`` (a scope name as the only pattern) is refused as ambiguous; the error
+    never contains the token."""
     spec = spec.strip()
     token, sep, rest = spec.partition(":")
     token = token.strip()
@@ -154,6 +168,15 @@ def parse_token_spec(spec: str) -> Grant:
     patterns: tuple[str, ...] = ()
     scope: Scope = DEFAULT_STATIC_SCOPE
     if sep:
+        if rest.strip() in SCOPES:
+            # ``tok:read`` reads as the agent pattern ``read`` with scope admin: the
+            # opposite of what its writer most likely meant. Refused rather than guessed.
+            name = rest.strip()
+            raise ValueError(
+                f"token spec: TOKEN:{name} is ambiguous (the agent pattern {name!r} or the "
+                f"scope {name}?): write TOKEN:*:{name} for every agent with scope {name}, "
+                f"or TOKEN:{name}:admin for an agent named {name!r}"
+            )
         head, colon, last = rest.rpartition(":")
         if colon and last.strip() in SCOPES:
             scope = _SCOPE_BY_NAME[last.strip()]
@@ -165,8 +188,17 @@ def parse_token_spec(spec: str) -> Grant:
 
 
 def parse_token_specs(specs: Iterable[str]) -> TokenSet:
-    """Parse several specs (blank ones are skipped)."""
-    return TokenSet([parse_token_spec(s) for s in specs if s.strip()])
+    """Parse several specs (blank ones are skipped); a ``ValueError`` names the position
+    of the malformed spec (1-based, blank ones counted), never its token."""
+    grants: list[Grant] = []
+    for number, spec in enumerate(specs, 1):
+        if not spec.strip():
+            continue
+        try:
+            grants.append(parse_token_spec(spec))
+        except ValueError as exc:
+            raise ValueError(f"spec {number}: {exc}") from None
+    return TokenSet(grants)
 
 
 def parse_token_file(text: str) -> list[str]:
@@ -250,6 +282,8 @@ class TokenSet:
                 found = grant if found is None else found
         return found
 
+
+_MAX_EXP_AHEAD: Final = MAX_TTL_SECONDS + MAX_CLOCK_SKEW_SECONDS
 
 _Item = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_CLAIM_ITEM_CHARS)]
 _Items = Annotated[list[_Item], msgspec.Meta(min_length=1, max_length=MAX_CLAIM_ITEMS)]
@@ -335,6 +369,12 @@ class Authenticator:
         if not self.secrets or token.count(".") != 2:
             raise TokenRejectedError(REASON_UNKNOWN)
         claims = self._verify(token)
+        # NaN and infinities pass the type check (PyJWT's JSON reads them); a token that
+        # lives beyond the longest TTL was not minted for this server's rules.
+        if not math.isfinite(claims.exp) or claims.exp > now + _MAX_EXP_AHEAD:
+            raise TokenRejectedError(REASON_EXP_RANGE)
+        if claims.nbf is not None and not math.isfinite(claims.nbf):
+            raise TokenRejectedError(REASON_NBF_RANGE)
         if now >= claims.exp:
             raise TokenRejectedError(REASON_EXPIRED)
         if claims.nbf is not None and now < claims.nbf:

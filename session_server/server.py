@@ -842,6 +842,13 @@ class SessionServer:
         if path == "/metrics":
             if grant is not None and not grant.allows("admin"):
                 return _refuse(connection, http.HTTPStatus.FORBIDDEN, "/metrics needs scope admin")
+            if grant is not None and grant.sessions is not None:
+                # Server-wide figures: not for a token limited to some sessions.
+                return _refuse(
+                    connection,
+                    http.HTTPStatus.FORBIDDEN,
+                    "/metrics is not available to a token limited to sessions",
+                )
             return self.http.metrics(connection)
         if path in ("/v1", "/v1/"):
             self._routes[connection] = _Route(SERVER, None, grant)

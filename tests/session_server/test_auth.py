@@ -10,6 +10,8 @@ import jwt
 import pytest
 
 from session_server.auth import (
+    MAX_CLOCK_SKEW_SECONDS,
+    MAX_TTL_SECONDS,
     SCOPES,
     Authenticator,
     Grant,
@@ -102,6 +104,26 @@ def test_static_tokens_are_admin_unless_the_spec_names_a_scope() -> None:
     assert parse_token_spec("tok:a:b").patterns == ("a:b",)
     with pytest.raises(ValueError, match="empty agent pattern list"):
         parse_token_spec("tok::read")
+
+
+@pytest.mark.parametrize("scope", SCOPES)
+def test_a_scope_name_as_the_only_pattern_is_refused_as_ambiguous(scope: str) -> None:
+    # "tok:read" used to mean the agent pattern "read" with scope admin: fail-open.
+    with pytest.raises(ValueError, match=f"ambiguous.*TOKEN:\\*:{scope}") as info:
+        parse_token_spec(f"s3cret-tok:{scope}")
+    assert "s3cret-tok" not in str(info.value)
+    # The position of the spec is named, never its token.
+    with pytest.raises(ValueError, match=r"^spec 3: token spec: TOKEN:") as info:
+        parse_token_specs(["a", "", f"s3cret-tok:{scope}"])
+    assert "s3cret-tok" not in str(info.value)
+    with pytest.raises(ValueError, match="line 2: token spec: TOKEN:"):
+        parse_token_file(f"ok\ns3cret-tok:{scope}\n")
+    # The unambiguous spellings keep working.
+    every = parse_token_spec(f"tok:*:{scope}")
+    assert (every.patterns, every.scope) == (("*",), scope)
+    named = parse_token_spec(f"tok:{scope}:admin")
+    assert (named.patterns, named.scope) == ((scope,), "admin")
+    assert parse_token_spec(f"tok:{scope},other").patterns == (scope, "other")
 
 
 def test_scope_order() -> None:
@@ -198,6 +220,11 @@ GOOD = {"agents": ["a"], "scope": "read", "exp": NOW + 60}
         (_forge({**GOOD, "sessions": [""]}), "claims invalid: sessions[0]"),
         (_forge({**GOOD, "nbf": NOW + 30}), "not valid yet"),
         (_forge({**GOOD, "aud": "someone"}), "claims invalid: InvalidAudienceError"),
+        (_forge({**GOOD, "exp": 1e12}), "claims invalid: exp: must be a finite time"),
+        (_forge({**GOOD, "exp": float("inf")}), "claims invalid: exp: must be a finite time"),
+        (_forge({**GOOD, "exp": float("nan")}), "claims invalid: exp: must be a finite time"),
+        (_forge({**GOOD, "exp": -float("inf")}), "claims invalid: exp: must be a finite time"),
+        (_forge({**GOOD, "nbf": float("nan")}), "claims invalid: nbf: must be a finite time"),
     ],
 )
 def test_refusals_say_what_and_nothing_more(token: str | None, reason: str) -> None:
@@ -209,6 +236,17 @@ def test_refusals_say_what_and_nothing_more(token: str | None, reason: str) -> N
     assert SECRET not in info.value.reason and "root" not in info.value.reason
     if token:
         assert token not in info.value.reason
+
+
+def test_exp_may_lie_at_most_the_longest_ttl_and_a_small_skew_ahead() -> None:
+    auth = Authenticator(secrets=[SECRET.encode()])
+    latest = NOW + MAX_TTL_SECONDS + MAX_CLOCK_SKEW_SECONDS
+    assert auth.authenticate(_forge({**GOOD, "exp": latest}), NOW).expires_at == latest
+    with pytest.raises(TokenRejectedError, match="exp: must be a finite time"):
+        auth.authenticate(_forge({**GOOD, "exp": latest + 1}), NOW)
+    # A token minted with the longest TTL is accepted.
+    longest = mint_token(SECRET, agents=["a"], scope="read", ttl=MAX_TTL_SECONDS, now=NOW)
+    assert auth.authenticate(longest, NOW).signed
 
 
 def test_static_tokens_win_and_jwts_need_a_secret() -> None:

@@ -184,6 +184,29 @@ async def test_metrics_need_an_admin_token(server: RunningServer, clock: Clock) 
         assert info.value.response.status_code == 403
 
 
+async def test_metrics_are_refused_to_an_admin_token_limited_to_sessions(
+    server: RunningServer, clock: Clock
+) -> None:
+    limited = signed(clock, scope="admin", sessions=["mine"])
+    with pytest.raises(InvalidStatus) as info:
+        async with connect(f"{server.url}/metrics", **bearer(limited)):
+            pass
+    response = info.value.response
+    assert response.status_code == 403
+    assert b"not available to a token limited to sessions" in response.body
+    # The same admin token without a session limit reads them.
+    host, port = server.url.removeprefix("ws://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    admin = signed(clock, scope="admin")
+    writer.write(
+        f"GET /metrics HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {admin}\r\n"
+        "Connection: close\r\n\r\n".encode()
+    )
+    body = (await reader.read()).decode()
+    writer.close()
+    assert body.startswith("HTTP/1.1 200")
+
+
 # ------------------------------------------------------------------ a browser with a session token
 
 
