@@ -575,7 +575,11 @@ class AgentCore:
         if session_id not in known.snapshots:
             return NeedSnapshot(session_id, state.last_seq)
         restored = known.snapshots[session_id]
-        if restored is None:
+        # The snapshot holds the instructions of the turn that wrote it, followed by the
+        # memory block of the latest summary, if any. Only a snapshot taken with exactly
+        # this request's instructions can stand for a build: otherwise its memory block
+        # would be lost (or a stale instruction served), so rebuild from SQLite.
+        if restored is None or restored.system_instructions != instructions:
             return None
         self._built.add(session_id)
         # The one token rule (the builder's), here without stored per-event counts.

@@ -181,3 +181,49 @@ async def test_explicit_compact_with_nothing_to_do_says_so(registry: ActorRegist
     done = await actor.compact(sid, strategy={"mode": "compact", "compact_keep": 0})
     assert done["compacted"] is True and done["items_removed"] == 1
     assert registry.metrics.compactions("compact") == 1
+
+
+async def test_first_build_after_activation_keeps_the_summary_memory_block(
+    tmp_path: Path,
+) -> None:
+    """The snapshot shortcut of the first build must not drop the memory block."""
+    instructions = ["You are terse."]
+    async with ActorRegistry(tmp_path, idle_timeout=None) as reg:
+        actor = await reg.get("a")
+        sid = await actor.create_session()
+        await fill(actor, sid, 4)
+        out = await actor.compact(sid, strategy={"mode": "summarize", "raw_tail_turns": 1})
+        assert out["compacted"] is True
+        ctx = await actor.build_working_context(sid, system_instructions=instructions)
+        add_turn(ctx, 5)
+        await actor.persist_working_context(sid, ctx)
+        expected = await actor.build_working_context(
+            sid, system_instructions=instructions, limit=200
+        )
+    assert any("[MEMORY:EPISODIC]" in s for s in expected.system_instructions)
+    async with ActorRegistry(tmp_path, idle_timeout=None) as reg:
+        actor = await reg.get("a")
+        first = await actor.build_working_context(sid, system_instructions=instructions)
+    assert first.system_instructions == expected.system_instructions
+    assert first.messages == expected.messages
+    assert first.token_count == expected.token_count
+
+
+async def test_snapshot_serves_the_first_build_when_instructions_match(tmp_path: Path) -> None:
+    instructions = ["You are terse."]
+    async with ActorRegistry(tmp_path, idle_timeout=None) as reg:
+        actor = await reg.get("a")
+        sid = await actor.create_session()
+        ctx = await actor.build_working_context(sid, system_instructions=instructions)
+        add_turn(ctx, 1)
+        await actor.persist_working_context(sid, ctx)
+    async with ActorRegistry(tmp_path, idle_timeout=None) as reg:
+        actor = await reg.get("a")
+        same = await actor.build_working_context(sid, system_instructions=instructions)
+    assert same.metadata.get("restored_from") == "working_context_snapshot.json"
+    async with ActorRegistry(tmp_path, idle_timeout=None) as reg:
+        actor = await reg.get("a")
+        other = await actor.build_working_context(sid, system_instructions=["Other."])
+    assert "restored_from" not in (other.metadata or {})
+    assert other.system_instructions == ["Other."]
+    assert [m.content for m in other.messages] == [m.content for m in same.messages]
