@@ -697,8 +697,16 @@ class SessionClient:
 
     # -- server endpoint -------------------------------------------------------------------
     async def list_agents(self) -> list[str]:
-        """Agent ids (server endpoint: construct the client with ``agent_id=None``)."""
-        return list((await self.call("agents.list"))["agents"])
+        """Agent ids, every page (server endpoint: construct the client with
+        ``agent_id=None``)."""
+        agents: list[str] = []
+        params: dict[str, Any] = {}
+        while True:
+            page = await self.call("agents.list", params)
+            agents += page["agents"]
+            if page.get("next_after") is None:
+                return agents
+            params = {"after": page["next_after"]}
 
     async def list_snapshots(
         self, *, search: str | None = None, page: int = 1, page_size: int = 50

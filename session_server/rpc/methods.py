@@ -512,7 +512,22 @@ async def events_unsubscribe(ctx: CallContext, p: SessionParams) -> dict[str, An
     return {"unsubscribed": ctx.connection.unsubscribe(p.session_id)}
 
 
-async def agents_list(ctx: CallContext, p: NoParams) -> dict[str, Any]:
-    """Agent ids with a folder on disk, sorted; a restricted token sees only its agents."""
+MAX_AGENTS_PAGE = 1000
+
+
+class AgentsListParams(RpcParams):
+    after: Annotated[str, Field(min_length=1, max_length=1024)] | None = None
+    limit: Annotated[int, Field(ge=1, le=MAX_AGENTS_PAGE)] = MAX_AGENTS_PAGE
+
+
+async def agents_list(ctx: CallContext, p: AgentsListParams) -> dict[str, Any]:
+    """A page of agent ids with a folder on disk, sorted: those after ``after`` (a cursor:
+    any string), at most ``limit``; ``next_after`` (the last id) only when more follow. A
+    restricted token sees only its agents. The folder listing runs on a worker thread."""
     agents = await ctx.registry.list_agents_async()
-    return {"agents": [a for a in agents if ctx.permits(a)]}
+    visible = [a for a in agents if (p.after is None or a > p.after) and ctx.permits(a)]
+    page = visible[: p.limit]
+    answer: dict[str, Any] = {"agents": page}
+    if len(visible) > p.limit:
+        answer["next_after"] = page[-1]
+    return answer

@@ -41,7 +41,7 @@ ROWS: Final[tuple[MethodSpec, ...]] = (
     MethodSpec(
         "events.unsubscribe", session.SessionParams, session.events_unsubscribe, scope="read"
     ),
-    MethodSpec("agents.list", session.NoParams, session.agents_list, SERVER, scope="admin"),
+    MethodSpec("agents.list", session.AgentsListParams, session.agents_list, SERVER, scope="admin"),
     # Compaction, rendering, views, export and import, server facts (``memory_methods``).
     MethodSpec(
         "memory.get_strategy", memory.StrategyQuery, memory.memory_get_strategy, scope="read"

@@ -11,6 +11,7 @@ from urllib.parse import quote
 import pytest
 from websockets.asyncio.client import ClientConnection, connect
 
+from session_server.client import SessionClient
 from tests.support.server import RunningServer, running_server
 
 AGENT = "agent with spaces é"
@@ -220,3 +221,26 @@ async def test_agents_list_on_server_endpoint(server: RunningServer) -> None:
         wrong = await Rpc(conn)("agents.list")
         assert wrong["error"]["code"] == -32601
         assert "/v1" in wrong["error"]["message"]
+
+
+async def test_agents_list_is_paged(server: RunningServer) -> None:
+    """At most ``limit`` (1000 by default) ids per answer, ``next_after`` while more follow;
+    the client follows the pages."""
+    root = server.registry.memory_dir / "agents"
+    names = [f"agent-{i:04d}" for i in range(1003)]
+    for name in names:
+        (root / name).mkdir(parents=True)
+    async with connect(f"{server.url}/v1") as conn:
+        rpc = Rpc(conn)
+        first = (await rpc("agents.list"))["result"]
+        assert first == {"agents": names[:1000], "next_after": names[999]}
+        rest = (await rpc("agents.list", after=first["next_after"]))["result"]
+        assert rest == {"agents": names[1000:]}  # the last page has no next_after
+        page = (await rpc("agents.list", after="agent-0001", limit=2))["result"]
+        assert page == {"agents": names[2:4], "next_after": names[3]}
+        for bad in ({"limit": 0}, {"limit": 1001}, {"after": ""}, {"after": 7}):
+            answer = await rpc("agents.list", **bad)
+            assert answer["error"]["code"] == -32602, bad
+            assert answer["error"]["data"]["field"].startswith("params."), bad
+    async with SessionClient(server.url, None) as client:
+        assert await client.list_agents() == names

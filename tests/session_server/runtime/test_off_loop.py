@@ -95,3 +95,15 @@ async def test_memory_view_and_snapshot_index_read_on_workers(
             await admin.call("memory.list_snapshots", {})
     assert on_workers(threads["read_memory_view"]), threads
     assert on_workers(threads["list_snapshot_summaries"]), threads
+
+
+async def test_agents_list_reads_the_folders_on_a_worker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, threads: dict[str, list[str]]
+) -> None:
+    recording(monkeypatch, ActorRegistry, "list_agents", threads)
+    async with running_server(tmp_path / "memory") as server:
+        async with SessionClient(server.url, "agent") as client:
+            await client.create_session()
+        async with SessionClient(server.url, None) as admin:
+            assert await admin.list_agents() == ["agent"]
+    assert on_workers(threads["list_agents"]), threads
