@@ -16,8 +16,8 @@ list of content blocks. (This module never imports the ``anthropic`` SDK.)
   tool call (``id``, ``name``, ``input`` = the arguments object). ``input`` must be an
   object: arguments a model sent as anything else are wrapped
   (``core.codec.arguments_object``): a string holding a JSON object is that object,
-  any other string (malformed JSON) becomes ``{"_raw": "<the string>"}``, any other
-  value ``{"_value": <the value>}``.
+  an empty or blank string is ``{}``, any other string (malformed JSON) becomes
+  ``{"_raw": "<the string>"}``, any other value ``{"_value": <the value>}``.
 - tool results: ``tool_result`` blocks (``tool_use_id``; ``content`` the text, or text
   and image blocks when the result has images; ``is_error: true`` for an error result)
   inside the user message that follows the assistant message; the results of one

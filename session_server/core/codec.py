@@ -64,11 +64,14 @@ def arguments_object(arguments: ToolArguments) -> dict[str, Any]:
 
     An object is returned as a copy; a string holding a JSON object is that object; any
     other string (malformed JSON, or JSON that is not an object) is wrapped as
-    ``{"_raw": <the string>}``; any other value as ``{"_value": <the value>}``.
+    ``{"_raw": <the string>}``; any other value as ``{"_value": <the value>}``. An empty
+    (or blank) string is ``{}``: what models send for a tool without parameters.
     """
     if isinstance(arguments, dict):
         return dict(arguments)
     if isinstance(arguments, str):
+        if not arguments.strip():
+            return {}
         try:
             value = _DECODER.decode(arguments)
         except msgspec.DecodeError:

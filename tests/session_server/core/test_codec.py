@@ -231,6 +231,8 @@ class TestHydrate:
         [
             ({"a": [1]}, '{"a":[1]}', {"a": [1]}),
             ('{"city": "Par', '{"city": "Par', {"_raw": '{"city": "Par'}),
+            ("", "", {}),  # a tool without parameters: no arguments, not {"_raw": ""}
+            (" \n", " \n", {}),
             ("[1, 2]", "[1, 2]", {"_raw": "[1, 2]"}),
             ([1, 2], "[1,2]", {"_value": [1, 2]}),
             (7, "7", {"_value": 7}),
