@@ -302,19 +302,43 @@ async def _serve(args: argparse.Namespace, sources: AuthSources, auth: Authentic
     return 0
 
 
+def add_remote(parser: argparse.ArgumentParser) -> None:
+    """``--url``/``--token``: go through a running server instead of the memory dir."""
+    parser.add_argument(
+        "--url",
+        default=_env("URL"),
+        help="do it through the server at this address (ws://HOST:PORT) instead of reading "
+        "--memory-dir (env SESSION_SERVER_URL)",
+    )
+    parser.add_argument(
+        "--token", default=_env("TOKEN"), help="bearer token for --url (env SESSION_SERVER_TOKEN)"
+    )
+
+
 def _export_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("agent_id", help="the agent whose session to export")
     p.add_argument("--session", required=True, help="the session id")
     p.add_argument("--out", required=True, type=Path, help="output root (OUT/agents/<name>/)")
     p.add_argument("--name", help="folder name under OUT/agents (default: the agent id)")
     add_memory_dir(p)
+    add_remote(p)
 
 
 def _import_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("folder", type=Path, help="a reference folder (or a root with one agent)")
+    p.add_argument("folder", type=Path, help="an export folder (or a root with one agent)")
     p.add_argument("--agent", required=True, help="the agent to import into")
-    p.add_argument("--session", help="id of the new session (default: a new uuid)")
+    p.add_argument(
+        "--session",
+        help="session id to import as (default: the exported session's id; a new uuid for "
+        "a folder without session_rows.jsonl)",
+    )
+    p.add_argument(
+        "--new-ids",
+        action="store_true",
+        help="a copy: fresh session and event ids (to import beside the original)",
+    )
     add_memory_dir(p)
+    add_remote(p)
 
 
 def _inspect_arguments(p: argparse.ArgumentParser) -> None:
@@ -323,54 +347,150 @@ def _inspect_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the memory view as JSON")
     p.add_argument("--limit", type=_positive_int, help="at most this many raw traces")
     add_memory_dir(p)
+    add_remote(p)
 
 
-def _run_offline(args: argparse.Namespace, job: Any, *, must_exist: bool = True) -> int:
-    """Run ``job(actor)`` on a registry over ``--memory-dir``; errors exit 1 with a message.
+def _backup_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("agent_ids", nargs="+", metavar="AGENT_ID", help="the agents to back up")
+    p.add_argument(
+        "--out", required=True, type=Path, help="backup folder (AGENT_ID.sqlite, manifest.json)"
+    )
+    add_memory_dir(p)
+    add_remote(p)
 
-    While a server holds the agent, its lock makes this fail with a clear message rather
-    than write beside it. ``must_exist``: refuse an unknown agent instead of creating it.
-    """
-    from .core.errors import NotFoundError, SessionServerError
-    from .runtime.registry import ActorRegistry
 
-    agent_id = args.agent_id if hasattr(args, "agent_id") else args.agent
+def _restore_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("folder", type=Path, help="a backup folder (with manifest.json)")
+    p.add_argument(
+        "--agent",
+        action="append",
+        dest="agent_ids",
+        metavar="AGENT_ID",
+        help="restore only this agent (repeat for several; default: every agent)",
+    )
+    p.add_argument("--force", action="store_true", help="replace agents that already exist")
+    add_memory_dir(p)
+    add_remote(p)
 
-    async def run() -> Any:
-        async with ActorRegistry(args.memory_dir, idle_timeout=None) as registry:
-            if must_exist and not (registry.agent_dir(agent_id) / "agent.sqlite").is_file():
-                raise NotFoundError(f"agent {agent_id!r} not found in {args.memory_dir}")
-            return await job(await registry.get(agent_id))
+
+def _fail(args: argparse.Namespace, exc: Exception) -> int:
+    message = getattr(exc, "message", None) or str(exc)
+    print(f"session-server {args.command}: {message}", file=sys.stderr)
+    return 1
+
+
+def _run(args: argparse.Namespace, job: Callable[[], Any]) -> int:
+    """Run the coroutine ``job()``; project errors exit 1 with their message."""
+    from .core.errors import SessionServerError
 
     try:
-        result = asyncio.run(run())
-    except SessionServerError as exc:
-        print(f"session-server {args.command}: {exc.message}", file=sys.stderr)
-        return 1
+        result = asyncio.run(job())
+    except (SessionServerError, OSError) as exc:
+        return _fail(args, exc)
     if result is not None:
         print(result)
     return 0
 
 
+def _run_offline(
+    args: argparse.Namespace, job: Any, *, must_exist: bool = True, readonly: bool = False
+) -> int:
+    """Run ``job(actor)`` on a registry over ``--memory-dir``; errors exit 1 with a message.
+
+    ``readonly``: open the agent read-only, without its lock, so this works beside a server
+    that holds it (WAL: readers never block the writer). Otherwise a server holding the
+    agent makes this fail with a clear message rather than write beside it.
+    ``must_exist``: refuse an unknown agent instead of creating it.
+    """
+    from .core.errors import NotFoundError
+    from .runtime.registry import ActorRegistry
+
+    agent_id = args.agent_id if hasattr(args, "agent_id") else args.agent
+
+    async def run() -> Any:
+        async with ActorRegistry(args.memory_dir, idle_timeout=None, readonly=readonly) as reg:
+            if must_exist and not (reg.agent_dir(agent_id) / "agent.sqlite").is_file():
+                raise NotFoundError(f"agent {agent_id!r} not found in {args.memory_dir}")
+            return await job(await reg.get(agent_id))
+
+    return _run(args, run)
+
+
+def _client(args: argparse.Namespace, agent_id: str, *, max_size: int | None = None) -> Any:
+    from .client import SessionClient
+    from .server import DEFAULT_MAX_FRAME_BYTES
+
+    return SessionClient(
+        args.url, agent_id, token=args.token, max_size=max_size or DEFAULT_MAX_FRAME_BYTES
+    )
+
+
 def _run_export(args: argparse.Namespace) -> int:
     from .runtime import transfer
+
+    if args.url:
+
+        async def remote() -> str:
+            from .mirror_io.jsonl import atomic_write_bytes
+
+            async with _client(args, args.agent_id) as client:
+                params = {"session_id": args.session}
+                if args.name:
+                    params["name"] = args.name
+                out = await client.call("export.session", params)
+            folder = args.out / "agents" / out["name"]
+            folder.mkdir(parents=True, exist_ok=True)
+            for name in transfer.REFERENCE_FILES:
+                if name in out["files"]:
+                    atomic_write_bytes(folder / name, out["files"][name].encode("utf-8"))
+                else:
+                    (folder / name).unlink(missing_ok=True)
+            return f"exported session {args.session} to {folder}"
+
+        return _run(args, remote)
 
     async def job(actor: Any) -> str:
         info = await transfer.export_session(actor, args.session, args.out, name=args.name)
         return f"exported {info['event_count']} events to {info['folder']}"
 
-    return _run_offline(args, job)
+    return _run_offline(args, job, readonly=True)
+
+
+def _imported(info: dict[str, Any]) -> str:
+    how = "losslessly" if info.get("lossless") else f"from the reference files ({info['note']})"
+    return (
+        f"imported {info['event_count']} events into session {info['session_id']} "
+        f"(last seq {info['last_seq']}) {how}"
+    )
 
 
 def _run_import(args: argparse.Namespace) -> int:
     from .runtime import transfer
 
+    if args.url:
+
+        async def remote() -> str:
+            from .mirror_io.import_ import find_reference_folder
+
+            folder = find_reference_folder(args.folder)
+            files = {
+                name: (folder / name).read_text(encoding="utf-8")
+                for name in transfer.REFERENCE_FILES
+                if (folder / name).is_file()
+            }
+            params: dict[str, Any] = {"files": files, "new_ids": args.new_ids}
+            if args.session:
+                params["session_id"] = args.session
+            async with _client(args, args.agent) as client:
+                return _imported(await client.call("import.session", params))
+
+        return _run(args, remote)
+
     async def job(actor: Any) -> str:
-        info = await transfer.import_session(actor, args.folder, session_id=args.session)
-        return (
-            f"imported {info['trace_count']} traces as {info['event_count']} events "
-            f"into session {info['session_id']}"
+        info = await transfer.import_session(
+            actor, args.folder, session_id=args.session, new_ids=args.new_ids
         )
+        return _imported(info)
 
     return _run_offline(args, job, must_exist=False)
 
@@ -379,9 +499,25 @@ def _run_inspect(args: argparse.Namespace) -> int:
     from .core.codec import encode_json
     from .mirror.view import MemoryViewOptions, format_memory_view
     from .mirror_io.view_files import read_memory_view
+    from .storage.backup import agent_held
+
+    if args.url:
+
+        async def remote() -> str:
+            params: dict[str, Any] = {}
+            if args.session:
+                params["session_id"] = args.session
+            if args.limit:
+                params["raw_trace_limit"] = args.limit
+            async with _client(args, args.agent_id) as client:
+                view = await client.call("memory.view", params)
+            return encode_json(view) if args.json else format_memory_view(view)
+
+        return _run(args, remote)
 
     async def job(actor: Any) -> str:
         # Touching the agent repairs a mirror a crash left behind; drain writes it out.
+        # (Read-only beside a server: the server keeps the mirror current itself.)
         await actor.list_sessions()
         await actor.mirror.drain()
         view = read_memory_view(
@@ -392,7 +528,77 @@ def _run_inspect(args: argparse.Namespace) -> int:
         )
         return encode_json(view) if args.json else format_memory_view(view)
 
-    return _run_offline(args, job)
+    held = agent_held(args.memory_dir / "agents" / args.agent_id)
+    return _run_offline(args, job, readonly=held)
+
+
+def _run_backup(args: argparse.Namespace) -> int:
+    from .runtime.backups import RPC_MAX_BACKUP_BYTES, backup_agents
+
+    if args.url:
+
+        async def remote() -> str:
+            import base64
+
+            from .storage.backup import BackupEntry, save_backup
+
+            lines = []
+            for agent_id in args.agent_ids:
+                async with _client(args, agent_id, max_size=2 * RPC_MAX_BACKUP_BYTES) as client:
+                    out = await client.backup_agent()
+                data = base64.b64decode(out.pop("data"))
+                out.pop("agent_id")
+                save_backup(args.out, agent_id, data, BackupEntry(**out))
+                lines.append(f"backed up {agent_id}: {out['bytes']} bytes, {out['events']} events")
+            return "\n".join(lines)
+
+        return _run(args, remote)
+
+    async def local() -> str:
+        done = backup_agents(args.memory_dir, args.agent_ids, args.out)
+        return "\n".join(
+            f"backed up {d['agent_id']}: {d['bytes']} bytes, {d['sessions']} sessions, "
+            f"{d['events']} events -> {args.out / d['file']}"
+            for d in done
+        )
+
+    return _run(args, local)
+
+
+def _run_restore(args: argparse.Namespace) -> int:
+    from .runtime.backups import RPC_MAX_BACKUP_BYTES, restore_agents
+
+    if args.url:
+
+        async def remote() -> str:
+            import base64
+
+            from .storage.backup import read_manifest, verify_backup_file
+
+            manifest = read_manifest(args.folder)
+            lines = []
+            for agent_id in args.agent_ids or list(manifest.agents):
+                entry = manifest.agents.get(agent_id)
+                if entry is None:
+                    raise FileNotFoundError(f"agent {agent_id!r} is not in {args.folder}")
+                path = args.folder / entry.file
+                verify_backup_file(path, entry, agent_id)
+                data = base64.b64encode(path.read_bytes()).decode("ascii")
+                async with _client(args, agent_id, max_size=2 * RPC_MAX_BACKUP_BYTES) as client:
+                    out = await client.restore_agent(data, entry.sha256, force=args.force)
+                lines.append(f"restored {agent_id}: {out['sessions']} sessions")
+            return "\n".join(lines)
+
+        return _run(args, remote)
+
+    async def local() -> str:
+        done = restore_agents(args.folder, args.memory_dir, args.agent_ids, force=args.force)
+        return "\n".join(
+            f"restored {d['agent_id']}: {d['sessions']} sessions, {d['events']} events"
+            for d in done
+        )
+
+    return _run(args, local)
 
 
 def _ttl(value: str) -> int:
@@ -457,16 +663,25 @@ COMMANDS: dict[str, tuple[str, Command]] = {
         (_serve_arguments, _run_serve),
     ),
     "export": (
-        "write one session in the reference layout (OUT/agents/<name>/...)",
+        "write one session in the reference layout plus session_rows.jsonl "
+        "(OUT/agents/<name>/...; works while a server runs)",
         (_export_arguments, _run_export),
     ),
     "import": (
-        "load a reference-layout folder into a new session",
+        "load an export (losslessly: ids and seqs kept) or a reference-layout folder",
         (_import_arguments, _run_import),
     ),
     "inspect": (
-        "print a readable dump of an agent's memory view",
+        "print a readable dump of an agent's memory view (works while a server runs)",
         (_inspect_arguments, _run_inspect),
+    ),
+    "backup": (
+        "copy whole agents, consistently, into a backup folder (works while a server runs)",
+        (_backup_arguments, _run_backup),
+    ),
+    "restore": (
+        "put agents back from a backup folder (refuses to replace one unless --force)",
+        (_restore_arguments, _run_restore),
     ),
     "token": (
         "print a signed token (HS256 JWT) for the server's --token-secret-file",

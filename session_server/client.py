@@ -656,11 +656,29 @@ class SessionClient:
         return dict(await self.call("export.session", _set(session_id=session_id, name=name)))
 
     async def import_session(
-        self, files: dict[str, str], *, session_id: str | None = None, **options: Any
+        self,
+        files: dict[str, str],
+        *,
+        session_id: str | None = None,
+        new_ids: bool = False,
+        **options: Any,
     ) -> dict[str, Any]:
-        """``import.session`` of reference-layout files (as ``export_session`` gives them)."""
-        params = _set(files=files, session_id=session_id, **options)
+        """``import.session`` of exported files (as ``export_session`` gives them): ids and
+        seqs kept when ``session_rows.jsonl`` is among them; ``new_ids`` makes a copy."""
+        params = _set(files=files, session_id=session_id, new_ids=new_ids or None, **options)
         return dict(await self.call("import.session", params))
+
+    async def backup_agent(self) -> dict[str, Any]:
+        """``agent.backup`` (admin): a consistent copy of this agent's SQLite file,
+        ``{file, bytes, sha256, sessions, events, ..., data}`` with ``data`` in base64.
+        Connect with a ``max_size`` above the file's size (x 4/3) for a large agent."""
+        return dict(await self.call("agent.backup", {}))
+
+    async def restore_agent(self, data: str, sha256: str, *, force: bool = False) -> dict[str, Any]:
+        """``agent.restore`` (admin): replace this agent's file with a backup's ``data``
+        (base64) whose SHA-256 is ``sha256``; ``force`` when the agent exists."""
+        params = {"data": data, "sha256": sha256, "force": force}
+        return dict(await self.call("agent.restore", params))
 
     # -- subscriptions ---------------------------------------------------------------------
     async def subscribe(self, session_id: str, *, after_seq: int | None = None) -> Subscription:

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
+
+from tests.support.paths import SHARED
 
 if not os.environ.get("TIKTOKEN_CACHE_DIR"):
-    os.environ["TIKTOKEN_CACHE_DIR"] = str(
-        (Path(__file__).resolve().parent.parent / ".." / "shared" / "tiktoken").resolve()
-    )
+    os.environ["TIKTOKEN_CACHE_DIR"] = str((SHARED / "tiktoken").resolve())
 
 # The fault suite's `--soak` option, registered here too so `pytest tests --soak` works
 # (pytest only takes options from the conftest files it loads at start-up).

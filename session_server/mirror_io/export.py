@@ -6,6 +6,9 @@ fixtures) and ``working_context_snapshot.json``. The JSONL files are the same re
 as the live mirror (``model.render_mirror``), so a session's mirror folder and its export
 hold the same JSONL bytes. Reference files of an earlier export that this one does not
 write are removed, so the folder describes this session only.
+
+Given the session's SQLite rows, the export also writes ``session_rows.jsonl``
+(``mirror.rows_file``): the lossless record, with the digests of the JSONL files above.
 """
 
 from __future__ import annotations
@@ -19,7 +22,9 @@ from tqdm import tqdm
 from ..core.agent_ids import validate_agent_id
 from ..core.codec import event_to_message
 from ..core.events import ContextMessage, SessionEvent
+from ..core.session_rows import SessionRows
 from ..mirror.model import RenderedMirror
+from ..mirror.rows_file import ROWS_FILE, encode_rows, sha256
 from ..mirror.snapshot import SNAPSHOT_FILE, build_snapshot
 from .jsonl import atomic_write_bytes, atomic_write_json, encode_lines
 from .writer import ACTIVE_FILE, ARCHIVE_FILE, EPISODIC_FILE, SEMANTIC_FILE
@@ -54,6 +59,7 @@ def export_session(
     messages: Sequence[ContextMessage] | None = None,
     system_instructions: Sequence[str] = (),
     progress: bool | None = None,
+    rows: SessionRows | None = None,
 ) -> ExportResult:
     """Write ``events`` (all of one session, oldest first) to ``out_dir/agents/<name>/``.
 
@@ -61,7 +67,7 @@ def export_session(
     ``agent_id``). ``messages``/``system_instructions`` are the working context to store
     as the snapshot (pass the compaction-aware context); by default every non-compaction
     event's message. ``progress``: ``None`` shows a bar only on a terminal and only for a
-    long export.
+    long export. ``rows``: the session's SQLite rows, written as ``session_rows.jsonl``.
     """
     name = validate_agent_id(name)
     folder = Path(out_dir) / "agents" / name
@@ -80,6 +86,7 @@ def export_session(
     bar.close()
     result = ExportResult(folder=folder, trace_count=len(rendered.active) + len(rendered.archive))
     folder.mkdir(parents=True, exist_ok=True)
+    digests: dict[str, str] = {}
     for file_name, items in (
         (ACTIVE_FILE, rendered.active),
         (ARCHIVE_FILE, rendered.archive),
@@ -88,10 +95,17 @@ def export_session(
     ):
         path = folder / file_name
         if items:
-            atomic_write_bytes(path, encode_lines(items), fsync=False)
+            data = encode_lines(items)
+            atomic_write_bytes(path, data, fsync=False)
+            digests[file_name] = sha256(data)
             result.files.append(file_name)
         else:
             path.unlink(missing_ok=True)
+    if rows is None:
+        (folder / ROWS_FILE).unlink(missing_ok=True)
+    else:
+        atomic_write_bytes(folder / ROWS_FILE, encode_rows(rows, digests), fsync=False)
+        result.files.append(ROWS_FILE)
     snapshot = build_snapshot(
         agent_id=name,
         messages=default_snapshot_messages(events) if messages is None else messages,

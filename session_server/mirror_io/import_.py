@@ -13,6 +13,10 @@ record in the compaction engine's format (``strategy: "summarize"``, ``turn_ids`
 ``seq_range``, ``tail_start_seq``, ``tail_start_turn``, ``episodic``, ``semantic``, ...);
 appending the events then recreates the same files, and the context builder shows the
 archived turns as the memory block.
+A folder written by our export also holds ``session_rows.jsonl`` (``mirror.rows_file``);
+``read_rows_file`` reads it, and it is used, losslessly, instead of everything above as
+long as the JSONL files are still the ones it was written with.
+
 ``seq`` values are set assuming the events are appended from ``first_seq`` on (1 for a
 new session); the store may reassign them, but the compaction record refers to them.
 """
@@ -30,13 +34,14 @@ from ..core.errors import InvalidParamsError
 from ..core.events import SessionEvent
 from ..core.turns import assign_turns
 from ..mirror.from_traces import TraceEntry, traces_to_events
+from ..mirror.rows_file import ROWS_FILE, RowsFile, decode_rows, sha256
 from ..mirror.snapshot import SNAPSHOT_FILE
 from ..mirror.traces import ms_from_ts
-from .jsonl import read_jsonl, read_jsonl_numbered
+from .jsonl import read_bytes_or_empty, read_jsonl, read_jsonl_numbered
 from .snapshot_files import read_snapshot
 from .writer import ACTIVE_FILE, ARCHIVE_FILE, EPISODIC_FILE, MIRROR_FILES, SEMANTIC_FILE
 
-__all__ = ["ImportResult", "find_reference_folder", "import_reference_folder"]
+__all__ = ["ImportResult", "find_reference_folder", "import_reference_folder", "read_rows_file"]
 
 
 @dataclass(slots=True)
@@ -51,7 +56,7 @@ class ImportResult:
 
 
 def _has_reference_files(folder: Path) -> bool:
-    return any((folder / name).is_file() for name in (*MIRROR_FILES, SNAPSHOT_FILE))
+    return any((folder / name).is_file() for name in (*MIRROR_FILES, SNAPSHOT_FILE, ROWS_FILE))
 
 
 def find_reference_folder(path: str | Path) -> Path:
@@ -75,6 +80,40 @@ def find_reference_folder(path: str | Path) -> Path:
         else (f"holds {len(candidates)} agent folders; give one of them")
     )
     raise InvalidParamsError(f"path {str(folder)!r}: {problem}", data={"field": "path"})
+
+
+def read_rows_file(folder: Path, *, progress: bool | None = None) -> tuple[RowsFile | None, str]:
+    """The folder's ``session_rows.jsonl`` when it still describes the JSONL files beside it.
+
+    Returns ``(rows, "")``, or ``(None, why)`` when there is no such file or the JSONL files
+    are not the ones it was written with (edited, added or removed since the export; then
+    the reference files are the truth). A rows file that is itself damaged is refused
+    (``InvalidParamsError`` naming the line): it never silently turns into a lossy import.
+    """
+    path = folder / ROWS_FILE
+    if not path.is_file():
+        return None, f"no {ROWS_FILE}"
+    lines = path.read_bytes().splitlines()
+    bar = tqdm(
+        lines,
+        desc=f"import {folder.name}",
+        unit="row",
+        disable=None if progress is None else not progress,
+        delay=0.5,
+        leave=False,
+    )
+    try:
+        parsed = decode_rows(bar)
+    finally:
+        bar.close()
+    present = {
+        name: sha256(data) for name in MIRROR_FILES if (data := read_bytes_or_empty(folder / name))
+    }
+    if present != parsed.files:
+        changed = sorted(set(present.items()) ^ set(parsed.files.items()))
+        names = sorted({name for name, _ in changed})
+        return None, f"{ROWS_FILE} ignored: {', '.join(names)} changed since the export"
+    return parsed, ""
 
 
 def _entries(folder: Path) -> list[TraceEntry]:

@@ -19,7 +19,7 @@ import adapters
 
 from ..mirror.view import MemoryViewOptions, group_by_agent, page_snapshots
 from ..mirror_io.view_files import list_snapshot_summaries, read_memory_view
-from ..runtime import transfer
+from ..runtime import backups, transfer
 from .methods import (
     CallContext,
     Instructions,
@@ -31,6 +31,8 @@ from .methods import (
 
 __all__ = [
     "adapters_list",
+    "agent_backup",
+    "agent_restore",
     "context_render",
     "export_session",
     "import_session",
@@ -100,9 +102,16 @@ class ExportParams(RpcParams):
     name: Annotated[str, Field(min_length=1, max_length=128)] | None = None
 
 
+class RestoreParams(RpcParams):
+    data: Annotated[str, Field(min_length=1)]
+    sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+    force: bool = False
+
+
 class ImportParams(RpcParams):
     files: dict[str, str]
     session_id: SessionId | None = None
+    new_ids: bool = False
 
 
 async def memory_get_strategy(ctx: CallContext, p: StrategyQuery) -> dict[str, Any]:
@@ -175,8 +184,29 @@ async def export_session(ctx: CallContext, p: ExportParams) -> dict[str, Any]:
 
 
 async def import_session(ctx: CallContext, p: ImportParams) -> dict[str, Any]:
-    """Import reference files (``{file name: text}``) into a new session."""
-    return await transfer.import_files(await ctx.actor(), p.files, session_id=p.session_id)
+    """Import exported files (``{file name: text}``): losslessly, ids and seqs kept, when
+    ``session_rows.jsonl`` is among them (``new_ids``: a copy under fresh ids)."""
+    return await transfer.import_files(
+        await ctx.actor(), p.files, session_id=p.session_id, new_ids=p.new_ids
+    )
+
+
+async def agent_backup(ctx: CallContext, p: NoParams) -> dict[str, Any]:
+    """A consistent copy of the agent's SQLite file, taken while it keeps serving:
+    ``{agent_id, file, bytes, sha256, sessions, events, schema_version, created_at, data}``
+    with ``data`` the file in base64 (at most ``backups.RPC_MAX_BACKUP_BYTES``)."""
+    actor = await ctx.actor()
+    return await backups.backup_bytes(ctx.registry, actor.agent_id)
+
+
+async def agent_restore(ctx: CallContext, p: RestoreParams) -> dict[str, Any]:
+    """Replace the agent's file with a backup (``data`` base64, ``sha256`` of the file):
+    refused unless the file matches the digest and is a usable agent database, and
+    (when the agent exists) unless ``force``. Calls in flight finish first."""
+    actor = await ctx.actor()
+    return await backups.restore_bytes(
+        ctx.registry, actor.agent_id, p.data, p.sha256, force=p.force
+    )
 
 
 async def adapters_list(ctx: CallContext, p: NoParams) -> dict[str, Any]:

@@ -61,6 +61,8 @@ ROWS: Final[tuple[MethodSpec, ...]] = (
     ),
     MethodSpec("export.session", memory.ExportParams, memory.export_session, scope="read"),
     MethodSpec("import.session", memory.ImportParams, memory.import_session, scope="admin"),
+    MethodSpec("agent.backup", session.NoParams, memory.agent_backup, scope="admin"),
+    MethodSpec("agent.restore", memory.RestoreParams, memory.agent_restore, scope="admin"),
     MethodSpec(
         "adapters.list",
         session.NoParams,

@@ -60,10 +60,11 @@ from ..core.agent_core import (
 )
 from ..core.codec import event_to_message
 from ..core.context import WorkingContext
-from ..core.errors import InvalidParamsError, SummarizerError
+from ..core.errors import InvalidParamsError, NotFoundError, SummarizerError
 from ..core.events import SessionEvent
 from ..core.plans import AppendResult, Effects, NewSession
 from ..core.recent import SessionView
+from ..core.session_rows import SessionRows, check_rows
 from ..core.tokens import get_counter
 from ..core.validation import parse_event
 from ..mirror_io.writer import validate_session_id
@@ -93,6 +94,11 @@ class ActorHost(Protocol):
 
     @property
     def executor(self) -> Executor: ...
+
+    @property
+    def readonly(self) -> bool:
+        """Open stores read-only, without the agent lock (tools beside a server)."""
+        ...
 
     @property
     def default_strategy(self) -> dict[str, Any] | None: ...
@@ -199,6 +205,7 @@ class AgentActor:
                         busy_timeout_ms=self.busy_timeout_ms,
                         executor=self.host.executor,
                         on_commit=self.host.operations.observe_commit,
+                        readonly=self.host.readonly,
                     )
                     self.host.store_opened(self)
                 if self.mirror.enabled:
@@ -233,6 +240,27 @@ class AgentActor:
                     await store.close()
                     self.host.store_closed(self)
             self.core.hibernated()
+
+    async def replace_file(self, fn: Callable[[], T]) -> T:
+        """Close the store and run ``fn`` on a worker thread while no call can use or reopen
+        it (a restore replaces the agent file this way under a running server); calls
+        arriving meanwhile wait, then open the new file."""
+        async with self._write_lock:
+            while True:
+                while self._inflight:
+                    self._idle.clear()
+                    await self._idle.wait()
+                await self.mirror.close(self._store)
+                async with self._open_lock:
+                    if self._inflight:  # a read started while the mirror was flushed
+                        continue
+                    store, self._store = self._store, None
+                    if store is not None:
+                        await store.close()
+                        self.host.store_closed(self)
+                    self.core.hibernated()
+                    loop = asyncio.get_running_loop()
+                    return await loop.run_in_executor(self.host.executor, fn)
 
     async def close(self) -> None:
         """Wait for writes and reads in flight, then close the store."""
@@ -420,6 +448,25 @@ class AgentActor:
         sid = session_id or str(uuid.uuid4())
         plan = self.core.plan_events(sid, events, create=NewSession(self.agent_id, metadata))
         return sid, await self._commit(plan)
+
+    async def session_rows(self, session_id: str) -> SessionRows:
+        """Everything SQLite holds about the session (one snapshot); ``NotFoundError``."""
+        rows = await self._read(lambda s: s.session_rows(session_id))
+        if rows is None:
+            raise NotFoundError.session(session_id)
+        return rows
+
+    async def import_rows(self, rows: SessionRows) -> None:
+        """Write a whole session as it is (``core.session_rows``: checked first), in one
+        transaction; its mirror files are written from it right after the commit."""
+        validate_session_id(rows.session.id)
+        check_rows(rows)
+
+        async def write(store: AgentStore) -> None:
+            await store.insert_session_rows(rows)
+            await self.mirror.ensure_active(store, rows.session.id)
+
+        await self._write(write)
 
     async def load_events(
         self,

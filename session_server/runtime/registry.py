@@ -55,7 +55,9 @@ class ActorRegistry:
     True), ``io_threads`` (worker threads for SQLite calls, shared by all agents, 8),
     ``default_strategy`` (server default compaction strategy), ``summarizer`` (default:
     ``SESSION_SERVER_SUMMARIZER``, extractive), ``metrics`` (``CompactionMetrics``);
-    ``operations`` (``OperationsMetrics``) is created on the same prometheus registry.
+    ``operations`` (``OperationsMetrics``) is created on the same prometheus registry;
+    ``readonly`` opens every store read-only, without the agent lock and without the
+    mirror (for tools that read beside a running server; writes raise).
     """
 
     def __init__(
@@ -72,6 +74,7 @@ class ActorRegistry:
         default_strategy: dict[str, Any] | None = None,
         summarizer: Summarizer | None = None,
         metrics: CompactionMetrics | None = None,
+        readonly: bool = False,
     ) -> None:
         if synchronous not in ("FULL", "NORMAL"):
             raise ValueError(f"synchronous: must be 'FULL' or 'NORMAL', got {synchronous!r}")
@@ -97,7 +100,8 @@ class ActorRegistry:
         self.max_open = max_open
         self.busy_timeout_ms = busy_timeout_ms
         self.context_limit = context_limit
-        self.mirror = mirror
+        self.readonly = readonly
+        self.mirror = mirror and not readonly  # the mirror is written by the lock holder
         # The server-wide default level of the strategy precedence; validated now.
         try:
             self.default_strategy = (

@@ -1,10 +1,16 @@
 """Export a session to, and import one from, the reference file layout (I/O shell).
 
 Export writes ``OUT/agents/<name>/`` (raw traces, archive, episodic, semantic, snapshot)
-from SQLite, the source of truth, not from the live mirror. Import reads such a folder
-leniently into a new session in one atomic append: the session exists with all its
-events, or (on any error) not at all. Every file operation runs on the registry's worker
-threads, never on the event loop.
+from SQLite, the source of truth, not from the live mirror, plus ``session_rows.jsonl``:
+every row SQLite holds about the session, read in one snapshot (``core.session_rows``).
+
+Import of such a folder is lossless: the session comes back with its id, its events'
+ids, seqs, timestamps, metadata, reasoning, system messages and compaction records, its
+metadata and strategy (``new_ids``: a copy under a fresh session id and fresh event
+ids). A folder without that file (or whose JSONL files changed since the export) is read
+leniently from the reference files into a new session. Either way one transaction
+writes it: the session exists with all its events, or (on any error) not at all. Every
+file operation runs on the registry's worker threads, never on the event loop.
 """
 
 from __future__ import annotations
@@ -13,28 +19,35 @@ import asyncio
 import functools
 import shutil
 import tempfile
+import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ..core.errors import InvalidParamsError, NotFoundError
+import msgspec
+
+from ..core.codec import hydrate_event
+from ..core.errors import InvalidParamsError
+from ..core.session_rows import with_new_ids
+from ..mirror.rows_file import ROWS_FILE
 from ..mirror_io.export import export_session as write_export
-from ..mirror_io.import_ import import_reference_folder
+from ..mirror_io.import_ import find_reference_folder, import_reference_folder, read_rows_file
 
 if TYPE_CHECKING:
     from .actor import AgentActor
 
-__all__ = ["export_files", "export_session", "import_files", "import_session"]
+__all__ = ["REFERENCE_FILES", "export_files", "export_session", "import_files", "import_session"]
 
 T = TypeVar("T")
 
-# The only names a reference folder holds; anything else in an RPC import is refused.
+# The only names an export folder holds; anything else in an RPC import is refused.
 REFERENCE_FILES = (
     "raw_traces.jsonl",
     "raw_traces_archive.jsonl",
     "episodic.jsonl",
     "semantic.jsonl",
     "working_context_snapshot.json",
+    ROWS_FILE,
 )
 
 
@@ -47,9 +60,8 @@ async def export_session(
     progress: bool | None = None,
 ) -> dict[str, Any]:
     """Write one session to ``out_dir/agents/<name>/`` (name defaults to the agent id)."""
-    if await actor.get_session(session_id) is None:
-        raise NotFoundError.session(session_id)
-    events = await actor.load_events(session_id, limit=None, tail=False)
+    rows = await actor.session_rows(session_id)  # NotFoundError for an unknown session
+    events = [hydrate_event(msgspec.structs.asdict(r)) for r in rows.events]
     # An export reads only: the snapshot is the context as it stands, never compacted now.
     ctx = await actor.current_context(session_id)
     result = await _off_loop(
@@ -62,6 +74,7 @@ async def export_session(
             messages=ctx.messages,
             system_instructions=ctx.system_instructions,
             progress=progress,
+            rows=rows,
         ),
     )
     return {
@@ -69,6 +82,7 @@ async def export_session(
         "files": [Path(f).name for f in result.files],
         "trace_count": result.trace_count,
         "event_count": len(events),
+        "last_seq": rows.session.last_seq,
     }
 
 
@@ -97,11 +111,33 @@ async def import_session(
     folder: str | Path,
     *,
     session_id: str | None = None,
+    new_ids: bool = False,
     progress: bool | None = None,
 ) -> dict[str, Any]:
-    """Import a reference folder into a new session; returns its id and counts."""
+    """Import an export folder (or any reference folder); returns the session id and counts.
+
+    ``lossless`` in the answer says which way it went (see the module doc); ``note`` says
+    why a ``session_rows.jsonl`` beside the files was not used.
+    """
+    where = await _off_loop(actor, functools.partial(find_reference_folder, folder))
+    parsed, why = await _off_loop(
+        actor, functools.partial(read_rows_file, where, progress=progress)
+    )
+    if parsed is not None:
+        rows = parsed.rows
+        rows.session.agent_id = actor.agent_id  # the session now belongs to this agent
+        if new_ids or (session_id is not None and session_id != rows.session.id):
+            rows = with_new_ids(rows, session_id or str(uuid.uuid4()), new_event_ids=new_ids)
+        await actor.import_rows(rows)
+        return {
+            "session_id": rows.session.id,
+            "name": where.name,
+            "event_count": len(rows.events),
+            "last_seq": rows.session.last_seq,
+            "lossless": True,
+        }
     imported = await _off_loop(
-        actor, functools.partial(import_reference_folder, folder, progress=progress)
+        actor, functools.partial(import_reference_folder, where, progress=progress)
     )
     # One transaction creates the session with every event: all of it, or nothing.
     sid, result = await actor.import_events(
@@ -113,11 +149,17 @@ async def import_session(
         "trace_count": imported.trace_count,
         "event_count": len(result.seqs),
         "last_seq": result.last_seq,
+        "lossless": False,
+        "note": why,
     }
 
 
 async def import_files(
-    actor: AgentActor, files: Mapping[str, str], *, session_id: str | None = None
+    actor: AgentActor,
+    files: Mapping[str, str],
+    *,
+    session_id: str | None = None,
+    new_ids: bool = False,
 ) -> dict[str, Any]:
     """Import reference files given as ``{file name: text}`` (for RPC callers)."""
     unknown = sorted(set(files) - set(REFERENCE_FILES))
@@ -141,7 +183,9 @@ async def import_files(
     )
     try:
         folder = await _off_loop(actor, functools.partial(write, tmp))
-        return await import_session(actor, folder, session_id=session_id, progress=False)
+        return await import_session(
+            actor, folder, session_id=session_id, new_ids=new_ids, progress=False
+        )
     finally:
         await _off_loop(actor, functools.partial(shutil.rmtree, tmp, ignore_errors=True))
 

@@ -73,7 +73,10 @@ def connect(
     """Open ``path`` in WAL mode with the given durability; fails on a non-SQLite file."""
     # check_same_thread=False: the store hands the connection to pool threads, one call at
     # a time (its locks guarantee that), never concurrently.
-    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    # A reader opens the file read-only (``mode=ro``): it never creates a missing file,
+    # and takes no lock a writer in another process would wait for (WAL readers share).
+    target = f"{Path(path).resolve().as_uri()}?mode=ro" if readonly else str(path)
+    conn = sqlite3.connect(target, isolation_level=None, check_same_thread=False, uri=readonly)
     try:
         conn.row_factory = sqlite3.Row
         conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
@@ -81,6 +84,10 @@ def connect(
         conn.execute(f"PRAGMA synchronous={synchronous}")
         if readonly:
             conn.execute("PRAGMA query_only=1")
+        else:
+            # Deleted rows are overwritten with zeros, not just unlinked (DESIGN erasure):
+            # with a checkpoint after each delete, no deleted text survives in the files.
+            conn.execute("PRAGMA secure_delete=ON")
     except BaseException:
         conn.close()
         raise

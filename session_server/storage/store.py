@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import logging
 import os
 import sqlite3
 import time
@@ -30,15 +31,18 @@ from ..core.errors import AgentUnavailableError, InvalidParamsError, NotFoundErr
 from ..core.events import ACTIONS, SessionEvent
 from ..core.plans import AppendBatch, AppendOutcome, AppendResult, ContextWindow, SessionState
 from ..core.records import CompactionRecord
+from ..core.session_rows import SessionRows
 from ..core.turns import widening_turns, window_from
 from ..limits import descriptor_error, out_of_descriptors
 from . import session_sql
 from . import sqlite_ops as ops
+from .session_rows import read_session_rows, write_session_rows
 from .sqlite_ops import EVENT_COLUMNS
 
 __all__ = ["AgentStore", "AppendResult", "ContextWindow", "Synchronous"]
 
 Synchronous = Literal["FULL", "NORMAL"]
+log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 _SESSION_COLUMNS: Final = "id, agent_id, created_at, updated_at, metadata, last_seq"
@@ -55,8 +59,10 @@ class AgentStore:
         busy_timeout_ms: int,
         executor: Executor | None,
         on_commit: Callable[[float], None] | None = None,
+        readonly: bool = False,
     ) -> None:
         self.path = path
+        self.readonly = readonly
         self.agent_id = agent_id
         self.synchronous = synchronous
         self.busy_timeout_ms = busy_timeout_ms
@@ -76,6 +82,12 @@ class AgentStore:
     @property
     def writer(self) -> sqlite3.Connection:
         if self._writer is None:
+            if self.readonly:
+                raise AgentUnavailableError(
+                    f"agent {self.agent_id!r} is open read-only here; write through the "
+                    "process that holds it (the server's RPC methods)",
+                    data={"agent_id": self.agent_id},
+                )
             raise AgentUnavailableError(f"agent {self.agent_id!r}: store is closed")
         return self._writer
 
@@ -122,13 +134,20 @@ class AgentStore:
         busy_timeout_ms: int = 5000,
         executor: Executor | None = None,
         on_commit: Callable[[float], None] | None = None,
+        readonly: bool = False,
     ) -> AgentStore:
         """Open (creating and migrating if needed) the agent file.
 
+        ``readonly``: open only a reader, without the agent lock, beside a server that may
+        be writing (WAL lets readers and one writer share the file); the file must exist
+        and every write raises ``AgentUnavailableError``.
         Raises ``AgentUnavailableError`` when the file is not a usable SQLite database.
         ``on_commit(seconds)`` is called after each write transaction that committed.
         """
-        store = cls(path, agent_id, synchronous, busy_timeout_ms, executor, on_commit)
+        store = cls(path, agent_id, synchronous, busy_timeout_ms, executor, on_commit, readonly)
+        if readonly:
+            await store._read(lambda conn: conn.execute("SELECT 1 FROM sessions LIMIT 1"))
+            return store
 
         def open_writer() -> sqlite3.Connection:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -210,13 +229,43 @@ class AgentStore:
         return await self._read(fn)
 
     async def delete_session(self, session_id: str) -> bool:
-        def body(conn: sqlite3.Connection) -> bool:
+        def body(conn: sqlite3.Connection) -> tuple[bool, int]:
             deleted = conn.execute("DELETE FROM sessions WHERE id = ?", (session_id,)).rowcount > 0
+            rows = 0
             for table in ("events", "tool_calls", "idempotency"):
-                conn.execute(f"DELETE FROM {table} WHERE session_id = ?", (session_id,))
-            return deleted
+                rows += conn.execute(
+                    f"DELETE FROM {table} WHERE session_id = ?", (session_id,)
+                ).rowcount
+            return deleted, rows
 
-        return await self._write("delete_session", body)
+        deleted, rows = await self._write("delete_session", body)
+        if deleted or rows:
+            await self.erase_wal()
+        return deleted
+
+    async def erase_wal(self) -> None:
+        """Checkpoint and truncate the WAL, so text deleted (zeroed, ``secure_delete``)
+        does not survive in older WAL frames. A reader holding an old snapshot makes the
+        truncation wait up to the busy timeout; if it still cannot, the next delete retries.
+        """
+
+        def run() -> None:
+            try:
+                busy = self.writer.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+            except sqlite3.Error as exc:
+                raise ops.storage_error(exc, "checkpoint after delete") from exc
+            if busy:
+                log.warning("agent %r: WAL not truncated after a delete (busy)", self.agent_id)
+
+        await self._call(run)
+
+    async def session_rows(self, session_id: str) -> SessionRows | None:
+        """Every row SQLite holds about the session, read in one snapshot."""
+        return await self._read(lambda conn: read_session_rows(conn, session_id))
+
+    async def insert_session_rows(self, rows: SessionRows) -> None:
+        """Write a whole session as it is (ids, seqs, columns); ``ConflictError`` on a clash."""
+        await self._write("import session", write_session_rows, rows)
 
     async def stale_mirrors(self) -> list[str]:
         """Sessions whose stored mirror cursor is not their last seq (a crash, or I/O)."""
@@ -313,7 +362,10 @@ class AgentStore:
                 (session_id, *event_ids),
             ).rowcount
 
-        return await self._write("delete_events", body)
+        deleted = await self._write("delete_events", body)
+        if deleted:
+            await self.erase_wal()
+        return deleted
 
     # -- session edits beside the turn path (bodies in ``session_sql``) -----------------
 

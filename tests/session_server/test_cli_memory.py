@@ -8,7 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "reference-memory"
+from tests.support.paths import FIXTURES
+
 AGENT_DIR = FIXTURES / "agents" / "db manager_db manager_1393"
 
 

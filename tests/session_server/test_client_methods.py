@@ -23,6 +23,8 @@ AGENT = "clients"
 # RPC method -> the SessionClient method that calls it. ``events.unsubscribe`` is sent by
 # ``Subscription.close()``. A new RPC method needs its client method here and in client.py.
 CLIENT_METHODS = {
+    "agent.backup": "backup_agent",
+    "agent.restore": "restore_agent",
     "session.create": "create_session",
     "session.get": "get_session",
     "session.list": "session_page",
@@ -168,13 +170,17 @@ async def test_memory_render_transfer_and_server_methods(
     view = await client.memory_view(sid, include_archive=False)
     assert view["raw_traces"]
     exported = await client.export_session(sid, name="copy")
-    imported = await client.import_session(exported["files"])
-    assert imported["session_id"] != sid
+    imported = await client.import_session(exported["files"], new_ids=True)
+    assert imported["session_id"] != sid and imported["lossless"]
     async with SessionClient(server.url, None) as admin:
         assert await admin.list_agents() == [AGENT]
         assert "openai-responses" in await admin.list_adapters()
         assert "compactions" in await admin.get_metrics()
         assert (await admin.list_snapshots(page_size=5))["total"] >= 1
+    backup = await client.backup_agent()
+    assert backup["sessions"] == 2 and backup["data"]
+    restored = await client.restore_agent(backup["data"], backup["sha256"], force=True)
+    assert restored["sessions"] == 2
 
 
 async def test_follow_resumes_across_a_restart(tmp_path: Path) -> None:

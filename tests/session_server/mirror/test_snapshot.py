@@ -18,8 +18,7 @@ from session_server.mirror.snapshot import (
     validate_snapshot,
 )
 from session_server.mirror_io.snapshot_files import load_snapshot_cache, read_snapshot
-
-FIXTURES = Path(__file__).resolve().parents[3] / ".." / "shared" / "fixtures" / "reference-memory"
+from tests.support.paths import FIXTURES
 
 MESSAGES = [
     ContextMessage(role="user", content="look", images=["data:image/png;base64,AA"]),

@@ -17,8 +17,8 @@ from session_server.mirror.model import render_mirror
 from session_server.mirror_io.export import export_session
 from session_server.mirror_io.import_ import find_reference_folder, import_reference_folder
 from tests.session_server.mirror.factory import ep, sem
+from tests.support.paths import FIXTURES
 
-FIXTURES = Path(__file__).resolve().parents[3] / ".." / "shared" / "fixtures" / "reference-memory"
 AGENTS = sorted(p for p in (FIXTURES / "agents").iterdir() if p.is_dir())
 
 

@@ -19,8 +19,7 @@ from session_server.mirror_io.view_files import (
 )
 from session_server.mirror_io.writer import MirrorWriter
 from tests.session_server.mirror.factory import agent, calls, committed, user
-
-FIXTURES = Path(__file__).resolve().parents[3] / ".." / "shared" / "fixtures" / "reference-memory"
+from tests.support.paths import FIXTURES
 
 
 def test_view_of_a_reference_fixture_folder() -> None:

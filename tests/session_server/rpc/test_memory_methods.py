@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from session_server.client import SessionClient
-from session_server.core.errors import InvalidParamsError, NotFoundError
+from session_server.core.errors import ConflictError, InvalidParamsError, NotFoundError
 from tests.support.server import RunningServer, running_server
 
 AGENT = "memory agent"
@@ -134,9 +134,17 @@ async def test_export_then_import_over_rpc(client: SessionClient) -> None:
     exported = await client.call("export.session", {"session_id": sid, "name": "copy"})
     assert exported["name"] == "copy"
     assert exported["files"]["raw_traces.jsonl"].count("\n") == 12
-    imported = await client.call("import.session", {"files": exported["files"]})
+    # The originals are still here: a plain import (ids kept) is refused, a copy is not.
+    with pytest.raises(ConflictError, match="already exists"):
+        await client.call("import.session", {"files": exported["files"]})
+    imported = await client.call("import.session", {"files": exported["files"], "new_ids": True})
+    assert imported["lossless"] and imported["session_id"] != sid
     again = await client.call("export.session", {"session_id": imported["session_id"]})
-    assert again["files"]["raw_traces.jsonl"] == exported["files"]["raw_traces.jsonl"]
+    assert again["files"]["raw_traces.jsonl"].count("\n") == 12
+    original = await client.call("events.load", {"session_id": sid, "limit": 100})
+    copy = await client.call("events.load", {"session_id": imported["session_id"], "limit": 100})
+    assert [e["seq"] for e in copy["events"]] == [e["seq"] for e in original["events"]]
+    assert not {e["id"] for e in copy["events"]} & {e["id"] for e in original["events"]}
     with pytest.raises(InvalidParamsError, match="unknown file name"):
         await client.call("import.session", {"files": {"/etc/passwd": "x"}})
 

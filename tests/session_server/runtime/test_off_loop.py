@@ -17,6 +17,7 @@ import pytest
 from session_server import ActorRegistry
 from session_server.client import SessionClient
 from session_server.core.events import ContextMessage
+from session_server.mirror.rows_file import ROWS_FILE
 from session_server.rpc import memory_methods
 from session_server.runtime import mirror_link, transfer
 from tests.support.server import running_server
@@ -67,6 +68,7 @@ async def test_export_and_import_touch_files_on_workers(
 ) -> None:
     recording(monkeypatch, transfer, "write_export", threads)
     recording(monkeypatch, transfer, "import_reference_folder", threads)
+    recording(monkeypatch, transfer, "read_rows_file", threads)
     async with ActorRegistry(tmp_path, idle_timeout=None) as reg:
         actor = await reg.get("agent")
         sid = await actor.create_session()
@@ -74,9 +76,13 @@ async def test_export_and_import_touch_files_on_workers(
         ctx.add_messages([ContextMessage(role="user", content="q")])
         await actor.persist_working_context(sid, ctx)
         exported = await transfer.export_files(actor, sid)
-        imported = await transfer.import_files(actor, exported["files"])
-        assert imported["event_count"] == 1
+        # A copy beside the original (lossless, fresh ids), then the reference files alone.
+        imported = await transfer.import_files(actor, exported["files"], new_ids=True)
+        assert imported["event_count"] == 1 and imported["lossless"]
+        reference = {k: v for k, v in exported["files"].items() if k != ROWS_FILE}
+        assert (await transfer.import_files(actor, reference))["event_count"] == 1
     assert on_workers(threads["write_export"]), threads
+    assert on_workers(threads["read_rows_file"]), threads
     assert on_workers(threads["import_reference_folder"]), threads
 
 

@@ -1,0 +1,82 @@
+"""Read and write a whole session as its SQLite rows (I/O; see ``core.session_rows``)."""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any, Final
+
+import msgspec
+
+from ..core.errors import ConflictError
+from ..core.session_rows import (
+    EventRow,
+    IdempotencyRow,
+    SessionRow,
+    SessionRows,
+    ToolCallRow,
+    columns,
+)
+
+__all__ = ["read_session_rows", "write_session_rows"]
+
+_TABLES: Final[tuple[tuple[str, type[msgspec.Struct], str], ...]] = (
+    ("events", EventRow, "seq"),
+    ("tool_calls", ToolCallRow, "call_id"),
+    ("idempotency", IdempotencyRow, "key"),
+)
+
+
+def read_session_rows(conn: sqlite3.Connection, session_id: str) -> SessionRows | None:
+    """Every row of the session in one read snapshot, or ``None`` when it does not exist."""
+    conn.execute("BEGIN")
+    try:
+        row = conn.execute(
+            f"SELECT {', '.join(columns(SessionRow))} FROM sessions WHERE id = ?", (session_id,)
+        ).fetchone()
+        if row is None:
+            return None
+        parts: dict[str, list[Any]] = {}
+        for table, row_type, order in _TABLES:
+            cur = conn.execute(
+                f"SELECT {', '.join(columns(row_type))} FROM {table}"
+                f" WHERE session_id = ? ORDER BY {order}",
+                (session_id,),
+            )
+            parts[table] = [row_type(*r) for r in cur]
+    finally:
+        conn.execute("COMMIT")
+    return SessionRows(session=SessionRow(*row), **parts)
+
+
+def write_session_rows(conn: sqlite3.Connection, rows: SessionRows) -> None:
+    """Insert the session and all its rows as they are (inside the caller's transaction).
+
+    ``ConflictError`` when the session id, or any event id, already exists in this agent.
+    The mirror cursor starts at 0, so the mirror files are written (verified) on activation.
+    """
+    session = rows.session
+    if conn.execute("SELECT 1 FROM sessions WHERE id = ?", (session.id,)).fetchone():
+        raise ConflictError(
+            f"session_id: session {session.id!r} already exists in this agent "
+            "(import with new_ids, or under another session id, to make a copy)",
+            data={"field": "session_id"},
+        )
+    names = columns(SessionRow)
+    conn.execute(
+        f"INSERT INTO sessions ({', '.join(names)}) VALUES ({', '.join('?' * len(names))})",
+        msgspec.structs.astuple(session),
+    )
+    for table, row_type, _order in _TABLES:
+        names = columns(row_type)
+        items = getattr(rows, table)
+        try:
+            conn.executemany(
+                f"INSERT INTO {table} ({', '.join(names)}) VALUES ({', '.join('?' * len(names))})",
+                [msgspec.structs.astuple(r) for r in items],
+            )
+        except sqlite3.IntegrityError as exc:
+            raise ConflictError(
+                f"{table}: a row already exists in this agent ({exc}); import with new_ids "
+                "to make a copy beside the original",
+                data={"field": f"{table}[].id" if table == "events" else table},
+            ) from exc
