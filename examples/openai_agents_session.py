@@ -34,7 +34,7 @@ async def main(server_url: str, openai_base_url: str | None = None) -> None:
     print("answer:", result.final_output)
     for item in await session.get_items():
         print(item.get("type", "message"), item.get("role", ""))
-    session.close()
+    await session.aclose()
 
 
 if __name__ == "__main__":

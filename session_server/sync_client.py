@@ -126,23 +126,38 @@ class SyncSessionClient:
         return method
 
     # -- lifecycle ------------------------------------------------------------------------
+    async def _shutdown(self) -> None:
+        if self._client is not None:
+            client, self._client = self._client, None
+            await client.close()
+
+    def _stop_loop(self) -> None:
+        self._closed = True
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join()
+        self._loop.close()
+
     def close(self) -> None:
-        """Close the connection and stop the private loop (idempotent)."""
+        """Close the connection and stop the private loop (idempotent). Blocks until the
+        close handshake is done: from async code use ``await aclose()``, which does not
+        block the caller's loop (a server on that loop could not answer the handshake)."""
         if self._closed:
             return
-
-        async def shutdown() -> None:
-            if self._client is not None:
-                await self._client.close()
-                self._client = None
-
         try:
-            asyncio.run_coroutine_threadsafe(shutdown(), self._loop).result(self.timeout)
+            asyncio.run_coroutine_threadsafe(self._shutdown(), self._loop).result(self.timeout)
         finally:
-            self._closed = True
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join()
-            self._loop.close()
+            self._stop_loop()
+
+    async def aclose(self) -> None:
+        """``close()`` for async code: awaits the close handshake without blocking."""
+        if self._closed:
+            return
+        try:
+            await asyncio.wrap_future(
+                asyncio.run_coroutine_threadsafe(self._shutdown(), self._loop)
+            )
+        finally:
+            self._stop_loop()
 
     def __enter__(self) -> SyncSessionClient:
         return self

@@ -42,7 +42,7 @@ stay verbatim.
 Remote sessions talk over a :class:`session_server.sync_client.SyncSessionClient`, whose
 connection lives on its own thread: the session works from ``Runner.run`` on any loop and
 from ``Runner.run_sync`` (a new loop per call), and reconnects when the server restarts.
-``close()`` ends that connection.
+``close()`` (or ``await aclose()`` from async code) ends that connection.
 """
 
 from __future__ import annotations
@@ -94,6 +94,7 @@ class _Backend(Protocol):
     ) -> SessionEvent | None: ...
     async def clear(self, session_id: str) -> None: ...
     def close(self) -> None: ...
+    async def aclose(self) -> None: ...
 
 
 class _Remote:
@@ -147,6 +148,9 @@ class _Remote:
 
     def close(self) -> None:
         self.client.close()
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
 
 
 class _Local:
@@ -202,6 +206,9 @@ class _Local:
 
     def close(self) -> None:
         return None  # the registry belongs to the caller
+
+    async def aclose(self) -> None:
+        return None
 
 
 def _items_of(events: Sequence[SessionEvent]) -> list[dict[str, Any]]:
@@ -325,14 +332,19 @@ class SessionServerSession:
 
     # -- lifecycle ---------------------------------------------------------------------------
     def close(self) -> None:
-        """Close the remote connection (a local session has nothing to close)."""
+        """Close the remote connection (a local session has nothing to close). From async
+        code prefer ``await aclose()``, which does not block the running loop."""
         self._backend.close()
+
+    async def aclose(self) -> None:
+        """Close the remote connection without blocking the running loop."""
+        await self._backend.aclose()
 
     async def __aenter__(self) -> SessionServerSession:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        self.close()
+        await self.aclose()
 
     # -- internals ---------------------------------------------------------------------------
     async def _ensure(self) -> None:

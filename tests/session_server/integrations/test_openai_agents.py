@@ -173,7 +173,7 @@ async def test_remote_without_strategy_matches_sqlite_across_restart(
             await server.restart()
             seen += await drive(agent, session, range(RESTART_AT, TURNS + 1))
         finally:
-            session.close()
+            await session.aclose()
         assert server.starts == 2
     for k, (mine, theirs) in enumerate(zip(seen, reference, strict=True), start=1):
         assert mine == theirs, f"turn {k} differs"
@@ -239,7 +239,7 @@ async def test_strategies_keep_history_valid_and_bounded(
         seen += await drive(
             agent, session, range(RESTART_AT, TURNS + 1), hooks=session.usage_hooks()
         )
-        session.close()
+        await session.aclose()
         async with SessionClient(server.url, AGENT) as client:
             events = await client.load_events("user-1", limit=None)
     # Every request the SDK built from these items was accepted by the model.
@@ -293,7 +293,7 @@ async def test_pop_clear_limit_and_settings(tmp_path: Path, fake_model: FakeOpen
         try:
             assert len(await limited.get_items()) == 2
         finally:
-            limited.close()
+            await limited.aclose()
     reference.close()
     with pytest.raises(InvalidParamsError, match="url/registry"):
         SessionServerSession("x", agent_id=AGENT)
