@@ -727,10 +727,16 @@ class SessionClient:
             params = {"after": page["next_after"]}
 
     async def list_snapshots(
-        self, *, search: str | None = None, page: int = 1, page_size: int = 50
+        self,
+        *,
+        search: str | None = None,
+        page: int = 1,
+        page_size: int = 50,
+        group: Literal["folder", "agent"] = "folder",
     ) -> dict[str, Any]:
-        """A page of memory snapshot summaries, newest first (server endpoint)."""
-        params = _set(search=search, page=page, page_size=page_size)
+        """A page of memory snapshot summaries, newest first (server endpoint); ``group=
+        "agent"`` gives one entry per agent (its latest session)."""
+        params = _set(search=search, page=page, page_size=page_size, group=group)
         return dict(await self.call("memory.list_snapshots", params))
 
     async def list_adapters(self) -> list[str]:

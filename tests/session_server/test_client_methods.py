@@ -176,6 +176,7 @@ async def test_memory_render_transfer_and_server_methods(
         assert "openai-responses" in await admin.list_adapters()
         assert "compactions" in await admin.get_metrics()
         assert (await admin.list_snapshots(page_size=5))["total"] >= 1
+        assert (await admin.list_snapshots(group="agent"))["total"] == 1
     backup = await client.backup_agent()
     assert backup["sessions"] == 2 and backup["data"]
     restored = await client.restore_agent(backup["data"], backup["sha256"], force=True)
