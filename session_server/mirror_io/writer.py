@@ -180,13 +180,22 @@ class MirrorWriter:
         if not self.enabled:
             return []
         self._models.pop(session_id, None)
+        folder = self.session_dir(session_id)
+        existed = folder.is_dir()
         try:
-            changed, model = reconcile_session_dir(self.session_dir(session_id), events)
+            changed, model = reconcile_session_dir(folder, events)
         except OSError as exc:
             logger.error("mirror of session %s could not be reconciled: %s", session_id, exc)
             return []
         if changed:
-            logger.warning("mirror of session %s repaired: %s", session_id, ", ".join(changed))
+            # No folder before: a first writing (an imported or restored session), no repair.
+            logger.log(
+                logging.WARNING if existed else logging.INFO,
+                "mirror of session %s %s: %s",
+                session_id,
+                "repaired" if existed else "written",
+                ", ".join(changed),
+            )
         self._models[session_id] = model
         return changed
 
