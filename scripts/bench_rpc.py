@@ -1,20 +1,27 @@
 #!/usr/bin/env python
-"""RPC benchmark: transport baseline vs ``turn.persist`` over the real server and client.
+"""RPC benchmark: ``turn.persist`` over the real server and client against its bound.
 
-In one run, on 127.0.0.1 (server and client in this process, one event loop):
+In one run, on 127.0.0.1 (server and client in this process, one event loop), at one
+``synchronous`` level (NORMAL by default):
 
 (a) sequential round trips per second against a bare ``websockets`` echo server, sending
     the same JSON text a ``turn.persist`` request carries;
+(r) raw ``sqlite3`` commits per second of the same turn (4 event rows and the session row
+    in one ``BEGIN IMMEDIATE`` transaction, the store's schema, WAL, the same level);
+    the bound for a sequential call is one echo round trip plus one raw commit:
+    ``1 / (1/a + 1/r)`` calls per second;
 (b) sequential ``turn.persist`` calls (``SessionClient.persist_turn``) of a 4-message turn
-    (user, assistant tool call, tool result, assistant answer) with ``synchronous=NORMAL``;
-(c) 16 concurrent connections on 16 agents, each doing sequential ``turn.persist`` calls
-    (aggregate calls per second).
+    (user, assistant tool call, tool result, assistant answer): target at least 50% of the
+    bound;
+(p) ``--pipeline`` requests in flight on one connection and one session (pipelining);
+(w) ``--writers`` connections on one agent, one session each (group commit);
+(c) ``--agents`` connections on as many agents, each doing sequential calls.
 
-Prints each figure and the ratios b/a (target at least 0.60) and c/b, plus two
-diagnostics that split (b): the RPC stack alone (framing and params validation of the same
-request, no actor) and the local actor call alone (no RPC).
+Two diagnostics split (b): the RPC stack alone (framing and params validation of the same
+request, no actor) and the local actor call alone (no RPC). ``--loop uvloop`` runs it all
+on uvloop (when installed).
 
-Run: ``.venv/bin/python scripts/bench_rpc.py [--calls 2000] [--agents 16]``
+Run: ``.venv/bin/python scripts/bench_rpc.py [--calls 2000] [--synchronous NORMAL]``
 """
 
 from __future__ import annotations
@@ -27,19 +34,25 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import sqlite3
+from dataclasses import dataclass
 
 from websockets.asyncio.client import connect
 from websockets.asyncio.server import ServerConnection, serve
 
 from session_server.client import SessionClient
+from session_server.core.codec import dehydrate_event, message_to_event
 from session_server.core.context import WorkingContext
 from session_server.core.events import ContextMessage, ToolCall
 from session_server.rpc.methods import CallContext, MethodSpec, PersistParams, method_table
 from session_server.rpc.table import ROWS
 from session_server.runtime.registry import ActorRegistry
 from session_server.server import SessionServer
+from session_server.storage.schema import SCHEMA_VERSION, schema_sql
 
 
 async def validate_only(ctx: CallContext, p: PersistParams) -> dict[str, object]:
@@ -107,9 +120,64 @@ async def echo_rate(calls: int, warmup: int) -> float:
             return calls / (time.perf_counter() - start)
 
 
-async def persist_rates(calls: int, warmup: int, agents: int) -> tuple[float, float, float, float]:
+def raw_commit_rate(path: Path, synchronous: str, calls: int, warmup: int) -> float:
+    """Raw ``sqlite3`` commits per second of one turn's rows (the storage part of the bound)."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute(f"PRAGMA synchronous={synchronous}")
+    conn.executescript(schema_sql())
+    conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+    conn.execute(
+        "INSERT INTO sessions (id, agent_id, created_at, updated_at) VALUES ('s', 'a', 0, 0)"
+    )
+    insert = (
+        "INSERT INTO events (id, session_id, seq, action, content, metadata, created_at, turn,"
+        " turn_start_seq, token_count) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    )
+    seq = 0
+    start = 0.0
+    for n in range(warmup + calls):
+        if n == warmup:
+            start = time.perf_counter()
+        rows = []
+        for m in turn(n):
+            seq += 1
+            d = dehydrate_event(message_to_event("s", m))
+            rows.append((d["id"], "s", seq, d["action"], d["content"], d["metadata"],
+                         d["created_at"], n, seq, 10))  # fmt: skip
+        conn.execute("BEGIN IMMEDIATE")
+        conn.executemany(insert, rows)
+        conn.execute(
+            "UPDATE sessions SET last_seq = ?, last_turn = ?, updated_at = ? WHERE id = 's'",
+            (seq, n, n),
+        )
+        conn.execute("COMMIT")
+    rate = calls / (time.perf_counter() - start)
+    conn.close()
+    return rate
+
+
+@dataclass
+class Rates:
+    sequential: float
+    pipelined: float
+    writers: float
+    agents: float
+    stack_only: float
+    local: float
+
+
+async def persist_rates(
+    calls: int,
+    warmup: int,
+    agents: int,
+    *,
+    synchronous: str = "NORMAL",
+    pipeline: int = 16,
+    writers: int = 32,
+) -> Rates:
     with tempfile.TemporaryDirectory() as tmp:
-        async with ActorRegistry(Path(tmp), synchronous="NORMAL") as registry:
+        async with ActorRegistry(Path(tmp), synchronous=synchronous) as registry:  # type: ignore[arg-type]
             server = SessionServer(registry, port=0, methods=METHODS)
             async with server:
                 async with SessionClient(server.url, "bench-0") as client:
@@ -140,46 +208,134 @@ async def persist_rates(calls: int, warmup: int, agents: int) -> tuple[float, fl
                         await client.persist_turn(sid, turn(i))
                     sequential = calls / (time.perf_counter() - start)
 
-                clients = [SessionClient(server.url, f"bench-c{k}") for k in range(agents)]
-                for c in clients:
-                    await c.connect()
-                sids = [await c.create_session() for c in clients]
-                per_client = max(1, calls // agents)
+                    # Pipelining: a window of requests in flight on this one connection.
+                    psid = await client.create_session()
+                    window = asyncio.Semaphore(pipeline)
 
-                async def run(c: SessionClient, sid: str) -> None:
-                    for i in range(per_client):
-                        await c.persist_turn(sid, turn(i))
+                    async def one(i: int) -> None:
+                        async with window:
+                            await client.persist_turn(psid, turn(i))
 
-                await asyncio.gather(
-                    *(c.persist_turn(s, turn(0)) for c, s in zip(clients, sids, strict=True))
-                )
-                start = time.perf_counter()
-                await asyncio.gather(*(run(c, s) for c, s in zip(clients, sids, strict=True)))
-                concurrent = per_client * agents / (time.perf_counter() - start)
-                for c in clients:
-                    await c.close()
-    return sequential, concurrent, stack_only, local
+                    start = time.perf_counter()
+                    await asyncio.gather(*(one(i) for i in range(calls)))
+                    pipelined = calls / (time.perf_counter() - start)
+                    events = await client.load_events(psid, limit=None)
+                    assert [e.seq for e in events] == list(range(1, 4 * calls + 1))
+
+                writers_rate = await _many(server.url, ["bench-w"] * writers, calls)
+                agents_rate = await _many(server.url, [f"bench-c{k}" for k in range(agents)], calls)
+    return Rates(sequential, pipelined, writers_rate, agents_rate, stack_only, local)
 
 
-async def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+async def _many(url: str, agent_ids: list[str], calls: int) -> float:
+    """Aggregate calls/s of one connection per entry of ``agent_ids`` (a session each)."""
+    clients = [SessionClient(url, a) for a in agent_ids]
+    for c in clients:
+        await c.connect()
+    try:
+        sids = [await c.create_session() for c in clients]
+        per_client = max(1, calls // len(clients))
+
+        async def run(c: SessionClient, sid: str) -> None:
+            for i in range(per_client):
+                await c.persist_turn(sid, turn(i))
+
+        await asyncio.gather(
+            *(c.persist_turn(s, turn(0)) for c, s in zip(clients, sids, strict=True))
+        )
+        start = time.perf_counter()
+        await asyncio.gather(*(run(c, s) for c, s in zip(clients, sids, strict=True)))
+        return per_client * len(clients) / (time.perf_counter() - start)
+    finally:
+        for c in clients:
+            await c.close()
+
+
+@dataclass
+class Report:
+    synchronous: str
+    loop: str
+    echo: float
+    raw_commit: float
+    rates: Rates
+
+    @property
+    def bound(self) -> float:
+        """Calls/s of one echo round trip plus one raw commit, back to back."""
+        return 1 / (1 / self.echo + 1 / self.raw_commit)
+
+    def table(self, args: argparse.Namespace) -> list[str]:
+        r = self.rates
+        ratio = r.sequential / self.bound
+        return [
+            "| measure | calls/s | ratio | baseline |",
+            "|---|---:|---:|---|",
+            f"| (a) websockets echo, sequential | {self.echo:,.0f} | 1.00 | (a) |",
+            f"| (r) raw sqlite3 commit of the turn, {self.synchronous} | {self.raw_commit:,.0f}"
+            " | | |",
+            f"| bound: 1 / (1/a + 1/r) | {self.bound:,.0f} | 1.00 | bound |",
+            f"| (b) turn.persist, sequential | {r.sequential:,.0f} | {ratio:.2f}"
+            f" | bound, target >= 0.50: {'met' if ratio >= 0.5 else '**not met**'} |",
+            f"| (p) turn.persist, {args.pipeline} pipelined on one connection | {r.pipelined:,.0f}"
+            f" | {r.pipelined / r.sequential:.2f} | (b) |",
+            f"| (w) turn.persist, {args.writers} connections on one agent | {r.writers:,.0f}"
+            f" | {r.writers / r.sequential:.2f} | (b) |",
+            f"| (c) turn.persist, {args.agents} connections on {args.agents} agents"
+            f" | {r.agents:,.0f} | {r.agents / r.sequential:.2f} | (b) |",
+            f"| RPC stack only (framing + validation, no actor) | {r.stack_only:,.0f}"
+            f" | {r.stack_only / self.echo:.2f} | (a) |",
+            f"| local actor call (no RPC) | {r.local:,.0f} | {r.local / r.sequential:.2f} | (b) |",
+        ]
+
+
+async def measure(args: argparse.Namespace) -> Report:
+    a = await echo_rate(args.calls, args.warmup)
+    with tempfile.TemporaryDirectory() as tmp:
+        raw = await asyncio.to_thread(
+            raw_commit_rate, Path(tmp) / "raw.sqlite", args.synchronous, args.calls, args.warmup
+        )
+    rates = await persist_rates(
+        args.calls,
+        args.warmup,
+        args.agents,
+        synchronous=args.synchronous,
+        pipeline=args.pipeline,
+        writers=args.writers,
+    )
+    loop = type(asyncio.get_running_loop()).__module__.split(".")[0]
+    return Report(args.synchronous, loop, a, raw, rates)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--calls", type=int, default=2000, help="calls per measurement")
     parser.add_argument("--warmup", type=int, default=200)
     parser.add_argument("--agents", type=int, default=16)
-    args = parser.parse_args()
+    parser.add_argument("--writers", type=int, default=32, help="connections on one agent")
+    parser.add_argument("--pipeline", type=int, default=16, help="requests in flight")
+    parser.add_argument("--synchronous", choices=["FULL", "NORMAL"], default="NORMAL")
+    parser.add_argument("--loop", choices=["asyncio", "uvloop"], default="asyncio")
+    return parser.parse_args(argv)
 
-    a = await echo_rate(args.calls, args.warmup)
-    b, c, stack, local = await persist_rates(args.calls, args.warmup, args.agents)
-    print(f"(a) websockets echo, sequential:          {a:9.0f} round trips/s")
-    print(f"(b) turn.persist (4 msgs, NORMAL), seq.:  {b:9.0f} calls/s")
-    print(f"(c) turn.persist, {args.agents} connections/agents:  {c:9.0f} calls/s")
-    print("diagnostics:")
-    print(f"    RPC stack only (validate, no actor):  {stack:9.0f} calls/s  ({stack / a:.2f} of a)")
-    print(f"    actor.persist_working_context, local: {local:9.0f} calls/s  (no RPC)")
-    verdict = "OK" if b / a >= 0.60 else "BELOW TARGET"
-    print(f"ratio b/a = {b / a:.2f} (target >= 0.60: {verdict})")
-    print(f"ratio c/b = {c / b:.2f}")
+
+def run_with_loop(loop: str, coro: Any) -> Any:
+    """``asyncio.run``, or ``uvloop.run`` when asked for (and installed)."""
+    if loop == "uvloop":
+        import uvloop
+
+        return uvloop.run(coro)
+    return asyncio.run(coro)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    report: Report = run_with_loop(args.loop, measure(args))
+    print(
+        f"RPC benchmark: synchronous={report.synchronous}, loop={report.loop},"
+        f" {args.calls} calls per measurement"
+    )
+    print("\n".join(report.table(args)))
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    main()
