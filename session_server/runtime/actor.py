@@ -7,13 +7,20 @@ for, in the style of python-websockets' connection around its sans-I/O protocol:
                  -> an AppendPlan: run its batch in one store transaction (under the
                     write lock), hand the outcome back, run the Effects it returns
 
-Every write of an agent goes through the actor's mailbox (an ``asyncio.Lock`` taken in
-FIFO order), so writes never interleave and seqs come out contiguous. A write runs in its
-own task and the caller awaits it through ``asyncio.shield``: once started it completes
-(committed or rolled back) even when the caller is cancelled or disconnects. An answer is
-given only after the commit returned, that is after the data is durable at the configured
+Every write of an agent goes through the actor's mailbox, a FIFO that one task drains
+under the write lock, so writes never interleave and seqs come out contiguous. The caller
+awaits its write through ``asyncio.shield``: once queued it completes (committed or
+rolled back) even when the caller is cancelled or disconnects. An answer is given only
+after the commit returned, that is after the data is durable at the configured
 ``synchronous`` level. Reads use a separate read-only connection and see the last
 committed state without waiting for a write in progress.
+
+Group commit: the appends that queue up while a commit is in flight go together into the
+next transaction (``store.append_group``): one commit, one fsync for the group. Each
+append stays atomic in its own savepoint, so a refused one (conflict, unknown session,
+an id that exists, an idempotency replay) fails or replays alone; they run in queue
+order, so the seqs are those of one after the other, and each caller is answered only
+after the group's commit. Any other write runs alone, in its place in the queue.
 
 The actor opens its store lazily and may be hibernated by its host (the registry); the
 next call re-opens it.
@@ -26,6 +33,7 @@ import contextlib
 import logging
 import time
 import uuid
+from collections import deque
 from collections.abc import (
     AsyncIterator,
     Awaitable,
@@ -37,8 +45,9 @@ from collections.abc import (
 )
 from concurrent.futures import Executor
 from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Protocol, TypeVar
+from typing import Any, Final, Literal, Protocol, TypeVar
 
 import msgspec
 
@@ -60,7 +69,7 @@ from ..core.agent_core import (
 )
 from ..core.codec import event_to_message
 from ..core.context import WorkingContext
-from ..core.errors import InvalidParamsError, NotFoundError, SummarizerError
+from ..core.errors import InvalidParamsError, NotFoundError, SessionServerError, SummarizerError
 from ..core.events import SessionEvent
 from ..core.plans import AppendResult, Effects, NewSession
 from ..core.recent import SessionView
@@ -75,11 +84,39 @@ from .mirror_link import MirrorLink
 from .ops_metrics import OperationsMetrics
 from .summarizers import Summarizer
 
-__all__ = ["ActorHost", "AgentActor", "Subscriber"]
+__all__ = ["MAX_GROUP_APPENDS", "MAX_GROUP_EVENTS", "ActorHost", "AgentActor", "Subscriber"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 Subscriber = Callable[[list[SessionEvent]], None]
+
+# A group commit holds at most this many appends and events (at least one append), so
+# its transaction, and the wait of its last caller, stay bounded.
+MAX_GROUP_APPENDS: Final = 64
+MAX_GROUP_EVENTS: Final = 2048
+
+
+@dataclass(slots=True)
+class _WriteJob:
+    """A write that runs alone in its place in the mailbox: ``fn(store)``."""
+
+    fn: Callable[[AgentStore], Awaitable[Any]]
+    future: asyncio.Future[Any]
+
+
+@dataclass(slots=True)
+class _AppendJob:
+    """An append plan waiting for its group commit."""
+
+    plan: AppendPlan
+    future: asyncio.Future[AppendResult]
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    # Read here so the error of a write whose caller left is not reported as unhandled;
+    # a caller still waiting gets it through its shield.
+    if not future.cancelled() and future.exception() is not None:
+        log.debug("write failed: %r", future.exception())
 
 
 class ActorHost(Protocol):
@@ -158,6 +195,8 @@ class AgentActor:
         self._inflight = 0
         self._idle = asyncio.Event()  # set whenever the last activity in flight ends
         self._pending: set[asyncio.Task[Any]] = set()
+        self._mailbox: deque[_WriteJob | _AppendJob] = deque()
+        self._drainer: asyncio.Task[None] | None = None
         self._subscribers: dict[str, list[Subscriber]] = {}
         # Woken when a compaction ends, so a waiting one may begin (the core decides).
         self._compactions = asyncio.Condition()
@@ -184,12 +223,12 @@ class AgentActor:
 
     @property
     def write_lock(self) -> asyncio.Lock:
-        """The mailbox: held by every write from its start to its effects."""
+        """Held by the mailbox's drainer around each write (or group) and its effects."""
         return self._write_lock
 
     @property
     def pending_writes(self) -> set[asyncio.Task[Any]]:
-        """Write tasks started and not finished (each survives its caller)."""
+        """Tasks running queued writes (the mailbox's drainer; it survives the callers)."""
         return set(self._pending)
 
     async def _ensure_store(self) -> AgentStore:
@@ -296,23 +335,70 @@ class AgentActor:
             return await fn(store)
 
     async def _write(self, fn: Callable[[AgentStore], Awaitable[T]]) -> T:
-        """Run ``fn`` under the write lock in a task that survives caller cancellation."""
+        """Queue ``fn(store)``: it runs alone under the write lock, in queue order, and
+        completes even when the caller is cancelled."""
+        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        self._enqueue(_WriteJob(fn, future))
+        return await asyncio.shield(future)
 
-        async def run() -> T:
-            async with self._write_lock, self._activity() as store:
-                return await fn(store)
+    def _enqueue(self, job: _WriteJob | _AppendJob) -> None:
+        job.future.add_done_callback(_retrieve)
+        self._mailbox.append(job)
+        if self._drainer is None:
+            self._drainer = asyncio.ensure_future(self._drain())
+            self._pending.add(self._drainer)
+            self._drainer.add_done_callback(self._drained)
 
-        task = asyncio.ensure_future(run())
-        self._pending.add(task)
-        task.add_done_callback(self._write_done)
-        return await asyncio.shield(task)
-
-    def _write_done(self, task: asyncio.Task[Any]) -> None:
+    def _drained(self, task: asyncio.Task[None]) -> None:
         self._pending.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            # Retrieved here so an abandoned write's error is not reported as unhandled;
-            # the caller (if still waiting) gets it through the shield.
-            log.debug("write on agent %r failed: %r", self.agent_id, task.exception())
+        self._drainer = None
+        # Only a cancelled drainer (the loop shutting down) leaves jobs behind.
+        while self._mailbox:
+            self._mailbox.popleft().future.cancel()
+
+    async def _drain(self) -> None:
+        """Run the mailbox in order: a write alone, consecutive appends as one group."""
+        while self._mailbox:
+            async with self._write_lock:
+                # Taken under the lock: appends that queued while it was held join in.
+                nxt = self._next_jobs()
+                jobs: list[_WriteJob] | list[_AppendJob] = (
+                    [nxt] if isinstance(nxt, _WriteJob) else nxt
+                )
+                try:
+                    async with self._activity() as store:
+                        if isinstance(nxt, _WriteJob):
+                            nxt.future.set_result(await nxt.fn(store))
+                        else:
+                            await self._commit_group(store, nxt)
+                except BaseException as exc:
+                    for job in jobs:
+                        if job.future.done():
+                            continue
+                        if isinstance(exc, asyncio.CancelledError):
+                            job.future.cancel()
+                        else:
+                            job.future.set_exception(exc)
+                    if not isinstance(exc, Exception):
+                        raise
+
+    def _next_jobs(self) -> _WriteJob | list[_AppendJob]:
+        """The next write, or the run of appends at the head within the group bounds."""
+        first = self._mailbox.popleft()
+        if isinstance(first, _WriteJob):
+            return first
+        group = [first]
+        events = len(first.plan.batch.events)
+        while self._mailbox and len(group) < MAX_GROUP_APPENDS:
+            head = self._mailbox[0]
+            if not isinstance(head, _AppendJob):
+                break
+            events += len(head.plan.batch.events)
+            if events > MAX_GROUP_EVENTS:
+                break
+            group.append(head)
+            self._mailbox.popleft()
+        return group
 
     # -- the pump --------------------------------------------------------------------------
 
@@ -346,22 +432,42 @@ class AgentActor:
         raise TypeError(f"unknown need {need!r}")  # pragma: no cover
 
     async def _commit(self, plan: AppendPlan) -> AppendResult:
-        """Run an append plan: one transaction under the write lock, then its effects."""
-        sid = plan.batch.session_id
+        """Queue an append plan for the next group commit; its answer after the commit."""
+        future: asyncio.Future[AppendResult] = asyncio.get_running_loop().create_future()
+        self._enqueue(_AppendJob(plan, future))
+        return await asyncio.shield(future)
 
-        async def write(store: AgentStore) -> AppendResult:
-            await self.mirror.ensure_active(store, sid)
-            batch = plan.batch
-            cursor = self.mirror.cursor(sid)
-            if cursor is not None:
-                batch = batch.with_mirror_seq(cursor)
-            outcome = await store.append(batch)
-            effects = self.core.committed(plan, outcome)
-            if effects is not None:
-                self._run(effects)
-            return outcome.result
-
-        return await self._write(write)
+    async def _commit_group(self, store: AgentStore, jobs: list[_AppendJob]) -> None:
+        """One transaction for ``jobs`` (under the write lock), then each one's effects
+        and answer, in order."""
+        for sid in dict.fromkeys(job.plan.batch.session_id for job in jobs):
+            try:
+                await self.mirror.ensure_active(store, sid)
+            except Exception as exc:  # this session's appends fail; the others go on
+                for job in jobs:
+                    if job.plan.batch.session_id == sid:
+                        job.future.set_exception(exc)
+        live = [job for job in jobs if not job.future.done()]
+        if not live:
+            return
+        batches = []
+        for job in live:
+            batch = job.plan.batch
+            cursor = self.mirror.cursor(batch.session_id)
+            batches.append(batch if cursor is None else batch.with_mirror_seq(cursor))
+        outcomes = await store.append_group(batches)
+        for job, outcome in zip(live, outcomes, strict=True):
+            if isinstance(outcome, SessionServerError):
+                job.future.set_exception(outcome)
+                continue
+            try:
+                effects = self.core.committed(job.plan, outcome)
+                if effects is not None:
+                    self._run(effects)
+            except Exception as exc:  # committed, but its effects failed: say so
+                job.future.set_exception(exc)
+            else:
+                job.future.set_result(outcome.result)
 
     def _run(self, effects: Effects) -> None:
         """Effects of a commit, in commit order (the write lock is held)."""

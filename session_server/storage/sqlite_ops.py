@@ -24,6 +24,7 @@ from ..core.errors import (
     ConflictError,
     CorruptRecordError,
     NotFoundError,
+    SessionServerError,
     StorageError,
 )
 from ..core.events import SessionEvent
@@ -36,6 +37,7 @@ __all__ = [
     "SESSION_STATE_COLUMNS",
     "AppendResult",
     "append",
+    "append_group",
     "connect",
     "insert_session",
     "migrate",
@@ -158,13 +160,20 @@ def write_txn(conn: sqlite3.Connection, what: str, body: Any, *args: Any) -> Any
             # SQLite may already have rolled back after a hard failure.
             with contextlib.suppress(sqlite3.Error):
                 conn.execute("ROLLBACK")
-        if isinstance(exc, sqlite3.IntegrityError):
-            raise ConflictError(
-                f"{what}: an id already exists ({exc})", data={"field": "id"}
-            ) from exc
-        if isinstance(exc, sqlite3.Error):
-            raise storage_error(exc, what) from exc
+        mapped = _project_error(exc, what)
+        if mapped is not exc:
+            raise mapped from exc
         raise
+
+
+def _project_error(exc: BaseException, what: str) -> BaseException:
+    """A SQLite error as the project's (a unique-constraint violation is a conflict);
+    any other exception as it is."""
+    if isinstance(exc, sqlite3.IntegrityError):
+        return ConflictError(f"{what}: an id already exists ({exc})", data={"field": "id"})
+    if isinstance(exc, sqlite3.Error):
+        return storage_error(exc, what)
+    return exc
 
 
 def session_row(row: sqlite3.Row) -> dict[str, Any]:
@@ -369,3 +378,32 @@ def _replay(raw: str | bytes, digest: str | None, session_id: str, key: str) -> 
             data={"reason": "idempotency_mismatch", "field": "idempotency_key"},
         )
     return msgspec.convert(saved, AppendResult)
+
+
+def append_group(
+    conn: sqlite3.Connection, batches: Sequence[AppendBatch]
+) -> list[AppendOutcome | SessionServerError]:
+    """The body of a group commit (run inside ``write_txn``): each batch in order, in its
+    own savepoint, so a refused batch (conflict, unknown session, an id that exists)
+    rolls back alone and the others commit with the seqs they would have had one after
+    the other. A refused batch's error is returned in its place.
+
+    When SQLite gave up the whole transaction (a hard I/O failure), the error is raised:
+    nothing of the group is written and every caller gets it.
+    """
+    out: list[AppendOutcome | SessionServerError] = []
+    for batch in batches:
+        conn.execute("SAVEPOINT batch")
+        try:
+            outcome = append(conn, batch)
+        except Exception as exc:
+            mapped = _project_error(exc, "append_events")
+            if not conn.in_transaction or not isinstance(mapped, SessionServerError):
+                raise
+            conn.execute("ROLLBACK TO batch")
+            conn.execute("RELEASE batch")
+            out.append(mapped)
+            continue
+        conn.execute("RELEASE batch")
+        out.append(outcome)
+    return out

@@ -27,7 +27,12 @@ from pathlib import Path
 from typing import Any, Final, Literal, TypeVar
 
 from ..core.codec import hydrate_event
-from ..core.errors import AgentUnavailableError, InvalidParamsError, NotFoundError
+from ..core.errors import (
+    AgentUnavailableError,
+    InvalidParamsError,
+    NotFoundError,
+    SessionServerError,
+)
 from ..core.events import ACTIONS, SessionEvent
 from ..core.plans import AppendBatch, AppendOutcome, AppendResult, ContextWindow, SessionState
 from ..core.records import CompactionRecord
@@ -58,7 +63,7 @@ class AgentStore:
         synchronous: Synchronous,
         busy_timeout_ms: int,
         executor: Executor | None,
-        on_commit: Callable[[float], None] | None = None,
+        on_commit: Callable[[float, int], None] | None = None,
         readonly: bool = False,
     ) -> None:
         self.path = path
@@ -91,11 +96,11 @@ class AgentStore:
             raise AgentUnavailableError(f"agent {self.agent_id!r}: store is closed")
         return self._writer
 
-    async def _write(self, what: str, body: Callable[..., T], *args: Any) -> T:
+    async def _write(self, what: str, body: Callable[..., T], *args: Any, batch_size: int = 1) -> T:
         started = time.perf_counter()
         result: T = await self._call(ops.write_txn, self.writer, what, body, *args)
         if self._on_commit is not None:  # seconds of the transaction, queueing included
-            self._on_commit(time.perf_counter() - started)
+            self._on_commit(time.perf_counter() - started, batch_size)
         return result
 
     def _reader_conn(self) -> sqlite3.Connection:
@@ -133,7 +138,7 @@ class AgentStore:
         synchronous: Synchronous = "FULL",
         busy_timeout_ms: int = 5000,
         executor: Executor | None = None,
-        on_commit: Callable[[float], None] | None = None,
+        on_commit: Callable[[float, int], None] | None = None,
         readonly: bool = False,
     ) -> AgentStore:
         """Open (creating and migrating if needed) the agent file.
@@ -142,7 +147,8 @@ class AgentStore:
         be writing (WAL lets readers and one writer share the file); the file must exist
         and every write raises ``AgentUnavailableError``.
         Raises ``AgentUnavailableError`` when the file is not a usable SQLite database.
-        ``on_commit(seconds)`` is called after each write transaction that committed.
+        ``on_commit(seconds, writes)`` is called after each write transaction that
+        committed (``writes``: how many appends a group commit held, else 1).
         """
         store = cls(path, agent_id, synchronous, busy_timeout_ms, executor, on_commit, readonly)
         if readonly:
@@ -301,6 +307,22 @@ class AgentStore:
         activation).
         """
         return await self._write("append_events", ops.append, batch)
+
+    async def append_group(
+        self, batches: Sequence[AppendBatch]
+    ) -> list[AppendOutcome | SessionServerError]:
+        """Append several batches in one transaction (one commit, one fsync): each is
+        atomic on its own, and a refused one is answered by its error in its place
+        (``sqlite_ops.append_group``). A failure of the transaction itself raises.
+        """
+        if len(batches) == 1:  # no savepoint needed: the transaction is the batch
+            try:
+                return [await self.append(batches[0])]
+            except SessionServerError as exc:
+                return [exc]
+        return await self._write(
+            "append_events", ops.append_group, batches, batch_size=len(batches)
+        )
 
     async def load_events(
         self,
