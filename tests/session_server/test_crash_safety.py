@@ -25,7 +25,8 @@ from session_server.runtime.registry import ActorRegistry
 from tests.support.crash_writer import TOOL_NAME, turn_messages
 from tests.support.mirror_check import expected_mirror, mirror_files
 
-WRITER = Path(__file__).resolve().parent.parent / "support" / "crash_writer.py"
+ROOT = Path(__file__).resolve().parents[2]
+WRITER = ROOT / "tests" / "support" / "crash_writer.py"
 AGENT = "crash-agent"
 SESSION = "crash-session"
 ROUNDS = 8
@@ -36,14 +37,17 @@ EXPECTED_ACTIONS = ["user_message", "tool_call_request", "tool_result", "agent_m
 class Writer:
     """The writer subprocess, with line-oriented reads of its stdout under a deadline."""
 
-    def __init__(self, memory_dir: Path, stderr_path: Path) -> None:
+    def __init__(
+        self, memory_dir: Path, stderr_path: Path, command: list[str] | None = None
+    ) -> None:
         self._stderr_path = stderr_path
         self._stderr = stderr_path.open("ab")
         self.proc = subprocess.Popen(
-            [sys.executable, str(WRITER), str(memory_dir), AGENT, SESSION],
+            command or [sys.executable, str(WRITER), str(memory_dir), AGENT, SESSION],
             stdout=subprocess.PIPE,
             stderr=self._stderr,
             env=os.environ.copy(),
+            cwd=ROOT,
         )
         assert self.proc.stdout is not None
         self._fd = self.proc.stdout.fileno()
