@@ -393,16 +393,25 @@ class AgentCore:
         usage: Mapping[str, Any] | None,
         on_conflict: str,
         idempotency_key: str | None,
+        validated: bool = False,
     ) -> PreparedTurn:
-        """Check a persist request and turn ``ctx.get_new_messages()`` into events."""
+        """Check a persist request and turn ``ctx.get_new_messages()`` into events.
+
+        ``validated``: the new messages come straight from ``parse_messages`` (the RPC
+        boundary decoded and checked them): they are not checked a second time.
+        """
         if on_conflict not in ("append", "reject"):
             raise InvalidParamsError("on_conflict: must be 'append' or 'reject'")
         if usage is not None and not isinstance(usage, Mapping):
             raise InvalidParamsError("usage: must be an object", data={"field": "usage"})
-        checked = [
-            parse_message(msgspec.to_builtins(m), f"messages[{i}]")
-            for i, m in enumerate(ctx.get_new_messages())
-        ]
+        new = ctx.get_new_messages()
+        checked = (
+            new
+            if validated
+            else [
+                parse_message(msgspec.to_builtins(m), f"messages[{i}]") for i, m in enumerate(new)
+            ]
+        )
         counter = get_counter()
         return PreparedTurn(
             session_id=session_id,

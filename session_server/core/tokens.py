@@ -70,7 +70,9 @@ class TokenCounter:
             return 0
         if self._encoding is None:
             return math.ceil(len(text.encode("utf-8")) / 4)
-        return len(self._encoding.encode(text, disallowed_special=()))
+        # Special-token text counts as ordinary text: ``encode_ordinary`` is
+        # ``encode(text, disallowed_special=())`` without the special-token scan.
+        return len(self._encoding.encode_ordinary(text))
 
     def count_message(self, message: ContextMessage) -> int:
         total = MESSAGE_OVERHEAD + self.count(message.content)

@@ -40,7 +40,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Annotated, Any, Final, Literal, Protocol
 
 import pydantic
 from pydantic import ConfigDict, Field, PlainValidator
@@ -170,6 +170,10 @@ class MethodSpec:
     endpoint: Endpoint = AGENT
     scope: Scope = field(kw_only=True)
     sessions: SessionRule = field(default="deny", kw_only=True)
+    # A shortcut for the hot path: the params of a request that is plainly valid, or
+    # ``None`` (the model then decides, and words any refusal). It must accept nothing
+    # the model refuses and give what the model would.
+    fast: Callable[[dict[str, Any]], RpcParams | None] | None = field(default=None, kw_only=True)
 
     def __post_init__(self) -> None:
         has_session = "session_id" in self.params.model_fields
@@ -254,6 +258,9 @@ async def _call(
         )
     if grant is not None and grant.sessions is not None:
         _check_sessions(spec, req.params, grant)
+    params = None if spec.fast is None else spec.fast(req.params)
+    if params is not None:
+        return await spec.handler(ctx, params)
     try:
         params = spec.params.model_validate(req.params)
     except pydantic.ValidationError as exc:
@@ -366,6 +373,47 @@ class PersistParams(RpcParams):
     base_seq: Annotated[int, Field(ge=0)] | None = None
     idempotency_key: Annotated[str, Field(min_length=1, max_length=256)] | None = None
     usage: JsonObject | None = None
+
+
+def _short_str(value: Any) -> bool:
+    return type(value) is str and 1 <= len(value) <= 256
+
+
+def persist_params_fast(raw: dict[str, Any]) -> PersistParams | None:
+    """``PersistParams`` of a plainly valid ``turn.persist`` without the model's pass
+    (the hot path); ``None`` for anything else, which the model then checks and words.
+
+    The messages are checked by ``parse_messages``, as the model's validator does, but
+    only when every other field is plainly valid (so errors keep the model's order).
+    """
+    if not raw.keys() <= _PERSIST_FIELDS or not _short_str(raw.get("session_id")):
+        return None
+    base_seq = raw.get("base_seq")
+    key = raw.get("idempotency_key")
+    usage = raw.get("usage")
+    if base_seq is not None and not (type(base_seq) is int and base_seq >= 0):
+        return None
+    if key is not None and not _short_str(key):
+        return None
+    if usage is not None and type(usage) is not dict:
+        return None
+    messages = raw.get("messages")
+    if type(messages) is not list:
+        return None
+    try:
+        checked = parse_messages(messages, "params.messages")
+    except InvalidParamsError:
+        return None
+    return PersistParams.model_construct(
+        session_id=raw["session_id"],
+        messages=checked,
+        base_seq=base_seq,
+        idempotency_key=key,
+        usage=usage,
+    )
+
+
+_PERSIST_FIELDS: Final = frozenset(PersistParams.model_fields)
 
 
 # ---------------------------------------------------------------------------- handlers
@@ -483,6 +531,7 @@ async def turn_persist(ctx: CallContext, p: PersistParams) -> dict[str, Any]:
             idempotency_key=p.idempotency_key,
             usage=p.usage,
             on_conflict="reject" if p.base_seq is not None else "append",
+            validated=True,  # the params' validator ran parse_messages
         )
     except ConflictError as exc:
         # The store checks an expected seq; the caller sent it as ``base_seq``.

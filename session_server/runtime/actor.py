@@ -889,13 +889,16 @@ class AgentActor:
         idempotency_key: str | None = None,
         usage: dict[str, Any] | None = None,
         on_conflict: Literal["append", "reject"] = "append",
+        validated: bool = False,
     ) -> AppendResult:
         """Write exactly ``ctx.get_new_messages()`` as events, in one transaction.
 
         ``on_conflict="reject"`` fails with ``ConflictError`` (writing nothing) when the
         session moved past ``ctx.base_seq``; ``"append"`` appends after whatever is there.
         ``usage`` (provider-reported) sets the session's pressure flag when it calls for
-        compaction under the effective strategy.
+        compaction under the effective strategy. ``validated=True`` says the new messages
+        come straight from ``core.validation.parse_messages`` (as the RPC layer's do):
+        they are not checked again.
         """
         turn = self.core.prepare_turn(
             session_id,
@@ -903,6 +906,7 @@ class AgentActor:
             usage=usage,
             on_conflict=on_conflict,
             idempotency_key=idempotency_key,
+            validated=validated,
         )
         step: AppendPlan | AppendResult = await self._decide(
             lambda known: self.core.plan_turn(turn, known)
