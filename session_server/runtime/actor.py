@@ -347,40 +347,43 @@ class AgentActor:
         if self._drainer is None:
             self._drainer = asyncio.ensure_future(self._drain())
             self._pending.add(self._drainer)
-            self._drainer.add_done_callback(self._drained)
-
-    def _drained(self, task: asyncio.Task[None]) -> None:
-        self._pending.discard(task)
-        self._drainer = None
-        # Only a cancelled drainer (the loop shutting down) leaves jobs behind.
-        while self._mailbox:
-            self._mailbox.popleft().future.cancel()
+            self._drainer.add_done_callback(self._pending.discard)
 
     async def _drain(self) -> None:
         """Run the mailbox in order: a write alone, consecutive appends as one group."""
-        while self._mailbox:
-            async with self._write_lock:
-                # Taken under the lock: appends that queued while it was held join in.
-                nxt = self._next_jobs()
-                jobs: list[_WriteJob] | list[_AppendJob] = (
-                    [nxt] if isinstance(nxt, _WriteJob) else nxt
-                )
-                try:
-                    async with self._activity() as store:
-                        if isinstance(nxt, _WriteJob):
-                            nxt.future.set_result(await nxt.fn(store))
-                        else:
-                            await self._commit_group(store, nxt)
-                except BaseException as exc:
-                    for job in jobs:
-                        if job.future.done():
-                            continue
-                        if isinstance(exc, asyncio.CancelledError):
-                            job.future.cancel()
-                        else:
-                            job.future.set_exception(exc)
-                    if not isinstance(exc, Exception):
-                        raise
+        try:
+            while self._mailbox:
+                async with self._write_lock:
+                    # Taken under the lock: appends that queued while it was held join in.
+                    nxt = self._next_jobs()
+                    jobs: list[_WriteJob] | list[_AppendJob] = (
+                        [nxt] if isinstance(nxt, _WriteJob) else nxt
+                    )
+                    try:
+                        async with self._activity() as store:
+                            if isinstance(nxt, _WriteJob):
+                                nxt.future.set_result(await nxt.fn(store))
+                            else:
+                                await self._commit_group(store, nxt)
+                    except BaseException as exc:
+                        for job in jobs:
+                            if job.future.done():
+                                continue
+                            if isinstance(exc, asyncio.CancelledError):
+                                job.future.cancel()
+                            else:
+                                job.future.set_exception(exc)
+                        if not isinstance(exc, Exception):
+                            raise
+        finally:
+            # In the drainer's last step, with no await after the check that the mailbox
+            # is empty: a job queued from now on starts a new drainer. (A done callback
+            # would run too late: a job queued before it would wait forever.)
+            self._drainer = None
+            if self._mailbox:  # cancelled (the loop shutting down): so are the jobs left
+                for job in self._mailbox:
+                    job.future.cancel()
+                self._mailbox.clear()
 
     def _next_jobs(self) -> _WriteJob | list[_AppendJob]:
         """The next write, or the run of appends at the head within the group bounds."""

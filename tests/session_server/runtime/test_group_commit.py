@@ -175,3 +175,21 @@ async def test_a_group_is_bounded(actor: AgentActor) -> None:
     results = await asyncio.gather(*calls)
     assert len(commits) == 2
     assert [r.last_seq for r in results] == [4 * (n + 1) for n in range(MAX_GROUP_APPENDS + 1)]
+
+
+async def test_a_write_queued_as_the_mailbox_empties_is_not_lost(actor: AgentActor) -> None:
+    # Found by the load test: a write queued by a task that ran after the drainer's last
+    # step but before its done callbacks was left in the mailbox (its caller never
+    # answered). A subscriber starts such a task from inside the drainer's last step.
+    sid = await actor.create_session(session_id="s")
+    late: list[asyncio.Future[AppendResult]] = []
+
+    def on_events(events: object) -> None:
+        if not late:
+            late.append(asyncio.ensure_future(actor.persist_working_context(sid, turn_ctx(2))))
+
+    unsubscribe = actor.subscribe(sid, on_events)
+    assert (await actor.persist_working_context(sid, turn_ctx(1))).seqs == [1, 2, 3, 4]
+    unsubscribe()
+    # A guard against the hang, not a synchronisation: the write is answered at once.
+    assert (await asyncio.wait_for(late[0], timeout=30)).seqs == [5, 6, 7, 8]
