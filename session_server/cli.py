@@ -163,6 +163,13 @@ def _serve_arguments(p: argparse.ArgumentParser) -> None:
         "(env SESSION_SERVER_CONTEXT_LIMIT; default 200)",
     )
     p.add_argument(
+        "--loop",
+        choices=("auto", "asyncio", "uvloop"),
+        default=(_env("LOOP", "auto") or "auto").lower(),
+        help="event loop: uvloop (faster; the 'fast' extra installs it), asyncio's own, or "
+        "auto: uvloop when it is installed (env SESSION_SERVER_LOOP; default auto)",
+    )
+    p.add_argument(
         "--no-mirror",
         action="store_true",
         default=(_env("MIRROR", "1") or "1").lower() in ("0", "false", "no", "off"),
@@ -219,9 +226,32 @@ def _run_serve(args: argparse.Namespace) -> int:
         print("session-server: the token file holds no token", file=sys.stderr)
         return 2
     try:
-        return asyncio.run(_serve(args, sources, auth))
+        factory = _loop_factory(args.loop)
+    except ImportError as exc:
+        print(f"session-server: --loop {args.loop}: {exc}", file=sys.stderr)
+        return 2
+    try:
+        with asyncio.Runner(loop_factory=factory) as runner:
+            return runner.run(_serve(args, sources, auth))
     except KeyboardInterrupt:  # a signal before the handlers were installed
         return 130
+
+
+def _loop_factory(choice: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop's event loop for ``uvloop`` (``ImportError`` when it is not installed) and
+    for ``auto`` when it is installed; ``None`` (asyncio's own) otherwise."""
+    if choice == "asyncio":
+        return None
+    try:
+        import uvloop
+    except ImportError:
+        if choice == "uvloop":
+            raise ImportError(
+                "uvloop is not installed (pip install 'session-server[fast]')"
+            ) from None
+        return None
+    factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
+    return factory
 
 
 async def _serve(args: argparse.Namespace, sources: AuthSources, auth: Authenticator) -> int:
