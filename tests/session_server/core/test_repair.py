@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
 from adapters.checks import check_tool_pairing
-from session_server.core import repair
 from session_server.core.events import ContextMessage, ToolCall
 from session_server.core.repair import missing_result_text, repair_tool_pairing
 
@@ -160,28 +156,3 @@ def test_calls_separated_by_their_results_are_separate_groups() -> None:
 def test_a_result_that_answers_nothing_does_not_split_a_group() -> None:
     out = repaired([user(), calls("a"), result("ghost"), calls("b"), result("b")])
     assert shape(out) == ["u", "call:a", "call:b", "res:b"]  # a stays pending, with b
-
-
-_MESSAGES = st.lists(
-    st.one_of(
-        st.just(user()),
-        st.just(ContextMessage(role="assistant", content="a")),
-        st.lists(st.sampled_from(["c1", "c2", "c3", ""]), min_size=1, max_size=3).map(
-            lambda ids: calls(*ids)
-        ),
-        st.sampled_from(["c1", "c2", "c3", "c1_2", ""]).map(result),
-    ),
-    max_size=12,
-)
-
-
-@settings(max_examples=400, deadline=None)
-@given(_MESSAGES)
-def test_the_well_paired_shortcut_agrees_with_the_full_rules(
-    messages: list[ContextMessage],
-) -> None:
-    # The shortcut answers "nothing to repair" only where the full rules change nothing.
-    full = repair._repair(messages)
-    if repair._well_paired(messages):
-        assert [id(m) for m in full] == [id(m) for m in messages]
-    assert repair_tool_pairing(messages) == full
