@@ -20,6 +20,7 @@ from .errors import CorruptRecordError
 from .events import ACTIONS, Action, ContextMessage, SessionEvent, ToolArguments, ToolCall
 
 __all__ = [
+    "OWN_METADATA_KEYS",
     "arguments_object",
     "arguments_text",
     "dehydrate_event",
@@ -35,7 +36,7 @@ _ENCODER: Final = msgspec.json.Encoder()
 _DECODER: Final = msgspec.json.Decoder()
 
 # Keys this module owns inside the metadata JSON; anything else is free-form metadata.
-_OWN_KEYS: Final[dict[str, tuple[str, ...]]] = {
+OWN_METADATA_KEYS: Final[dict[str, tuple[str, ...]]] = {
     "user_message": ("images", "reasoning"),
     "agent_message": ("model", "reasoning", "images"),
     "tool_call_request": ("toolCalls", "reasoning", "model", "images"),
@@ -179,7 +180,7 @@ def hydrate_event(row: dict[str, Any]) -> SessionEvent:
         turn=row.get("turn"),
         token_count=row.get("token_count"),
     )
-    own = _OWN_KEYS[action]
+    own = OWN_METADATA_KEYS[action]
     if action == "agent_message" or action == "tool_call_request":
         model = meta.get("model")
         event.model = None if model is None else str(model)
@@ -233,7 +234,7 @@ def dehydrate_event(event: SessionEvent) -> dict[str, Any]:
             meta["compactedEventCount"] = event.compacted_event_count
         if event.compaction is not None:
             meta["compaction"] = event.compaction
-    own = _OWN_KEYS[action]
+    own = OWN_METADATA_KEYS[action]
     if event.reasoning is not None and "reasoning" in own:
         meta["reasoning"] = event.reasoning
     if event.images and "images" in own:

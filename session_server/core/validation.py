@@ -13,10 +13,19 @@ from typing import Any, TypeVar
 
 import msgspec
 
+from .codec import OWN_METADATA_KEYS
 from .errors import InvalidParamsError
 from .events import ACTIONS, ROLES, ContextMessage, SessionEvent
 
-__all__ = ["parse_event", "parse_events", "parse_message", "parse_messages"]
+__all__ = [
+    "RESERVED_METADATA_KEYS",
+    "parse_client_events",
+    "parse_client_messages",
+    "parse_event",
+    "parse_events",
+    "parse_message",
+    "parse_messages",
+]
 
 T = TypeVar("T")
 _PATH = re.compile(r" - at `\$(.*)`$")
@@ -105,3 +114,49 @@ def parse_event(obj: Any, where: str = "event") -> SessionEvent:
 def parse_events(objs: Any, where: str = "events") -> list[SessionEvent]:
     _require(isinstance(objs, list), where, "must be a list of event objects")
     return [parse_event(o, f"{where}[{i}]") for i, o in enumerate(objs)]
+
+
+RESERVED_METADATA_KEYS: frozenset[str] = frozenset(
+    key for keys in OWN_METADATA_KEYS.values() for key in keys
+)
+"""Keys the server writes inside the stored metadata JSON (``model``, ``toolCalls``,
+``compactedEventCount``, ...): a client's free-form ``metadata`` may not use them."""
+
+
+def _refuse_reserved(metadata: dict[str, Any] | None, where: str) -> None:
+    for key in metadata or ():
+        _require(
+            key not in RESERVED_METADATA_KEYS,
+            f"{where}.metadata.{key}",
+            "is a reserved key the server writes itself; use another name",
+        )
+
+
+def parse_client_events(objs: Any, where: str = "events") -> list[SessionEvent]:
+    """``parse_events`` for events a client sends: ``compaction`` events (and the
+    compaction fields) are written by the server only (``memory.compact``), and the
+    free-form ``metadata`` may not use a reserved key."""
+    events = parse_events(objs, where)
+    for i, ev in enumerate(events):
+        at = f"{where}[{i}]"
+        _require(
+            ev.action != "compaction",
+            f"{at}.action",
+            "'compaction' events are written by the server only (use memory.compact)",
+        )
+        _require(ev.compaction is None, f"{at}.compaction", "is written by the server only")
+        _require(
+            ev.compacted_event_count is None,
+            f"{at}.compacted_event_count",
+            "is written by the server only",
+        )
+        _refuse_reserved(ev.metadata, at)
+    return events
+
+
+def parse_client_messages(objs: Any, where: str = "messages") -> list[ContextMessage]:
+    """``parse_messages`` for messages a client sends: no reserved ``metadata`` key."""
+    messages = parse_messages(objs, where)
+    for i, msg in enumerate(messages):
+        _refuse_reserved(msg.metadata, f"{where}[{i}]")
+    return messages

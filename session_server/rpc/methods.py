@@ -57,7 +57,7 @@ from ..core.errors import (
     SessionServerError,
 )
 from ..core.events import Action, ContextMessage, SessionEvent
-from ..core.validation import parse_events, parse_messages
+from ..core.validation import parse_client_events, parse_client_messages
 from .protocol import (
     Invalid,
     Request,
@@ -296,9 +296,11 @@ def _check_sessions(spec: MethodSpec, params: dict[str, Any], grant: Grant) -> N
 # ---------------------------------------------------------------------------- params types
 
 SessionId = Annotated[str, Field(min_length=1, max_length=256)]
-Events = Annotated[list[SessionEvent], PlainValidator(lambda v: parse_events(v, "params.events"))]
+Events = Annotated[
+    list[SessionEvent], PlainValidator(lambda v: parse_client_events(v, "params.events"))
+]
 Messages = Annotated[
-    list[ContextMessage], PlainValidator(lambda v: parse_messages(v, "params.messages"))
+    list[ContextMessage], PlainValidator(lambda v: parse_client_messages(v, "params.messages"))
 ]
 JsonObject = dict[str, Any]
 
@@ -401,7 +403,7 @@ def persist_params_fast(raw: dict[str, Any]) -> PersistParams | None:
     if type(messages) is not list:
         return None
     try:
-        checked = parse_messages(messages, "params.messages")
+        checked = parse_client_messages(messages, "params.messages")
     except InvalidParamsError:
         return None
     return PersistParams.model_construct(

@@ -87,6 +87,8 @@ from .summarizers import Summarizer
 __all__ = ["MAX_GROUP_APPENDS", "MAX_GROUP_EVENTS", "ActorHost", "AgentActor", "Subscriber"]
 
 log = logging.getLogger(__name__)
+# Content above this many characters is planned (validated, counted) off the event loop.
+LARGE_CONTENT_CHARS = 256 * 1024
 T = TypeVar("T")
 Subscriber = Callable[[list[SessionEvent]], None]
 
@@ -532,15 +534,26 @@ class AgentActor:
         first call's result without writing; an ``expected_last_seq`` that is not the
         session's last seq raises ``ConflictError`` with ``data["last_seq"]``.
         """
-        plan = self.core.plan_events(
-            session_id,
-            events,
-            expected_last_seq=expected_last_seq,
-            idempotency_key=idempotency_key,
+        plan = await self._off_loop_if_large(
+            sum(len(e.content) for e in events),
+            lambda: self.core.plan_events(
+                session_id,
+                events,
+                expected_last_seq=expected_last_seq,
+                idempotency_key=idempotency_key,
+            ),
         )
         if plan.batch.writes_nothing:
             return await self._decide(lambda known: self.core.unwritten(plan, known))
         return await self._commit(plan)
+
+    async def _off_loop_if_large(self, size: int, plan: Callable[[], T]) -> T:
+        """Run the pure planning step ``plan`` (validation and token counting, linear in
+        the content) on a worker thread when the content is large: a 15 MiB append
+        counted on the event loop stalled every client for seconds."""
+        if size < LARGE_CONTENT_CHARS:
+            return plan()
+        return await asyncio.get_running_loop().run_in_executor(self.host.executor, plan)
 
     async def import_events(
         self,
@@ -903,13 +916,16 @@ class AgentActor:
         come straight from ``core.validation.parse_messages`` (as the RPC layer's do):
         they are not checked again.
         """
-        turn = self.core.prepare_turn(
-            session_id,
-            ctx,
-            usage=usage,
-            on_conflict=on_conflict,
-            idempotency_key=idempotency_key,
-            validated=validated,
+        turn = await self._off_loop_if_large(
+            sum(len(m.content) for m in ctx.get_new_messages() if isinstance(m.content, str)),
+            lambda: self.core.prepare_turn(
+                session_id,
+                ctx,
+                usage=usage,
+                on_conflict=on_conflict,
+                idempotency_key=idempotency_key,
+                validated=validated,
+            ),
         )
         step: AppendPlan | AppendResult = await self._decide(
             lambda known: self.core.plan_turn(turn, known)

@@ -121,7 +121,7 @@ def pop_event(
         " ORDER BY seq DESC LIMIT 1",
         (session_id,),
     ).fetchone()
-    current = None if row is None else ops.rows_to_events([row])[0]
+    current = None if row is None else ops.hydrate_or_skip(row)
     found = None if current is None else current.id
     if event_id is not None and found != event_id:
         raise ConflictError(

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import sqlite3
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
@@ -32,13 +34,18 @@ from ..core.plans import AppendBatch, AppendOutcome, AppendResult, SessionState
 from ..core.turns import TurnPosition, number_turns
 from .schema import SCHEMA_VERSION, schema_sql
 
+log = logging.getLogger(__name__)
+
 __all__ = [
     "EVENT_COLUMNS",
     "SESSION_STATE_COLUMNS",
+    "SKIPPED_RECORDS",
     "AppendResult",
+    "SkippedRecords",
     "append",
     "append_group",
     "connect",
+    "hydrate_or_skip",
     "insert_session",
     "migrate",
     "read_session_state",
@@ -205,8 +212,40 @@ def insert_session(
     )
 
 
+class SkippedRecords:
+    """How many stored rows could not be read back (``CorruptRecordError``): each one is
+    skipped and logged, so one bad row never makes a session unreadable."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._lock = threading.Lock()
+
+    def note(self, exc: CorruptRecordError) -> None:
+        with self._lock:  # rows are read on worker threads
+            self.count += 1
+        log.warning("skipping an unreadable stored record: %s", exc.message)
+
+
+SKIPPED_RECORDS: Final = SkippedRecords()
+
+
+def hydrate_or_skip(row: sqlite3.Row) -> SessionEvent | None:
+    """The event of ``row``, or ``None`` (logged and counted) when it cannot be read."""
+    try:
+        return hydrate_event(dict(row))
+    except CorruptRecordError as exc:
+        SKIPPED_RECORDS.note(exc)
+        return None
+
+
 def rows_to_events(rows: Sequence[sqlite3.Row]) -> list[SessionEvent]:
-    return [hydrate_event(dict(r)) for r in rows]
+    """The events of ``rows``; rows that cannot be read are skipped (``SKIPPED_RECORDS``)."""
+    events = []
+    for row in rows:
+        event = hydrate_or_skip(row)
+        if event is not None:
+            events.append(event)
+    return events
 
 
 SESSION_STATE_COLUMNS: Final = "id, last_seq, last_turn, strategy, compaction_required, mirror_seq"

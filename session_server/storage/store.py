@@ -26,9 +26,9 @@ from concurrent.futures import Executor
 from pathlib import Path
 from typing import Any, Final, Literal, TypeVar
 
-from ..core.codec import hydrate_event
 from ..core.errors import (
     AgentUnavailableError,
+    CorruptRecordError,
     InvalidParamsError,
     NotFoundError,
     SessionServerError,
@@ -513,7 +513,13 @@ def _context_window(
             " AND action = 'compaction' ORDER BY seq DESC LIMIT 1",
             (session_id,),
         ).fetchone()
-        record = None if crow is None else CompactionRecord.of(hydrate_event(dict(crow)))
+        record_event = None if crow is None else ops.hydrate_or_skip(crow)
+        record: CompactionRecord | None = None
+        if record_event is not None:
+            try:
+                record = CompactionRecord.of(record_event)
+            except CorruptRecordError as exc:  # the history reads as if uncompacted
+                ops.SKIPPED_RECORDS.note(exc)
         if from_record:
             from_seq = None if record is None else record.from_seq
         where = "session_id = ?"
@@ -529,7 +535,7 @@ def _context_window(
         rows.reverse()
         events = ops.rows_to_events(rows)
         prefix: list[SessionEvent] = []
-        if rows and limit is not None and len(rows) >= limit:
+        if events and limit is not None and len(rows) >= limit:
             needed = widening_turns(events)
             if needed:
                 # Each needed turn is the turn of an event in the window: its row has the
