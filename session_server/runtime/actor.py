@@ -70,7 +70,7 @@ from ..core.agent_core import (
 from ..core.codec import event_to_message
 from ..core.context import WorkingContext
 from ..core.errors import InvalidParamsError, NotFoundError, SessionServerError, SummarizerError
-from ..core.events import SessionEvent
+from ..core.events import ContextMessage, SessionEvent
 from ..core.plans import AppendResult, Effects, NewSession
 from ..core.recent import SessionView
 from ..core.session_rows import SessionRows, check_rows
@@ -89,6 +89,13 @@ __all__ = ["MAX_GROUP_APPENDS", "MAX_GROUP_EVENTS", "ActorHost", "AgentActor", "
 log = logging.getLogger(__name__)
 # Content above this many characters is planned (validated, counted) off the event loop.
 LARGE_CONTENT_CHARS = 256 * 1024
+
+
+def _content_chars(items: Iterable[SessionEvent | ContextMessage]) -> int:
+    """Characters of content (not validated yet: a non-string counts as nothing)."""
+    return sum(len(i.content) for i in items if isinstance(i.content, str))
+
+
 T = TypeVar("T")
 Subscriber = Callable[[list[SessionEvent]], None]
 
@@ -535,7 +542,7 @@ class AgentActor:
         session's last seq raises ``ConflictError`` with ``data["last_seq"]``.
         """
         plan = await self._off_loop_if_large(
-            sum(len(e.content) for e in events),
+            _content_chars(events),
             lambda: self.core.plan_events(
                 session_id,
                 events,
@@ -917,7 +924,7 @@ class AgentActor:
         they are not checked again.
         """
         turn = await self._off_loop_if_large(
-            sum(len(m.content) for m in ctx.get_new_messages() if isinstance(m.content, str)),
+            _content_chars(ctx.get_new_messages()),
             lambda: self.core.prepare_turn(
                 session_id,
                 ctx,
