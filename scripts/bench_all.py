@@ -33,6 +33,7 @@ import asyncio
 import datetime
 import os
 import platform
+import re
 import shutil
 import sqlite3
 import sys
@@ -205,6 +206,18 @@ async def run(quick: bool, root: Path) -> str:
     return "\n\n".join(["\n".join(header), *sections]) + "\n"
 
 
+_KEPT = re.compile(r"<!-- ([\w-]+):start -->.*?<!-- \1:end -->", re.DOTALL)
+
+
+def kept_sections(path: Path) -> str:
+    """Sections other scripts keep in the report between ``<!-- NAME:start -->`` and
+    ``<!-- NAME:end -->`` (e.g. ``scripts/bench_hardening.py``): carried over as they are."""
+    if not path.exists():
+        return ""
+    blocks = [m.group(0) for m in _KEPT.finditer(path.read_text())]
+    return "".join(f"\n{block}\n" for block in blocks)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0] if __doc__ else None,
@@ -218,7 +231,7 @@ def main(argv: list[str] | None = None) -> None:
         report = asyncio.run(run(args.quick, root))
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    args.out.write_text(report)
+    args.out.write_text(report + kept_sections(args.out))
     print(report)
     log(f"wrote {args.out}")
 
