@@ -17,8 +17,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tqdm import tqdm
-
 from ..core.agent_ids import validate_agent_id
 from ..core.codec import event_to_message
 from ..core.events import ContextMessage, SessionEvent
@@ -26,6 +24,7 @@ from ..core.session_rows import SessionRows
 from ..mirror.model import RenderedMirror
 from ..mirror.rows_file import ROWS_FILE, encode_rows, sha256
 from ..mirror.snapshot import SNAPSHOT_FILE, build_snapshot
+from ..progress import progress_bar
 from .jsonl import atomic_write_bytes, atomic_write_json, encode_lines
 from .writer import ACTIVE_FILE, ARCHIVE_FILE, EPISODIC_FILE, SEMANTIC_FILE
 
@@ -72,14 +71,7 @@ def export_session(
     name = validate_agent_id(name)
     folder = Path(out_dir) / "agents" / name
     rendered = RenderedMirror()
-    bar = tqdm(
-        events,
-        desc=f"export {name}",
-        unit="event",
-        disable=None if progress is None else not progress,
-        delay=0.5,
-        leave=False,
-    )
+    bar = progress_bar(events, desc=f"export {name}", unit="event", progress=progress)
     for event in bar:
         for op in rendered.model.step(event):
             rendered.apply(op)

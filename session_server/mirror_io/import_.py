@@ -27,8 +27,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tqdm import tqdm
-
 from ..core.codec import new_event_id
 from ..core.errors import InvalidParamsError
 from ..core.events import SessionEvent
@@ -37,6 +35,7 @@ from ..mirror.from_traces import TraceEntry, traces_to_events
 from ..mirror.rows_file import ROWS_FILE, RowsFile, decode_rows, sha256
 from ..mirror.snapshot import SNAPSHOT_FILE
 from ..mirror.traces import ms_from_ts
+from ..progress import progress_bar
 from .jsonl import read_bytes_or_empty, read_jsonl, read_jsonl_numbered
 from .snapshot_files import read_snapshot
 from .writer import ACTIVE_FILE, ARCHIVE_FILE, EPISODIC_FILE, MIRROR_FILES, SEMANTIC_FILE
@@ -94,14 +93,7 @@ def read_rows_file(folder: Path, *, progress: bool | None = None) -> tuple[RowsF
     if not path.is_file():
         return None, f"no {ROWS_FILE}"
     lines = path.read_bytes().splitlines()
-    bar = tqdm(
-        lines,
-        desc=f"import {folder.name}",
-        unit="row",
-        disable=None if progress is None else not progress,
-        delay=0.5,
-        leave=False,
-    )
+    bar = progress_bar(lines, desc=f"import {folder.name}", unit="row", progress=progress)
     try:
         parsed = decode_rows(bar)
     finally:
@@ -141,13 +133,11 @@ def import_reference_folder(
     """
     folder = find_reference_folder(path)
     entries = _entries(folder)
-    bar = tqdm(
+    bar = progress_bar(
         entries,
         desc=f"import {folder.name}",
         unit="line",
-        disable=None if progress is None else not progress,
-        delay=0.5,
-        leave=False,
+        progress=progress,
     )
     imported = traces_to_events(bar, session_id=session_id)
     bar.close()

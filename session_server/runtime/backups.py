@@ -21,6 +21,7 @@ from tqdm import tqdm
 
 from ..core.agent_ids import validate_agent_id
 from ..core.errors import InvalidParamsError, NotFoundError, TooLargeError
+from ..progress import progress_bar
 from ..storage.backup import (
     AGENT_FILE,
     BackupEntry,
@@ -45,16 +46,7 @@ RPC_MAX_BACKUP_BYTES: Final = 32 * 1024 * 1024
 
 
 def _bar(total: int, desc: str, progress: bool | None) -> tqdm[Any]:
-    # ``disable=None``: a bar only when stderr is a terminal; ``delay``: only when long.
-    return tqdm(
-        total=total,
-        desc=desc,
-        unit="B",
-        unit_scale=True,
-        disable=None if progress is None else not progress,
-        delay=0.5,
-        leave=False,
-    )
+    return progress_bar(desc=desc, unit="B", total=total, progress=progress)
 
 
 def _summary(agent_id: str, entry: BackupEntry) -> dict[str, Any]:
