@@ -552,12 +552,14 @@ class AgentCore:
         if first is None or first <= from_seq:
             return 0
         count = known.counts.get((session_id, from_seq, first))
-        if count is None:
-            count = self._recent.count_between(session_id, from_seq, first)
         memo = self._omitted.get(session_id)
         if count is None and memo is not None and memo[0] == from_seq and memo[1] <= first:
+            # The window moved forward: add the few events it left behind (cheaper than
+            # counting the whole range again on every build).
             more = self._recent.count_between(session_id, memo[1], first)
             count = None if more is None else memo[2] + more
+        if count is None:
+            count = self._recent.count_between(session_id, from_seq, first)
         if count is None:
             return NeedCount(session_id, from_seq, first)
         self._omitted[session_id] = (from_seq, first, count)

@@ -13,6 +13,7 @@ that raced with a commit is refused, and deletes drop the session's entry.
 
 from __future__ import annotations
 
+import bisect
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
@@ -45,6 +46,10 @@ class SessionView(msgspec.Struct):
             compaction_required=window.state.compaction_required,
             strategy=window.state.strategy,
         )
+
+
+def _seq(event: SessionEvent) -> int:
+    return event.seq
 
 
 class _Entry:
@@ -89,9 +94,13 @@ class RecentCache:
         entry = self._entries.get(session_id)
         if entry is None or not entry.events:
             return None
-        if not entry.complete and entry.events[0].seq > low:
+        events = entry.events
+        if not entry.complete and events[0].seq > low:
             return None
-        return sum(1 for e in entry.events if low <= e.seq < high and e.action != "compaction")
+        # The run is in seq order: find the range, then count only inside it.
+        start = bisect.bisect_left(events, low, key=_seq)
+        stop = bisect.bisect_left(events, high, lo=start, key=_seq)
+        return sum(1 for i in range(start, stop) if events[i].action != "compaction")
 
     def seed(self, session_id: str, window: ContextWindow, version: int) -> SessionView:
         """Keep what a store read returned, unless a commit happened since ``version``;
