@@ -68,6 +68,16 @@ def _positive_int(value: str) -> int:
     return number
 
 
+def _positive_seconds(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {value!r}") from exc
+    if not number > 0:
+        raise argparse.ArgumentTypeError("must be more than 0 seconds")
+    return number
+
+
 def _port(value: str) -> int:
     try:
         number = int(value)
@@ -168,6 +178,21 @@ def _serve_arguments(p: argparse.ArgumentParser) -> None:
         default=(_env("LOOP", "auto") or "auto").lower(),
         help="event loop: uvloop (faster; the 'fast' extra installs it), asyncio's own, or "
         "auto: uvloop when it is installed (env SESSION_SERVER_LOOP; default auto)",
+    )
+    p.add_argument(
+        "--compaction-wait",
+        type=_positive_seconds,
+        default=_positive_seconds(_env("COMPACTION_WAIT", "2") or "2"),
+        help="seconds a context.build / context.render waits for a summary before it "
+        "answers with the previous compaction record (the summary goes on in the "
+        "background) (env SESSION_SERVER_COMPACTION_WAIT; default 2)",
+    )
+    p.add_argument(
+        "--compaction-timeout",
+        type=_positive_seconds,
+        default=_positive_seconds(_env("COMPACTION_TIMEOUT", "120") or "120"),
+        help="seconds a background summary may take before it counts as failed and is "
+        "retried later with backoff (env SESSION_SERVER_COMPACTION_TIMEOUT; default 120)",
     )
     p.add_argument(
         "--no-mirror",
@@ -293,6 +318,8 @@ async def _serve(args: argparse.Namespace, sources: AuthSources, auth: Authentic
         mirror=not args.no_mirror,
         context_limit=args.context_limit,
         max_open=limits.max_open_agents,
+        compaction_wait=args.compaction_wait,
+        compaction_timeout=args.compaction_timeout,
     ) as registry:
         server = SessionServer(
             registry,

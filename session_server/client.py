@@ -562,8 +562,10 @@ class SessionClient:
         base_seq: int | None = None,
         idempotency_key: str | None = None,
         usage: dict[str, Any] | None = None,
+        strategy: dict[str, Any] | None = None,
     ) -> AppendResult:
-        """Persist one turn atomically; with ``base_seq`` a moved session is a conflict."""
+        """Persist one turn atomically; with ``base_seq`` a moved session is a conflict.
+        ``strategy`` is the request level of the strategy the pressure check uses."""
         key = idempotency_key or str(uuid.uuid4())
         params = _set(
             session_id=session_id,
@@ -571,6 +573,7 @@ class SessionClient:
             base_seq=base_seq,
             idempotency_key=key,
             usage=usage,
+            strategy=strategy,
         )
         return msgspec.convert(await self._write("turn.persist", params, key), AppendResult)
 
@@ -582,6 +585,7 @@ class SessionClient:
         idempotency_key: str | None = None,
         usage: dict[str, Any] | None = None,
         on_conflict: Literal["append", "reject"] = "append",
+        strategy: dict[str, Any] | None = None,
     ) -> AppendResult:
         """``persist_turn`` of ``ctx.get_new_messages()``, like the local
         ``AgentActor.persist_working_context``."""
@@ -591,6 +595,7 @@ class SessionClient:
             base_seq=ctx.base_seq if on_conflict == "reject" else None,
             idempotency_key=idempotency_key,
             usage=usage,
+            strategy=strategy,
         )
 
     async def render_context(

@@ -1,8 +1,10 @@
 """When to compact: compact triggers and provider-usage token pressure (pure).
 
 Token pressure (DESIGN §6, seed 000 §10): ``input_budget = max_context_tokens -
-max_output_tokens - safety_margin_tokens``; compaction is required when the provider
-reported ``prompt_tokens > compaction_ratio * input_budget`` for the last response.
+max_output_tokens - safety_margin_tokens``; compaction is required when the prompt of the
+last response exceeded ``compaction_ratio * input_budget``. The prompt size is read from
+the provider's usage in every shape (``usage_prompt_tokens``), and without one from the
+server's own token count of the context, so the trigger always has a number to go on.
 
 Compact triggers are evaluated on the context as it would be built now (the latest
 compaction record applied), so after a compaction they measure what is left:
@@ -34,16 +36,19 @@ __all__ = [
     "input_budget",
     "needs_token_count",
     "token_pressure",
+    "usage_prompt_tokens",
 ]
 
 
 class TokenPressure(NamedTuple):
-    """The token-pressure verdict for one provider response."""
+    """The token-pressure verdict for one provider response; ``source`` says where the
+    prompt size came from: ``usage``, ``server_count`` or ``none``."""
 
     prompt_tokens: int | None
     input_budget: int
     threshold: float
     required: bool
+    source: str = "usage"
 
 
 class TriggerCheck(NamedTuple):
@@ -70,27 +75,55 @@ def _usage_int(usage: Mapping[str, Any], key: str) -> int | None:
     return value
 
 
-def token_pressure(usage: Mapping[str, Any] | None, config: StrategyConfig) -> TokenPressure:
-    """Evaluate provider usage (``prompt_tokens``, ``completion_tokens``) against the budget.
+def usage_prompt_tokens(usage: Mapping[str, Any]) -> int | None:
+    """The prompt size a provider's ``usage`` reports, whatever its shape.
 
-    ``input_tokens`` (the Responses/Anthropic name) is read when ``prompt_tokens`` is
-    absent. No usage, or usage without a prompt count, never requires compaction. Raises
-    ``InvalidParamsError`` naming the key when a count is not a non-negative integer.
+    OpenAI Chat Completions: ``prompt_tokens``. OpenAI Responses: ``input_tokens`` (it
+    includes cached tokens). Anthropic: ``input_tokens + cache_read_input_tokens +
+    cache_creation_input_tokens`` (its ``input_tokens`` counts only the uncached part).
+    ``None`` when none of these keys is present. Raises ``InvalidParamsError`` naming the
+    key when a count is not a non-negative integer.
+    """
+    prompt = _usage_int(usage, "prompt_tokens")
+    if prompt is not None:
+        return prompt
+    parts = [
+        _usage_int(usage, key)
+        for key in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
+    ]
+    if all(p is None for p in parts):
+        return None
+    return sum(p or 0 for p in parts)
+
+
+def token_pressure(
+    usage: Mapping[str, Any] | None,
+    config: StrategyConfig,
+    *,
+    context_tokens: int | None = None,
+) -> TokenPressure:
+    """Evaluate the last prompt's size against the budget.
+
+    The size is the provider's (``usage_prompt_tokens``); without usage, or usage without
+    a prompt count, it is ``context_tokens`` (the server's own count of the context),
+    when given. Raises ``InvalidParamsError`` naming the key when a count is not a
+    non-negative integer.
     """
     budget = input_budget(config)
     threshold = config.compaction_ratio * budget
-    if usage is None:
-        return TokenPressure(None, budget, threshold, False)
-    if not isinstance(usage, Mapping):
-        raise InvalidParamsError(
-            f"usage: must be an object, got {type(usage).__name__}", data={"field": "usage"}
-        )
-    prompt = _usage_int(usage, "prompt_tokens")
+    prompt: int | None = None
+    if usage is not None:
+        if not isinstance(usage, Mapping):
+            raise InvalidParamsError(
+                f"usage: must be an object, got {type(usage).__name__}", data={"field": "usage"}
+            )
+        prompt = usage_prompt_tokens(usage)
+        _usage_int(usage, "completion_tokens")  # validated, not used by the rule
+    source = "usage"
     if prompt is None:
-        prompt = _usage_int(usage, "input_tokens")
-    _usage_int(usage, "completion_tokens")  # validated, not used by the rule
+        prompt, source = context_tokens, "server_count" if context_tokens is not None else "none"
     required = prompt is not None and prompt > threshold
-    return TokenPressure(prompt, budget, threshold, required)
+    return TokenPressure(prompt, budget, threshold, required, source)
 
 
 def compaction_required(usage: Mapping[str, Any] | None, config: StrategyConfig) -> bool:

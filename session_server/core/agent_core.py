@@ -29,7 +29,7 @@ import msgspec
 from ..compaction.builder import BuiltContext, build_compacted_context
 from ..compaction.config import StrategyConfig, resolve_strategy, validate_strategy
 from ..compaction.records import CompactionPlan, make_compaction_event
-from ..compaction.triggers import token_pressure
+from ..compaction.triggers import token_pressure, usage_prompt_tokens
 from ..mirror.snapshot import RestoredSnapshot
 from .codec import encode_json, event_to_message, message_to_event, new_event_id
 from .context import WorkingContext
@@ -46,8 +46,8 @@ from .plans import (
     SnapshotDue,
 )
 from .recent import RecentCache, SessionView
-from .records import CompactionRecord
-from .tokens import get_counter
+from .records import CompactionRecord, record_memory
+from .tokens import MESSAGE_OVERHEAD, get_counter
 from .validation import parse_event, parse_message
 
 __all__ = [
@@ -187,6 +187,7 @@ class PreparedTurn(msgspec.Struct, frozen=True):
     usage: Mapping[str, Any] | None
     on_conflict: Literal["append", "reject"]
     idempotency_key: str | None
+    strategy: Mapping[str, Any] | None = None
 
 
 def _state(known: Known, session_id: str) -> SessionState | NeedState | None:
@@ -201,6 +202,30 @@ def _existing(known: Known, session_id: str) -> SessionState | NeedState:
     if state is None:
         raise NotFoundError.session(session_id)
     return state
+
+
+def _summarizable(view: SessionView, config: StrategyConfig, new_turns: int) -> bool:
+    """Whether a summary could take anything: more turns not yet summarised (counting
+    the ``new_turns`` about to be written) than the raw tail keeps."""
+    last_turn = max((e.turn for e in view.events if e.turn is not None), default=0)
+    memory = None if view.record is None else record_memory(view.record.data)
+    summarised = 0 if memory is None else int(memory["tail_start_turn"]) - 1
+    return last_turn + new_turns - summarised > config.raw_tail_turns
+
+
+def _context_tokens(view: SessionView, turn: PreparedTurn) -> int:
+    """The server's count of the default context once ``turn`` is added: the stored
+    counts of the window's events (from the record's summary on), the turn's, and its
+    instructions."""
+    from_seq = None if view.record is None else view.record.from_seq
+    stored = sum(
+        e.token_count or 0
+        for e in view.events
+        if e.action != "compaction" and (from_seq is None or e.seq >= from_seq)
+    )
+    counter = get_counter()
+    system = sum(MESSAGE_OVERHEAD + counter.count(text) for text in turn.instructions)
+    return stored + sum(turn.tokens) + system
 
 
 def _event_tokens(counter: Any, event: SessionEvent) -> int:
@@ -231,6 +256,10 @@ class AgentCore:
         # Sessions whose context was built since activation (the snapshot file is
         # consulted only for the first build of an activation).
         self._built: set[str] = set()
+        # Sessions whose last automatic summary gained nothing (the reason), and those
+        # whose reason was reported.
+        self._futile: dict[str, str] = {}
+        self._futile_noted: set[tuple[str, str]] = set()
         # Per session: (from_seq, before_seq, count) of the last omitted-events count, so
         # a window that moved forward adds what the cache holds instead of reading again.
         self._omitted: dict[str, tuple[int, int, int]] = {}
@@ -394,11 +423,14 @@ class AgentCore:
         on_conflict: str,
         idempotency_key: str | None,
         validated: bool = False,
+        strategy: Mapping[str, Any] | None = None,
     ) -> PreparedTurn:
         """Check a persist request and turn ``ctx.get_new_messages()`` into events.
 
         ``validated``: the new messages come straight from ``parse_messages`` (the RPC
         boundary decoded and checked them): they are not checked a second time.
+        ``strategy`` is the request level of the strategy precedence for the pressure
+        check (as for a build).
         """
         if on_conflict not in ("append", "reject"):
             raise InvalidParamsError("on_conflict: must be 'append' or 'reject'")
@@ -422,18 +454,18 @@ class AgentCore:
             usage=usage,
             on_conflict="reject" if on_conflict == "reject" else "append",
             idempotency_key=idempotency_key,
+            strategy=None
+            if strategy is None
+            else validate_strategy(strategy, source="request strategy"),
         )
 
     def plan_turn(self, turn: PreparedTurn, known: Known) -> AppendPlan | AppendResult | Need:
-        """Plan a persist: its events, the pressure flag the usage calls for (``None``
+        """Plan a persist: its events, the pressure flag the turn calls for (``None``
         leaves the flag), the conflict check, and the end-of-turn snapshot."""
         sid = turn.session_id
-        flag: bool | None = None
-        if turn.usage is not None:
-            config = self._session_config(sid, None, known)
-            if isinstance(config, Need):
-                return config
-            flag = True if token_pressure(turn.usage, config).required else None
+        flag = self._pressure_flag(turn, known)
+        if isinstance(flag, Need):
+            return flag
         expected = turn.base_seq if turn.on_conflict == "reject" else None
         if not turn.events and expected is None and not flag:
             state = _existing(known, sid)
@@ -453,6 +485,66 @@ class AgentCore:
         # The end of a turn: the snapshot is the default context as SQLite stands when the
         # mirror batch is written, not the caller's ctx (which may hold only this turn).
         return AppendPlan(batch, SnapshotDue(sid, turn.instructions))
+
+    def _pressure_flag(self, turn: PreparedTurn, known: Known) -> bool | Need | None:
+        """``True`` when the turn puts the session under token pressure, under the
+        effective strategy (request > session > agent > server); ``None`` leaves the flag.
+
+        The prompt size is the provider's usage in any shape, or else (under a compacting
+        strategy) the server's own count of the context as it will stand after the turn.
+        After a compaction that gained nothing, the flag is not raised again until a new
+        user turn gives it something to gain (the reason was reported once).
+        """
+        sid = turn.session_id
+        if not turn.events and turn.usage is None:
+            return None  # nothing new to measure
+        cached = self._recent.window(sid, self.context_limit)
+        if cached is not None:
+            stored_strategy = cached.strategy
+        else:
+            state = _state(known, sid)
+            if isinstance(state, Need):
+                return state
+            if state is None:
+                raise NotFoundError.session(sid)
+            stored_strategy = state.strategy
+        config = self.resolve(stored_strategy, turn.strategy)
+        if isinstance(config, Need):
+            return config
+        reported = None if turn.usage is None else usage_prompt_tokens(turn.usage)
+        own: int | None = None
+        if reported is None and config.mode != "none":
+            view = cached if cached is not None else self.view(sid, self.context_limit, known)
+            if isinstance(view, Need):
+                return view
+            own = _context_tokens(view, turn)
+        pressure = token_pressure(turn.usage, config, context_tokens=own)
+        if not pressure.required:
+            return None
+        new_turns = sum(1 for e in turn.events if e.action == "user_message")
+        if config.mode == "summarize":
+            view = cached if cached is not None else self.view(sid, self.context_limit, known)
+            if isinstance(view, Need):
+                return view
+            if not _summarizable(view, config, new_turns):
+                self._futile[sid] = (
+                    "nothing to summarise: every turn not yet summarised is within "
+                    f"raw_tail_turns={config.raw_tail_turns}"
+                )
+                return None
+        if sid in self._futile and not new_turns:
+            return None
+        self._futile.pop(sid, None)
+        return True
+
+    def futile_note(self, session_id: str) -> str | None:
+        """Why an automatic compaction of ``session_id`` would gain nothing, the first
+        time that reason is asked for (each reason is reported once per session)."""
+        reason = self._futile.get(session_id)
+        if reason is None or (session_id, reason) in self._futile_noted:
+            return None
+        self._futile_noted.add((session_id, reason))
+        return reason
 
     def committed(self, plan: AppendPlan, outcome: AppendOutcome) -> Effects | None:
         """A batch committed (called under the write lock, in commit order): update the
@@ -661,7 +753,21 @@ class AgentCore:
         self, due: CompactionDue, given: CompactionInput, plan: CompactionPlan
     ) -> AppendPlan | None:
         """The append a planned compaction calls for: its event (clearing the flag it
-        acted on), the flag alone when there was nothing to do, or nothing."""
+        acted on), the flag alone when there was nothing to do, or nothing.
+
+        An automatic summary that would gain nothing (no record, or a context no smaller
+        than before) is not written; its reason is kept (``futile_note``) and the flag is
+        not raised again before a new user turn."""
+        before, after = plan.tokens_before, plan.tokens_after
+        no_gain = before is not None and after is not None and after >= before
+        if due.config.mode == "summarize" and not due.force and (plan.record is None or no_gain):
+            reason = (
+                plan.reason
+                if plan.record is None
+                else (f"a summary would not shrink the context ({before} -> {after} tokens)")
+            )
+            self._futile[due.session_id] = reason
+            plan = CompactionPlan(plan.strategy, None, reason)
         if plan.record is None:
             if given.pressure and due.config.mode != "compact":
                 # Acted on (nothing to summarise): the flag must not fire on every build.

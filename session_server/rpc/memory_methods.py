@@ -219,6 +219,7 @@ async def metrics_get(ctx: CallContext, p: NoParams) -> dict[str, Any]:
     return {
         "compactions": {s: metrics.compactions(s) for s in ("compact", "summarize")},
         "items_removed": metrics.items_removed(),
+        "summary_problems": metrics.summary_problems(),
         "token_observations": [list(o) for o in metrics.token_observations()],
         "open_agents": ctx.registry.open_count,
     }

@@ -375,6 +375,7 @@ class PersistParams(RpcParams):
     base_seq: Annotated[int, Field(ge=0)] | None = None
     idempotency_key: Annotated[str, Field(min_length=1, max_length=256)] | None = None
     usage: JsonObject | None = None
+    strategy: JsonObject | None = None
 
 
 def _short_str(value: Any) -> bool:
@@ -534,6 +535,7 @@ async def turn_persist(ctx: CallContext, p: PersistParams) -> dict[str, Any]:
             usage=p.usage,
             on_conflict="reject" if p.base_seq is not None else "append",
             validated=True,  # the params' validator ran parse_messages
+            strategy=p.strategy,
         )
     except ConflictError as exc:
         # The store checks an expected seq; the caller sent it as ``base_seq``.

@@ -128,6 +128,10 @@ def _retrieve(future: asyncio.Future[Any]) -> None:
         log.debug("write failed: %r", future.exception())
 
 
+SUMMARY_BACKOFF_MAX: Final = 300.0
+"""The longest wait between two attempts at a failing summary."""
+
+
 class ActorHost(Protocol):
     """What an actor needs from its owner (``ActorRegistry``): shared resources and the
     bookkeeping of the open-store bound."""
@@ -157,6 +161,21 @@ class ActorHost(Protocol):
 
     @property
     def operations(self) -> OperationsMetrics: ...
+
+    @property
+    def compaction_wait(self) -> float:
+        """Seconds a build waits for a summary before it answers with the previous record."""
+        ...
+
+    @property
+    def compaction_timeout(self) -> float:
+        """Seconds a background summary may take before it counts as failed."""
+        ...
+
+    @property
+    def summary_backoff(self) -> float:
+        """Seconds before the first retry of a failed summary (doubling after each)."""
+        ...
 
     def open_slot(self) -> AbstractAsyncContextManager[None]:
         """Held while a store opens: one at a time, with room made under the bound."""
@@ -210,6 +229,11 @@ class AgentActor:
         # Woken when a compaction ends, so a waiting one may begin (the core decides).
         self._compactions = asyncio.Condition()
         self._deletion_watchers: dict[str, list[Callable[[], None]]] = {}
+        # Summaries run in the background, one per session; a failed one is retried after
+        # a backoff (retry time, consecutive failures).
+        self._summaries: dict[str, asyncio.Task[bool]] = {}
+        self._primers: set[asyncio.Task[Any]] = set()
+        self._summary_backoff: dict[str, tuple[float, int]] = {}
         self.last_used = time.monotonic()
         self.mirror = MirrorLink(
             host.memory_dir,
@@ -228,7 +252,13 @@ class AgentActor:
 
     @property
     def busy(self) -> bool:
-        return self._inflight > 0 or bool(self._pending) or self.mirror.busy
+        return (
+            self._inflight > 0
+            or bool(self._pending)
+            or bool(self._summaries)
+            or bool(self._primers)
+            or self.mirror.busy
+        )
 
     @property
     def write_lock(self) -> asyncio.Lock:
@@ -311,7 +341,13 @@ class AgentActor:
                     return await loop.run_in_executor(self.host.executor, fn)
 
     async def close(self) -> None:
-        """Wait for writes and reads in flight, then close the store."""
+        """Cancel background summaries, wait for writes and reads in flight, then close
+        the store."""
+        background = [*self._summaries.values(), *self._primers]
+        for task in background:
+            task.cancel()
+        if background:
+            await asyncio.gather(*background, return_exceptions=True)
         while self._pending or self._inflight:
             if self._pending:
                 await asyncio.gather(*list(self._pending), return_exceptions=True)
@@ -816,7 +852,12 @@ class AgentActor:
             )
             if isinstance(step, WorkingContext):
                 return step
-            await self._compaction(step)
+            if step.config.mode == "summarize" and not step.force:
+                # Off the critical path: the build waits a bounded time, then answers with
+                # the previous record while the summary goes on (or is retried later).
+                await self._summary(step)
+            else:
+                await self._compaction(step)
             known.compacted = True
             known.forget_views(session_id)  # it may have committed: ask the cache again
 
@@ -863,6 +904,80 @@ class AgentActor:
         )
         return compaction_report(await self._compaction(due))
 
+    async def _summary(self, due: CompactionDue) -> bool:
+        """Start (or join) the session's background summary and wait for it at most
+        ``compaction_wait`` seconds; whether it finished and wrote what it had to."""
+        sid = due.session_id
+        task = self._summaries.get(sid)
+        if task is None:
+            retry_at, _failures = self._summary_backoff.get(sid, (0.0, 0))
+            if time.monotonic() < retry_at:
+                return False  # backing off after a failure: the previous record applies
+            task = asyncio.ensure_future(self._background_summary(due))
+            self._summaries[sid] = task
+            task.add_done_callback(lambda t: self._summary_done(sid, t))
+        done, _ = await asyncio.wait({task}, timeout=self.host.compaction_wait)
+        if task in done:
+            return not task.cancelled() and task.result()
+        self.host.metrics.summary_slow()
+        log.warning(
+            "summary of %r/%r is taking longer than %.1fs: answering with the previous "
+            "compaction record; it goes on in the background",
+            self.agent_id,
+            sid,
+            self.host.compaction_wait,
+        )
+        return False
+
+    def _summary_done(self, session_id: str, task: asyncio.Task[bool]) -> None:
+        if self._summaries.get(session_id) is task:
+            del self._summaries[session_id]
+
+    async def _background_summary(self, due: CompactionDue) -> bool:
+        """One summary, bounded by ``compaction_timeout``; a failure is logged, counted
+        and backed off (``summary_backoff`` seconds, doubling, at most 5 min), never
+        raised to a build."""
+        sid = due.session_id
+        try:
+            plan = await asyncio.wait_for(
+                self._compaction_turn(due), timeout=self.host.compaction_timeout
+            )
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            _retry_at, failures = self._summary_backoff.get(sid, (0.0, 0))
+            delay = min(SUMMARY_BACKOFF_MAX, self.host.summary_backoff * 2**failures)
+            self._summary_backoff[sid] = (time.monotonic() + delay, failures + 1)
+            self.host.metrics.summary_failed()
+            reason = "timed out" if isinstance(exc, TimeoutError) else f"failed: {exc}"
+            log.warning(
+                "summary of %r/%r %s; the previous compaction record applies; retrying in %.0fs",
+                self.agent_id,
+                sid,
+                reason,
+                delay,
+            )
+            return False
+        self._summary_backoff.pop(sid, None)
+        self._report_futile(sid)
+        return plan.record is not None
+
+    def _prime_summary(
+        self, session_id: str, instructions: list[str], strategy: Mapping[str, Any] | None
+    ) -> None:
+        """A persist flagged token pressure: start the summary now, in the background, so
+        the next build usually finds it done."""
+
+        async def prime() -> None:
+            try:
+                await self._build(session_id, instructions, None, strategy, may_compact=True)
+            except Exception:
+                log.exception("background build of %r/%r failed", self.agent_id, session_id)
+
+        task = asyncio.ensure_future(prime())
+        self._primers.add(task)
+        task.add_done_callback(self._primers.discard)
+
     async def _compaction(self, due: CompactionDue) -> CompactionPlan:
         """Plan and, when there is something to do, append one compaction event.
 
@@ -894,9 +1009,10 @@ class AgentActor:
             append = self.core.after_compaction(due, given, plan)
             if append is not None:
                 await self._commit(append)
-            if plan.record is not None:
+            if append is not None and append.batch.events:
                 self.host.metrics.observe(plan)
-            return plan
+                return plan
+            return CompactionPlan(plan.strategy, None, plan.reason) if plan.record else plan
         finally:
             self.core.end_compaction(sid)
             async with self._compactions:
@@ -913,15 +1029,20 @@ class AgentActor:
         usage: dict[str, Any] | None = None,
         on_conflict: Literal["append", "reject"] = "append",
         validated: bool = False,
+        strategy: Mapping[str, Any] | None = None,
     ) -> AppendResult:
         """Write exactly ``ctx.get_new_messages()`` as events, in one transaction.
 
         ``on_conflict="reject"`` fails with ``ConflictError`` (writing nothing) when the
         session moved past ``ctx.base_seq``; ``"append"`` appends after whatever is there.
-        ``usage`` (provider-reported) sets the session's pressure flag when it calls for
-        compaction under the effective strategy. ``validated=True`` says the new messages
-        come straight from ``core.validation.parse_messages`` (as the RPC layer's do):
-        they are not checked again.
+        The session's pressure flag is set when the prompt size calls for compaction under
+        the effective strategy (``strategy`` is the request level): the size ``usage``
+        reports in any provider shape, or the server's own count of the context. A flag
+        set under ``summarize`` starts the summary in the background at once. The end of
+        the turn writes ``working_context_snapshot.json`` (with the mirror on).
+        ``validated=True`` says the new messages come straight from
+        ``core.validation.parse_messages`` (as the RPC layer's do): they are not checked
+        again.
         """
         turn = await self._off_loop_if_large(
             _content_chars(ctx.get_new_messages()),
@@ -932,6 +1053,7 @@ class AgentActor:
                 on_conflict=on_conflict,
                 idempotency_key=idempotency_key,
                 validated=validated,
+                strategy=strategy,
             ),
         )
         step: AppendPlan | AppendResult = await self._decide(
@@ -939,4 +1061,21 @@ class AgentActor:
         )
         if isinstance(step, AppendResult):
             return step
-        return await self._commit(step)
+        result = await self._commit(step)
+        cold = self.core.cached_view(session_id, self.context_limit) is None
+        if step.snapshot is not None and self.mirror.enabled and cold:
+            # The snapshot renders from the cache: read the window once (it stays warm
+            # from now on), then ask for the snapshot again.
+            await self._decide(lambda k: self.core.view(session_id, self.context_limit, k))
+            self.mirror.snapshot(step.snapshot)
+        if step.batch.compaction_required:
+            self._prime_summary(session_id, list(ctx.system_instructions), strategy)
+        self._report_futile(session_id)
+        return result
+
+    def _report_futile(self, session_id: str) -> None:
+        """Log and count, once per reason, why a compaction would gain nothing."""
+        note = self.core.futile_note(session_id)
+        if note is not None:
+            self.host.metrics.compaction_futile()
+            log.warning("no compaction of %r/%r: %s", self.agent_id, session_id, note)

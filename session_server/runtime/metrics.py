@@ -72,6 +72,15 @@ class CompactionMetrics:
             registry=self.registry,
             buckets=TOKEN_BUCKETS,
         )
+        self._summary_problems = Counter(
+            "memory_summary_problems",
+            "Summaries that failed or timed out (failed), builds that answered without "
+            "waiting for a slow one (slow), automatic summaries that would gain nothing "
+            "(futile).",
+            ["kind"],
+            namespace=namespace,
+            registry=self.registry,
+        )
         self._observations: deque[tuple[int, int]] = deque(maxlen=keep_observations)
 
     def record(
@@ -101,6 +110,22 @@ class CompactionMetrics:
             tokens_before=plan.tokens_before,
             tokens_after=plan.tokens_after,
         )
+
+    def summary_failed(self) -> None:
+        self._summary_problems.labels(kind="failed").inc()
+
+    def summary_slow(self) -> None:
+        self._summary_problems.labels(kind="slow").inc()
+
+    def compaction_futile(self) -> None:
+        self._summary_problems.labels(kind="futile").inc()
+
+    def summary_problems(self) -> dict[str, int]:
+        """``{failed, slow, futile}`` counts (see the counter's help)."""
+        return {
+            kind: int(self._value("memory_summary_problems_total", {"kind": kind}))
+            for kind in ("failed", "slow", "futile")
+        }
 
     def _value(self, name: str, labels: dict[str, str] | None = None) -> float:
         value = self.registry.get_sample_value(self._prefix + name, labels or {})

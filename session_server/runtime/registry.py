@@ -58,6 +58,9 @@ class ActorRegistry:
     ``operations`` (``OperationsMetrics``) is created on the same prometheus registry;
     ``readonly`` opens every store read-only, without the agent lock and without the
     mirror (for tools that read beside a running server; writes raise).
+    ``compaction_wait`` (seconds a build waits for a summary before answering with the
+    previous record, 2), ``compaction_timeout`` (seconds a background summary may take,
+    120), ``summary_backoff`` (seconds before a failed summary is retried, doubling, 1).
     """
 
     def __init__(
@@ -75,6 +78,9 @@ class ActorRegistry:
         summarizer: Summarizer | None = None,
         metrics: CompactionMetrics | None = None,
         readonly: bool = False,
+        compaction_wait: float = 2.0,
+        compaction_timeout: float = 120.0,
+        summary_backoff: float = 1.0,
     ) -> None:
         if synchronous not in ("FULL", "NORMAL"):
             raise ValueError(f"synchronous: must be 'FULL' or 'NORMAL', got {synchronous!r}")
@@ -90,6 +96,18 @@ class ActorRegistry:
                 raise TypeError(f"{name}: must be an int, got {type(value).__name__}")
             if value < 1:
                 raise ValueError(f"{name}: must be at least 1, got {value}")
+        for name, seconds in (
+            ("compaction_wait", compaction_wait),
+            ("compaction_timeout", compaction_timeout),
+            ("summary_backoff", summary_backoff),
+        ):
+            if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+                raise TypeError(f"{name}: must be a number of seconds")
+            if seconds <= 0:
+                raise ValueError(f"{name}: must be positive, got {seconds}")
+        self.compaction_wait = float(compaction_wait)
+        self.compaction_timeout = float(compaction_timeout)
+        self.summary_backoff = float(summary_backoff)
         if idle_timeout is not None and (
             isinstance(idle_timeout, bool) or not isinstance(idle_timeout, int | float)
         ):

@@ -132,3 +132,23 @@ def test_needs_token_count() -> None:
     assert needs_token_count(StrategyConfig())  # the default 20% remaining
     assert not needs_token_count(StrategyConfig(compact_trigger_turns=3))
     assert needs_token_count(StrategyConfig(compact_trigger_turns=3, token_budget=5))
+
+
+def test_usage_prompt_tokens_reads_every_provider_shape() -> None:
+    from session_server.compaction.triggers import usage_prompt_tokens
+
+    assert usage_prompt_tokens({"prompt_tokens": 7, "completion_tokens": 1}) == 7
+    assert usage_prompt_tokens({"input_tokens": 7, "output_tokens": 1}) == 7  # Responses
+    anthropic = {"input_tokens": 3, "cache_read_input_tokens": 90, "cache_creation_input_tokens": 5}
+    assert usage_prompt_tokens(anthropic) == 98
+    assert usage_prompt_tokens({"cache_read_input_tokens": 4}) == 4
+    assert usage_prompt_tokens({"output_tokens": 1}) is None
+
+
+def test_without_usage_the_server_count_is_the_prompt_size() -> None:
+    cfg = StrategyConfig(max_context_tokens=1256)  # budget 1000, threshold 800
+    counted = token_pressure(None, cfg, context_tokens=900)
+    assert counted.required and counted.source == "server_count" and counted.prompt_tokens == 900
+    reported = token_pressure({"prompt_tokens": 10}, cfg, context_tokens=900)
+    assert not reported.required and reported.source == "usage"
+    assert token_pressure(None, cfg).source == "none"

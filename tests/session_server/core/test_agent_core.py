@@ -141,6 +141,10 @@ def test_a_turn_is_planned_with_its_snapshot_and_committed_into_the_cache() -> N
         [ContextMessage(role="user", content="q9"), ContextMessage(role="assistant", content="a9")]
     )
     turn = core.prepare_turn(SID, ctx, usage=None, on_conflict="reject", idempotency_key="k")
+    # The pressure check reads the agent's strategy once (is anything compacting?).
+    step = core.plan_turn(turn, Known())
+    assert step == NeedAgentStrategy(0)
+    answer(core, step, Known(), None)
     plan = core.plan_turn(turn, Known())
     assert isinstance(plan, AppendPlan)
     assert plan.batch.expected_last_seq == 2 and plan.batch.idempotency_key == "k"

@@ -205,11 +205,9 @@ async def test_a_cancelled_build_acts_on_pressure_once(
         for i in range(6):
             ctx = await actor.build_working_context(sid)
             ctx.add_messages(chat(i))
+            # Long enough that a summary gains something (a futile one is not written).
+            ctx.add_message(ContextMessage(role="assistant", content="detail " * 200))
             await actor.persist_working_context(sid, ctx)
-        ctx = await actor.build_working_context(sid)
-        ctx.add_messages(chat(99))
-        result = await actor.persist_working_context(sid, ctx, usage={"prompt_tokens": 10**7})
-        assert result.compaction_required
         original = AgentStore.append
         entered, release = asyncio.Event(), asyncio.Event()
 
@@ -220,12 +218,17 @@ async def test_a_cancelled_build_acts_on_pressure_once(
             return await original(self, batch)
 
         monkeypatch.setattr(AgentStore, "append", slow_append)
+        ctx = await actor.build_working_context(sid)
+        ctx.add_messages(chat(99))
+        result = await actor.persist_working_context(sid, ctx, usage={"prompt_tokens": 10**7})
+        assert result.compaction_required
+        # The persist started the summary in the background; builds join it.
         first = asyncio.ensure_future(actor.build_working_context(sid))
         await entered.wait()
         first.cancel()  # e.g. the caller's timeout
         second = asyncio.ensure_future(actor.build_working_context(sid))
         for _ in range(20):
-            await asyncio.sleep(0)  # let the second build reach the compaction lock
+            await asyncio.sleep(0)  # let the second build reach the summary
         release.set()
         await asyncio.gather(first, second, return_exceptions=True)
         assert len(await actor.load_events(sid, limit=None, actions=["compaction"])) == 1
