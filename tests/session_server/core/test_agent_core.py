@@ -184,16 +184,21 @@ def test_usage_pressure_needs_the_state_and_strategy_then_sets_the_flag() -> Non
     turn = core.prepare_turn(SID, ctx, usage=usage, on_conflict="append", idempotency_key=None)
     step = core.plan_turn(turn, known)
     assert step == NeedState(SID)
-    answer(core, step, known, SessionState(SID, last_seq=0, strategy={"mode": "summarize"}))
+    strategy = {"mode": "summarize", "raw_tail_turns": 0}
+    answer(core, step, known, SessionState(SID, last_seq=0, strategy=strategy))
     step = core.plan_turn(turn, known)
     assert step == NeedAgentStrategy(0)
     answer(core, step, known, None)
+    # Under summarize the check also reads the window: is there a turn to summarise?
+    step = core.plan_turn(turn, known)
+    assert step == NeedWindow(SID, 50, 0)
+    answer(core, step, known, window_of([], strategy=strategy))
     plan = core.plan_turn(turn, known)
     assert isinstance(plan, AppendPlan) and plan.batch.compaction_required is True
-    missing = Known()
-    core.learn(NeedState(SID), None, missing)
+    cold, missing = new_core(), Known()  # no cached window: the state row says
+    cold.learn(NeedState(SID), None, missing)
     with pytest.raises(NotFoundError):
-        core.plan_turn(turn, missing)
+        cold.plan_turn(turn, missing)
     with pytest.raises(InvalidParamsError, match="usage"):
         core.prepare_turn(SID, ctx, usage=[1], on_conflict="append", idempotency_key=None)  # type: ignore[arg-type]
     with pytest.raises(InvalidParamsError, match="on_conflict"):
