@@ -204,10 +204,14 @@ def _existing(known: Known, session_id: str) -> SessionState | NeedState:
     return state
 
 
+def _last_turn(events: Sequence[SessionEvent]) -> int:
+    return max((e.turn for e in events if e.turn is not None), default=0)
+
+
 def _summarizable(view: SessionView, config: StrategyConfig, new_turns: int) -> bool:
     """Whether a summary could take anything: more turns not yet summarised (counting
     the ``new_turns`` about to be written) than the raw tail keeps."""
-    last_turn = max((e.turn for e in view.events if e.turn is not None), default=0)
+    last_turn = _last_turn(view.events)
     memory = None if view.record is None else record_memory(view.record.data)
     summarised = 0 if memory is None else int(memory["tail_start_turn"]) - 1
     return last_turn + new_turns - summarised > config.raw_tail_turns
@@ -260,6 +264,7 @@ class AgentCore:
         # whose reason was reported.
         self._futile: dict[str, str] = {}
         self._futile_noted: set[tuple[str, str]] = set()
+        self._futile_turn: dict[str, int] = {}  # the last turn when a summary gained nothing
         # Per session: (from_seq, before_seq, count) of the last omitted-events count, so
         # a window that moved forward adds what the cache holds instead of reading again.
         self._omitted: dict[str, tuple[int, int, int]] = {}
@@ -521,20 +526,23 @@ class AgentCore:
         pressure = token_pressure(turn.usage, config, context_tokens=own)
         if not pressure.required:
             return None
-        new_turns = sum(1 for e in turn.events if e.action == "user_message")
         if config.mode == "summarize":
             view = cached if cached is not None else self.view(sid, self.context_limit, known)
             if isinstance(view, Need):
                 return view
+            new_turns = sum(1 for e in turn.events if e.action == "user_message")
             if not _summarizable(view, config, new_turns):
                 self._futile[sid] = (
                     "nothing to summarise: every turn not yet summarised is within "
                     f"raw_tail_turns={config.raw_tail_turns}"
                 )
                 return None
-        if sid in self._futile and not new_turns:
-            return None
+            # After a summary that gained nothing: not again before a new user turn.
+            gate = self._futile_turn.get(sid)
+            if gate is not None and _last_turn(view.events) + new_turns <= gate:
+                return None
         self._futile.pop(sid, None)
+        self._futile_turn.pop(sid, None)
         return True
 
     def futile_note(self, session_id: str) -> str | None:
@@ -564,6 +572,8 @@ class AgentCore:
         self._built.discard(session_id)
         self._recent.forget(session_id)
         self._omitted.pop(session_id, None)
+        self._futile.pop(session_id, None)
+        self._futile_turn.pop(session_id, None)
 
     def events_deleted(self, session_id: str) -> None:
         self._recent.forget(session_id)
@@ -767,6 +777,7 @@ class AgentCore:
                 else (f"a summary would not shrink the context ({before} -> {after} tokens)")
             )
             self._futile[due.session_id] = reason
+            self._futile_turn[due.session_id] = _last_turn(given.events)
             plan = CompactionPlan(plan.strategy, None, reason)
         if plan.record is None:
             if given.pressure and due.config.mode != "compact":
