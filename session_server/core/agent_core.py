@@ -28,6 +28,7 @@ import msgspec
 
 from ..compaction.builder import BuiltContext, build_compacted_context
 from ..compaction.config import StrategyConfig, resolve_strategy, validate_strategy
+from ..compaction.memory import memory_block
 from ..compaction.records import CompactionPlan, make_compaction_event
 from ..compaction.triggers import token_pressure, usage_prompt_tokens
 from ..mirror.snapshot import RestoredSnapshot
@@ -217,10 +218,10 @@ def _summarizable(view: SessionView, config: StrategyConfig, new_turns: int) -> 
     return last_turn + new_turns - summarised > config.raw_tail_turns
 
 
-def _context_tokens(view: SessionView, turn: PreparedTurn) -> int:
+def _context_tokens(view: SessionView, turn: PreparedTurn, config: StrategyConfig) -> int:
     """The server's count of the default context once ``turn`` is added: the stored
-    counts of the window's events (from the record's summary on), the turn's, and its
-    instructions."""
+    counts of the window's events (from the record's summary on), the memory block, the
+    turn's messages and its instructions."""
     from_seq = None if view.record is None else view.record.from_seq
     stored = sum(
         e.token_count or 0
@@ -228,8 +229,20 @@ def _context_tokens(view: SessionView, turn: PreparedTurn) -> int:
         if e.action != "compaction" and (from_seq is None or e.seq >= from_seq)
     )
     counter = get_counter()
-    system = sum(MESSAGE_OVERHEAD + counter.count(text) for text in turn.instructions)
-    return stored + sum(turn.tokens) + system
+    system = list(turn.instructions)
+    memory = None if view.record is None else record_memory(view.record.data)
+    if memory is not None:
+        system.append(
+            memory_block(
+                memory["episodic"],
+                memory["semantic"],
+                max_episodic_items=config.max_episodic_items,
+                max_semantic_items=config.max_semantic_items,
+                tail_start_turn=memory["tail_start_turn"],
+            )
+        )
+    instructions = sum(MESSAGE_OVERHEAD + counter.count(text) for text in system)
+    return stored + sum(turn.tokens) + instructions
 
 
 def _event_tokens(counter: Any, event: SessionEvent) -> int:
@@ -522,7 +535,7 @@ class AgentCore:
             view = cached if cached is not None else self.view(sid, self.context_limit, known)
             if isinstance(view, Need):
                 return view
-            own = _context_tokens(view, turn)
+            own = _context_tokens(view, turn, config)
         pressure = token_pressure(turn.usage, config, context_tokens=own)
         if not pressure.required:
             return None
