@@ -50,6 +50,13 @@ async def count_commits(actor: AgentActor) -> list[str]:
     return commits
 
 
+async def warm(actor: AgentActor) -> None:
+    """Build each session once, so a persist plans from the cache (its pressure check
+    reads nothing) and goes straight to the mailbox."""
+    for session in await actor.list_sessions():
+        await actor.build_working_context(session["id"])
+
+
 async def queued(actor: AgentActor) -> None:
     """Let the callers run up to their queued write (one loop step each is enough)."""
     for _ in range(3):
@@ -60,6 +67,7 @@ async def queued(actor: AgentActor) -> None:
 async def test_queued_turns_commit_together_in_order(actor: AgentActor) -> None:
     sids = [await actor.create_session(session_id=f"s{i}") for i in range(3)]
     commits = await count_commits(actor)
+    await warm(actor)
     await actor.write_lock.acquire()
     calls = [
         asyncio.ensure_future(actor.persist_working_context(sids[n % 3], turn_ctx(n)))
@@ -85,6 +93,7 @@ async def test_a_refused_turn_in_a_group_fails_alone(actor: AgentActor) -> None:
     taken = message_to_event(sid, ContextMessage(role="user", content="taken id"))
     await actor.append_events(sid, [taken])
     commits = await count_commits(actor)
+    await warm(actor)
     await actor.write_lock.acquire()
     good = asyncio.ensure_future(actor.persist_working_context(sid, turn_ctx(1)))
     # base_seq 0 with on_conflict="reject": the session moved on, a conflict.
@@ -125,6 +134,7 @@ async def test_a_cancelled_caller_in_a_group_leaves_its_neighbours_answered(
     actor: AgentActor,
 ) -> None:
     sid = await actor.create_session(session_id="s")
+    await warm(actor)
     await actor.write_lock.acquire()
     calls = [
         asyncio.ensure_future(actor.persist_working_context(sid, turn_ctx(n))) for n in range(3)
@@ -149,6 +159,7 @@ async def test_a_cancelled_caller_in_a_group_leaves_its_neighbours_answered(
 async def test_other_writes_keep_their_place_between_groups(actor: AgentActor) -> None:
     sid = await actor.create_session(session_id="s")
     commits = await count_commits(actor)
+    await warm(actor)
     await actor.write_lock.acquire()
     before = asyncio.ensure_future(actor.persist_working_context(sid, turn_ctx(1)))
     deleted = asyncio.ensure_future(actor.delete_session(sid))
@@ -165,6 +176,7 @@ async def test_other_writes_keep_their_place_between_groups(actor: AgentActor) -
 async def test_a_group_is_bounded(actor: AgentActor) -> None:
     sid = await actor.create_session(session_id="s")
     commits = await count_commits(actor)
+    await warm(actor)
     await actor.write_lock.acquire()
     calls = [
         asyncio.ensure_future(actor.persist_working_context(sid, turn_ctx(n)))
