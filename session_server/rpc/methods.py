@@ -391,6 +391,8 @@ def persist_params_fast(raw: dict[str, Any]) -> PersistParams | None:
     """
     if not raw.keys() <= _PERSIST_FIELDS or not _short_str(raw.get("session_id")):
         return None
+    if raw.get("strategy") is not None:
+        return None  # a request strategy is validated (and kept) by the model
     base_seq = raw.get("base_seq")
     key = raw.get("idempotency_key")
     usage = raw.get("usage")
