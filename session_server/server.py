@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import http
 import logging
 import os
@@ -75,6 +74,7 @@ from .rpc.protocol import (
 )
 from .rpc.protocol import Request as RpcRequest
 from .rpc.table import BUILTIN_METHODS
+from .storage.file_lock import try_exclusive_lock
 
 if TYPE_CHECKING:
     from .runtime.actor import AgentActor
@@ -896,16 +896,13 @@ def lock_memory_dir(memory_dir: Path) -> int:
     """Take ``memory_dir/server.lock`` exclusively (flock); return the open descriptor."""
     memory_dir.mkdir(parents=True, exist_ok=True)
     path = memory_dir / SERVER_LOCK_FILE
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
+    fd = try_exclusive_lock(path)
+    if fd is None:
         raise MemoryDirInUseError(
             f"memory dir {str(memory_dir)!r} is held by another session-server "
             f"({path} is locked); stop that server or use another --memory-dir",
             data={"memory_dir": str(memory_dir)},
-        ) from None
+        )
     return fd
 
 

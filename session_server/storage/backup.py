@@ -27,7 +27,6 @@ activation.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import os
 import shutil
@@ -42,6 +41,7 @@ import msgspec
 from ..core.agent_ids import validate_agent_id
 from ..core.errors import AgentUnavailableError, ConflictError, InvalidParamsError, NotFoundError
 from . import sqlite_ops as ops
+from .file_lock import try_exclusive_lock
 from .schema import SCHEMA_VERSION
 
 __all__ = [
@@ -253,16 +253,14 @@ def verify_backup_file(path: Path, entry: BackupEntry, agent_id: str) -> None:
 @contextlib.contextmanager
 def _agent_lock(folder: Path, agent_id: str) -> Iterator[None]:
     folder.mkdir(parents=True, exist_ok=True)
-    fd = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = try_exclusive_lock(folder / LOCK_FILE)
+    if fd is None:
+        raise AgentUnavailableError(
+            f"agent {agent_id!r} is open in another process (a running server): restore "
+            "through that server (restore --url), or stop it first",
+            data={"agent_id": agent_id},
+        )
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise AgentUnavailableError(
-                f"agent {agent_id!r} is open in another process (a running server): restore "
-                "through that server (restore --url), or stop it first",
-                data={"agent_id": agent_id},
-            ) from None
         yield
     finally:
         os.close(fd)
@@ -273,13 +271,10 @@ def agent_held(folder: Path) -> bool:
     path = folder / LOCK_FILE
     if not path.exists():
         return False
-    fd = os.open(path, os.O_RDWR)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
+    fd = try_exclusive_lock(path, create=False)
+    if fd is None:
         return True
-    finally:
-        os.close(fd)
+    os.close(fd)
     return False
 
 

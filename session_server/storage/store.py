@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import logging
 import os
 import sqlite3
@@ -41,6 +40,7 @@ from ..core.turns import widening_turns, window_from
 from ..limits import descriptor_error, out_of_descriptors
 from . import session_sql
 from . import sqlite_ops as ops
+from .file_lock import try_exclusive_lock
 from .session_rows import read_session_rows, write_session_rows
 from .sqlite_ops import EVENT_COLUMNS
 
@@ -583,14 +583,11 @@ def _lock_agent_dir(folder: Path, agent_id: str) -> int:
     (a CLI command while the server holds the agent) gets ``AgentUnavailableError``. The
     kernel drops the lock when the holder dies, SIGKILL included.
     """
-    fd = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
+    fd = try_exclusive_lock(folder / LOCK_FILE)
+    if fd is None:
         raise AgentUnavailableError(
             f"agent {agent_id!r} is open in another process (its {LOCK_FILE} is locked); "
             "use that process (for example the server's RPC methods) or stop it first",
             data={"agent_id": agent_id},
-        ) from None
+        )
     return fd
