@@ -32,6 +32,7 @@ from .config import (
     resolve_strategy,
     validate_strategy,
 )
+from .fallback import FallbackCause, plan_placeholder_fallback, sets_placeholders
 from .memory import SemanticFact, memory_block, merge_semantic, turn_id
 from .placeholders import input_placeholder, output_placeholder, tool_selected
 from .records import (
@@ -67,6 +68,7 @@ __all__ = [
     "RECORD_VERSION",
     "BuiltContext",
     "CompactionPlan",
+    "FallbackCause",
     "Mode",
     "SemanticFact",
     "StrategyConfig",
@@ -92,10 +94,12 @@ __all__ = [
     "output_placeholder",
     "parse_summary_json",
     "plan_compact",
+    "plan_placeholder_fallback",
     "plan_summarize",
     "record_memory",
     "render_transcript",
     "resolve_strategy",
+    "sets_placeholders",
     "token_pressure",
     "tool_selected",
     "turn_id",

@@ -28,6 +28,7 @@ import msgspec
 
 from ..compaction.builder import BuiltContext, build_compacted_context
 from ..compaction.config import StrategyConfig, resolve_strategy, validate_strategy
+from ..compaction.fallback import FallbackCause, plan_placeholder_fallback
 from ..compaction.memory import memory_block
 from ..compaction.records import CompactionPlan, make_compaction_event
 from ..compaction.triggers import token_pressure, usage_prompt_tokens
@@ -63,6 +64,7 @@ __all__ = [
     "NeedSnapshot",
     "NeedState",
     "NeedWindow",
+    "PlaceholderFallback",
     "PreparedTurn",
     "SnapshotParts",
     "StrategyWrite",
@@ -166,6 +168,14 @@ class CompactionInput(msgspec.Struct, frozen=True):
     @property
     def record_data(self) -> dict[str, Any] | None:
         return None if self.record is None else self.record.data
+
+
+class PlaceholderFallback(msgspec.Struct, frozen=True):
+    """The compact record a build applies while its summary cannot be had: the append
+    (refused if the session moved since it was planned) and the plan it came from."""
+
+    append: AppendPlan
+    plan: CompactionPlan
 
 
 class StrategyWrite(msgspec.Struct, frozen=True):
@@ -771,6 +781,34 @@ class AgentCore:
                 return NeedWindow(due.session_id, None, self._recent.version(due.session_id))
             events = full.events
         return CompactionInput(events, view.record, view.compaction_required)
+
+    def placeholder_fallback(
+        self, due: CompactionDue, cause: FallbackCause, known: Known
+    ) -> PlaceholderFallback | Need | None:
+        """The summary ``due`` is ``cause`` (``slow``: still running after the wait;
+        ``failed``: failed, timed out or backing off): the placeholder record to write
+        first, when the strategy sets placeholder parameters and they would replace more
+        than the latest record does (see ``compaction.fallback``); else ``None``.
+
+        Planned from the window as it stands, without the session's compaction turn (a
+        slow summary holds it): the append expects the session's last seq, so a summary
+        or turn committed meanwhile refuses it instead of being overwritten. The pressure
+        flag is left set: the summary is still due, and supersedes the fallback."""
+        view = self.view(due.session_id, due.limit, known)
+        if isinstance(view, Need):
+            return view
+        plan = plan_placeholder_fallback(
+            view.events,
+            due.config,
+            cause=cause,
+            previous_record=None if view.record is None else view.record.data,
+            system_instructions=due.instructions,
+        )
+        if plan.record is None:
+            return None
+        event = make_compaction_event(due.session_id, plan.record, plan.event_count)
+        append = self.plan_events(due.session_id, [event], expected_last_seq=view.last_seq)
+        return PlaceholderFallback(append, plan)
 
     def after_compaction(
         self, due: CompactionDue, given: CompactionInput, plan: CompactionPlan

@@ -51,6 +51,7 @@ from typing import Any, Final, Literal, Protocol, TypeVar
 
 import msgspec
 
+from ..compaction.fallback import FallbackCause
 from ..compaction.records import CompactionPlan
 from ..core.agent_core import (
     AGENT_STRATEGY_KEY,
@@ -69,7 +70,13 @@ from ..core.agent_core import (
 )
 from ..core.codec import event_to_message
 from ..core.context import WorkingContext
-from ..core.errors import InvalidParamsError, NotFoundError, SessionServerError, SummarizerError
+from ..core.errors import (
+    ConflictError,
+    InvalidParamsError,
+    NotFoundError,
+    SessionServerError,
+    SummarizerError,
+)
 from ..core.events import ContextMessage, SessionEvent
 from ..core.plans import AppendResult, Effects, NewSession
 from ..core.recent import SessionView
@@ -130,6 +137,9 @@ def _retrieve(future: asyncio.Future[Any]) -> None:
 
 SUMMARY_BACKOFF_MAX: Final = 300.0
 """The longest wait between two attempts at a failing summary."""
+
+# What a build's wait for its summary came to (``AgentActor._summary``).
+SummaryOutcome = Literal["written", "nothing", "slow", "failed"]
 
 
 class ActorHost(Protocol):
@@ -231,7 +241,7 @@ class AgentActor:
         self._deletion_watchers: dict[str, list[Callable[[], None]]] = {}
         # Summaries run in the background, one per session; a failed one is retried after
         # a backoff (retry time, consecutive failures).
-        self._summaries: dict[str, asyncio.Task[bool]] = {}
+        self._summaries: dict[str, asyncio.Task[SummaryOutcome]] = {}
         self._primers: set[asyncio.Task[Any]] = set()
         self._summary_backoff: dict[str, tuple[float, int]] = {}
         self.last_used = time.monotonic()
@@ -816,7 +826,9 @@ class AgentActor:
         (precedence: request > session > agent default > server default). The latest
         compaction record always applies; under ``compact`` a new record is appended when
         a trigger fires, under ``summarize`` when the last persist reported token pressure
-        (exactly once). A summarizer failure raises ``SummarizerError`` and writes nothing.
+        (exactly once). A summary slower than ``compaction_wait`` or failing never fails
+        the build: the latest record applies, after a placeholder record when the strategy
+        sets placeholder parameters (``compaction.fallback``).
         ``may_compact=False`` (a read-only caller, e.g. a read-scoped token) applies the
         latest record but never appends one.
         """
@@ -854,8 +866,11 @@ class AgentActor:
                 return step
             if step.config.mode == "summarize" and not step.force:
                 # Off the critical path: the build waits a bounded time, then answers with
-                # the previous record while the summary goes on (or is retried later).
-                await self._summary(step)
+                # the previous record (and placeholders, if the strategy has them) while
+                # the summary goes on (or is retried later).
+                outcome = await self._summary(step)
+                if outcome == "slow" or outcome == "failed":
+                    await self._placeholder_fallback(step, outcome)
             else:
                 await self._compaction(step)
             known.compacted = True
@@ -904,21 +919,22 @@ class AgentActor:
         )
         return compaction_report(await self._compaction(due))
 
-    async def _summary(self, due: CompactionDue) -> bool:
+    async def _summary(self, due: CompactionDue) -> SummaryOutcome:
         """Start (or join) the session's background summary and wait for it at most
-        ``compaction_wait`` seconds; whether it finished and wrote what it had to."""
+        ``compaction_wait`` seconds: ``written``, ``nothing`` (done, nothing to write),
+        ``slow`` (still running) or ``failed`` (failed, timed out, or backing off)."""
         sid = due.session_id
         task = self._summaries.get(sid)
         if task is None:
             retry_at, _failures = self._summary_backoff.get(sid, (0.0, 0))
             if time.monotonic() < retry_at:
-                return False  # backing off after a failure: the previous record applies
+                return "failed"  # backing off after a failure: the previous record applies
             task = asyncio.ensure_future(self._background_summary(due))
             self._summaries[sid] = task
             task.add_done_callback(lambda t: self._summary_done(sid, t))
         done, _ = await asyncio.wait({task}, timeout=self.host.compaction_wait)
         if task in done:
-            return not task.cancelled() and task.result()
+            return "failed" if task.cancelled() else task.result()
         self.host.metrics.summary_slow()
         log.warning(
             "summary of %r/%r is taking longer than %.1fs: answering with the previous "
@@ -927,13 +943,13 @@ class AgentActor:
             sid,
             self.host.compaction_wait,
         )
-        return False
+        return "slow"
 
-    def _summary_done(self, session_id: str, task: asyncio.Task[bool]) -> None:
+    def _summary_done(self, session_id: str, task: asyncio.Task[SummaryOutcome]) -> None:
         if self._summaries.get(session_id) is task:
             del self._summaries[session_id]
 
-    async def _background_summary(self, due: CompactionDue) -> bool:
+    async def _background_summary(self, due: CompactionDue) -> SummaryOutcome:
         """One summary, bounded by ``compaction_timeout``; a failure is logged, counted
         and backed off (``summary_backoff`` seconds, doubling, at most 5 min), never
         raised to a build."""
@@ -957,10 +973,33 @@ class AgentActor:
                 reason,
                 delay,
             )
-            return False
+            return "failed"
         self._summary_backoff.pop(sid, None)
         self._report_futile(sid)
-        return plan.record is not None
+        return "nothing" if plan.record is None else "written"
+
+    async def _placeholder_fallback(self, due: CompactionDue, cause: FallbackCause) -> None:
+        """The summary is ``cause``: write the placeholder record the core plans (when
+        the strategy sets placeholder parameters), logged and counted. A session that
+        moved meanwhile refuses it: the build answers with what is there."""
+        fallback = await self._decide(
+            lambda known: self.core.placeholder_fallback(due, cause, known)
+        )
+        if fallback is None:
+            return
+        try:
+            await self._commit(fallback.append)
+        except ConflictError:
+            return  # a turn or the summary landed since: nothing to fall back from
+        self.host.metrics.observe(fallback.plan)
+        self.host.metrics.summary_fallback()
+        log.warning(
+            "summary of %r/%r %s: placeholders apply meanwhile (%s)",
+            self.agent_id,
+            due.session_id,
+            cause,
+            fallback.plan.reason,
+        )
 
     def _prime_summary(
         self, session_id: str, instructions: list[str], strategy: Mapping[str, Any] | None

@@ -6,7 +6,9 @@ Metric names (with the default ``namespace="session_server"``):
 - ``session_server_memory_compaction_items_total``: tool payloads replaced by
   placeholders;
 - ``session_server_memory_tokens_before_after{stage="before"|"after"}``: histogram of the
-  built context's token count before and after each compaction.
+  built context's token count before and after each compaction;
+- ``session_server_memory_summary_problems_total{kind}``: ``failed``, ``slow``, ``futile``
+  and ``fallback`` summaries (see the counter's help).
 
 Each ``CompactionMetrics`` registers on its own ``CollectorRegistry`` (a fresh one when
 none is given), so tests and several servers in one process do not collide. The plain
@@ -76,7 +78,8 @@ class CompactionMetrics:
             "memory_summary_problems",
             "Summaries that failed or timed out (failed), builds that answered without "
             "waiting for a slow one (slow), automatic summaries that would gain nothing "
-            "(futile).",
+            "(futile), placeholder records written while a summary was slow or failing "
+            "(fallback).",
             ["kind"],
             namespace=namespace,
             registry=self.registry,
@@ -120,11 +123,14 @@ class CompactionMetrics:
     def compaction_futile(self) -> None:
         self._summary_problems.labels(kind="futile").inc()
 
+    def summary_fallback(self) -> None:
+        self._summary_problems.labels(kind="fallback").inc()
+
     def summary_problems(self) -> dict[str, int]:
-        """``{failed, slow, futile}`` counts (see the counter's help)."""
+        """``{failed, slow, futile, fallback}`` counts (see the counter's help)."""
         return {
             kind: int(self._value("memory_summary_problems_total", {"kind": kind}))
-            for kind in ("failed", "slow", "futile")
+            for kind in ("failed", "slow", "futile", "fallback")
         }
 
     def _value(self, name: str, labels: dict[str, str] | None = None) -> float:

@@ -239,3 +239,66 @@ def _is_refused(url: str) -> bool:
     with socket.socket() as sock:
         port = int(url.rsplit(":", 1)[1].split("/")[0])
         return sock.connect_ex(("127.0.0.1", port)) != 0
+
+
+PLACEHOLDER = "⟦removed: tool output for search"
+
+
+@pytest.mark.parametrize("outage", ["hang", "garbage"], indirect=True)
+async def test_a_summarizer_outage_falls_back_to_placeholders_when_the_strategy_has_them(
+    tmp_path: Path, outage: tuple[str, Outage], caplog: pytest.LogCaptureFixture
+) -> None:
+    url, state = outage
+    summarizer = OpenAISummarizer(base_url=url, api_key="k", model="m")
+    options = {**FAST, "summarizer": summarizer}
+    strategy = {**SUMMARIZE, "compact_keep": 2}  # summarize, with placeholder parameters
+    caplog.set_level(logging.WARNING, logger="session_server")
+    async with (
+        running_server(tmp_path / "memory", registry_options=options) as running,
+        SessionClient(running.url, "bot") as client,
+    ):
+        sid = await client.create_session()
+        for i in range(6):
+            await client.persist_turn(sid, turn(i, size=2))
+        await client.call("memory.set_strategy", {"session_id": sid, "strategy": strategy})
+        pressure = {"prompt_tokens": 1990}
+        assert (await client.persist_turn(sid, turn(6, size=2), usage=pressure)).compaction_required
+        started = time.monotonic()
+        built = await client.build_context(sid)
+        rendered = await client.call("context.render", {"session_id": sid, "adapter": "anthropic"})
+        assert time.monotonic() - started < 10  # bounded: the summarizer is not waited for
+        # Old tool outputs are placeholders; the last compact_keep turns stay whole.
+        outputs = [m.content for m in built.messages if m.role == "tool"]
+        assert len(outputs) == 7
+        assert all(c.startswith(PLACEHOLDER) for c in outputs[:5])
+        assert not any(c.startswith(PLACEHOLDER) for c in outputs[5:])
+        assert PLACEHOLDER in json.dumps(rendered["payload"], ensure_ascii=False)
+        # Recorded as a compaction event (the flag stays set: the summary is still due).
+        [event] = await client.load_events(sid, limit=None, actions=["compaction"])
+        assert event.compaction is not None and event.compaction["strategy"] == "compact"
+        assert event.compaction["fallback"]["for"] == "summarize"
+        # Byte-stable: the next build (the summary still down) gives the same messages and
+        # writes no second record.
+        again = await client.build_context(sid)
+        assert again.messages == built.messages
+        assert await compactions(client, sid) == 1
+        problems = running.registry.metrics.summary_problems()
+        assert problems["fallback"] == 1 and problems["failed"] + problems["slow"] >= 1
+        assert any("placeholders apply meanwhile" in r.getMessage() for r in caplog.records)
+        # The provider comes back: a later build (after the backoff) writes the summary,
+        # and it supersedes the placeholders.
+        state.mode = "ok"
+        state.release.set()
+        deadline = time.monotonic() + 20
+        while await compactions(client, sid) < 2:
+            assert time.monotonic() < deadline, "the summary was never retried"
+            await client.build_context(sid)
+        records = await client.load_events(sid, limit=None, actions=["compaction"])
+        assert [e.compaction["strategy"] for e in records if e.compaction] == [
+            "compact",
+            "summarize",
+        ]
+        final = await client.build_context(sid)
+        assert "[MEMORY:EPISODIC]" in final.system_instructions[-1]
+        assert not any(m.compacted for m in final.messages)
+        assert not (await client.persist_turn(sid, [])).compaction_required

@@ -24,6 +24,7 @@ from session_server.core.agent_core import (
     NeedSnapshot,
     NeedState,
     NeedWindow,
+    PlaceholderFallback,
     StrategyWrite,
     compaction_report,
 )
@@ -379,3 +380,44 @@ def test_misuse_of_the_values_raises_type_and_value_errors() -> None:
     assert AppendBatch(SID).writes_nothing
     assert not AppendBatch(SID, create=NewSession("agent")).writes_nothing
     assert AppendBatch(SID).with_mirror_seq(4).mirror_seq == 4
+
+
+def tool_turns(n: int) -> list[SessionEvent]:
+    out: list[SessionEvent] = []
+    for i in range(n):
+        call = ToolCall(id=f"c{i}", name="search", arguments={"q": i})
+        out.append(SessionEvent(action="user_message", content=f"q{i}"))
+        out.append(SessionEvent(action="tool_call_request", tool_calls=[call]))
+        out.append(
+            SessionEvent(
+                action="tool_result", content=f"hit {i}", tool_call_id=f"c{i}", tool_name="search"
+            )
+        )
+        out.append(SessionEvent(action="agent_message", content=f"a{i}"))
+    return out
+
+
+def test_a_summary_that_cannot_be_had_falls_back_to_placeholders_if_the_strategy_has_them() -> None:
+    core, known = new_core(), Known()
+    core.learn(NeedAgentStrategy(0), None, known)
+    log = stored(tool_turns(4))  # seqs 1..16
+    summarize = {"mode": "summarize", "raw_tail_turns": 1}
+    core.learn(
+        NeedWindow(SID, 50, 0), window_of(log, strategy=summarize, compaction_required=True), known
+    )
+    # The session's strategy sets no placeholder parameter: the previous record applies.
+    plain = core.build(SID, known, instructions=[], limit=None, strategy=None)
+    assert isinstance(plain, CompactionDue) and plain.config.mode == "summarize"
+    assert core.placeholder_fallback(plain, "failed", known) is None
+    # The request's level sets one (request > session > agent > server): placeholders.
+    due = core.build(SID, Known(), instructions=[], limit=None, strategy={"compact_keep": 1})
+    assert isinstance(due, CompactionDue) and due.config.mode == "summarize"
+    fallback = core.placeholder_fallback(due, "slow", Known())
+    assert isinstance(fallback, PlaceholderFallback)
+    batch = fallback.append.batch
+    # Refused if the session moved meanwhile; the flag stays set: the summary is still due.
+    assert batch.expected_last_seq == 16 and batch.compaction_required is None
+    [event] = batch.events
+    assert event.action == "compaction" and event.compaction is not None
+    assert event.compaction["fallback"] == {"for": "summarize", "cause": "slow"}
+    assert event.compaction["boundary_seq"] == 13 and fallback.plan.items_removed == 3
