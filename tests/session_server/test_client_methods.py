@@ -21,7 +21,7 @@ from tests.support.server import RestartableServer, RunningServer, running_serve
 AGENT = "clients"
 
 # RPC method -> the SessionClient method that calls it. ``events.unsubscribe`` is sent by
-# ``Subscription.close()``. A new RPC method needs its client method here and in client.py.
+# ``Subscription.close()``. A new RPC method needs its client method here and in client/session_client.py.
 CLIENT_METHODS = {
     "agent.backup": "backup_agent",
     "agent.restore": "restore_agent",

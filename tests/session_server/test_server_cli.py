@@ -78,10 +78,10 @@ async def test_tokens_from_environment(tmp_path: Path) -> None:
 def test_the_event_loop_is_uvloop_when_installed_or_asked_for() -> None:
     import uvloop  # installed with the dev extra
 
-    from session_server import cli
+    from session_server.cli import serve
 
-    assert cli._loop_factory("auto") is uvloop.new_event_loop
-    assert cli._loop_factory("uvloop") is uvloop.new_event_loop
-    assert cli._loop_factory("asyncio") is None
+    assert serve._loop_factory("auto") is uvloop.new_event_loop
+    assert serve._loop_factory("uvloop") is uvloop.new_event_loop
+    assert serve._loop_factory("asyncio") is None
     assert build_parser().parse_args(["serve"]).loop == "auto"
     assert build_parser().parse_args(["serve", "--loop", "asyncio"]).loop == "asyncio"

@@ -1,138 +1,27 @@
-"""Async Python client of the WebSocket JSON-RPC server.
-
-::
-
-    async with SessionClient("ws://127.0.0.1:8765", "my-agent", token="...") as client:
-        sid = await client.create_session()
-        await client.persist_turn(sid, [ContextMessage(role="user", content="hi")])
-        ctx = await client.build_context(sid)
-
-One client is one connection to ``/v1/agents/<quoted agent_id>`` (or ``/v1`` when
-``agent_id`` is ``None``, for ``list_agents``). Calls may run concurrently (pipelined on the
-connection). JSON-RPC errors are raised as the project's exceptions (``NotFoundError``,
-``ConflictError`` with ``data["last_seq"]``, ...), message and data preserved. Writes
-(``append_events``, ``persist_turn``) carry an idempotency key, a fresh uuid4 unless the
-caller passes one, so retrying a call with the same key never writes twice. Reconnecting is
-left to the caller; when the connection drops, pending calls and subscriptions raise
-``ConnectionLostError``.
-
-There is one method per RPC method (``tests/session_server/test_client_methods.py`` checks
-the table): sessions (``create_session`` with ``if_exists``, ``get_or_create_session``,
-``get_session``, ``list_sessions``/``session_page``/``iter_sessions`` with paging and a
-metadata filter, ``update_session``, ``clear_session``, ``delete_session``), events
-(``append_events``, ``load_events``, ``delete_events``, ``pop_event``), contexts
-(``build_context``, ``render_context``, ``persist_turn``, ``persist_context``), memory
-(``get_strategy``, ``set_strategy``, ``compact``, ``memory_view``, ``export_session``,
-``import_session``), ``subscribe``, and on the server endpoint ``list_agents``,
-``list_snapshots``, ``list_adapters``, ``get_metrics``.
-
-Helpers built on it: :class:`session_server.sync_client.SyncSessionClient` (blocking
-calls for scripts and ``Runner.run_sync``, reconnecting on its own) and
-:func:`session_server.follow.follow` (a session's events across reconnects, no gap, no
-duplicate). Importing this module imports neither the store nor the server.
-"""
+"""``SessionClient``: one method per RPC method, over an ``RpcConnection``."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import itertools
 import uuid
 from collections.abc import AsyncIterator, Sequence
-from typing import Any, Final, Literal
-from urllib.parse import quote
+from typing import Any, Literal
 
 import msgspec
-from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import ConnectionClosed, InvalidStatus
 
-from .core.agent_ids import validate_agent_id
-from .core.context import WorkingContext
-from .core.errors import (
-    ConflictError,
-    ForbiddenError,
-    InternalError,
-    InvalidParamsError,
-    InvalidRequestError,
-    MethodNotFoundError,
-    NotFoundError,
-    ParseError,
-    SessionServerError,
-    TooLargeError,
-    UnavailableError,
-)
-from .core.events import ContextMessage, SessionEvent
-from .core.plans import AppendResult
-from .log_redact import redacting_logger
-from .rpc.protocol import DEFAULT_MAX_FRAME_BYTES
+from ..core.context import WorkingContext
+from ..core.events import ContextMessage, SessionEvent
+from ..core.plans import AppendResult
+from .connection import RpcConnection
+from .errors import ConnectionLostError
+from .subscription import Subscription
 
-__all__ = [
-    "ERROR_CLASSES",
-    "ConnectionLostError",
-    "SessionClient",
-    "SessionPage",
-    "Subscription",
-    "error_from",
-]
-
-ERROR_CLASSES: Final[dict[int, type[SessionServerError]]] = {
-    cls.code: cls
-    for cls in (
-        ParseError,
-        InvalidRequestError,
-        MethodNotFoundError,
-        InvalidParamsError,
-        InternalError,
-        NotFoundError,
-        ConflictError,
-        ForbiddenError,
-        TooLargeError,
-        UnavailableError,
-    )
-}
-
-_ENCODER: Final = msgspec.json.Encoder()
-_DECODER: Final = msgspec.json.Decoder()
-_END: Final = object()
-
-
-def _handshake_error(exc: InvalidStatus) -> SessionServerError:
-    status = exc.response.status_code
-    body = exc.response.body.decode("utf-8", "replace").strip() if exc.response.body else ""
-    message = f"handshake refused with HTTP {status}" + (f": {body}" if body else "")
-    data = {"http_status": status}
-    if status in (401, 403):
-        return ForbiddenError(message, data=data)
-    if status == 400:
-        return InvalidParamsError(message, data=data)
-    if status == 404:
-        return NotFoundError(message, data=data)
-    if status == 503:  # too many connections, or shutting down: retry later
-        return UnavailableError(message, data={**data, "retryable": True})
-    return InternalError(message, data=data)
+__all__ = ["SessionClient", "SessionPage"]
 
 
 def _set(**params: Any) -> dict[str, Any]:
     """The params that are not ``None`` (omitted params take the server's default)."""
     return {k: v for k, v in params.items() if v is not None}
-
-
-class ConnectionLostError(ConnectionError):
-    """The connection closed before an answer came (the call may or may not have run).
-
-    For writes, ``idempotency_key`` is the key the call used: retry with it (on a new
-    connection) and the write happens at most once.
-    """
-
-    idempotency_key: str | None = None
-
-
-def error_from(error: dict[str, Any]) -> SessionServerError:
-    """The project exception for a JSON-RPC error object (``InternalError`` if unknown)."""
-    code = error.get("code")
-    cls = ERROR_CLASSES.get(code, InternalError) if isinstance(code, int) else InternalError
-    data = error.get("data")
-    return cls(str(error.get("message", "")), data=data if isinstance(data, dict) else None)
 
 
 class SessionPage(msgspec.Struct):
@@ -143,232 +32,12 @@ class SessionPage(msgspec.Struct):
     next_offset: int | None = None
 
 
-class _Gap(msgspec.Struct, frozen=True):
-    from_seq: int
-    to_seq: int
+class SessionClient(RpcConnection):
+    """A connection to one agent (or to ``/v1`` with ``agent_id=None``).
 
-
-class Subscription:
-    """``events.appended`` notifications of one session, as an async iterator of events.
-
-    ``last_seq`` is the session's last seq when the subscription started; iteration yields
-    every later event once, in seq order (first those after ``after_seq`` when the
-    subscription asked for them). ``close()`` (or leaving ``async with``) ends it;
-    deleting the session ends it too, with ``deleted`` set.
-    When the server reports that this subscriber fell behind (``events.gap``), iteration
-    reads the missed events with ``events.load`` at that point, so the order holds.
+    ``SessionClient(url, agent_id, *, token=None, max_size=16 MiB, open_timeout=10.0)``;
+    the connection itself is ``RpcConnection``'s (``connect``, ``close``, ``call``).
     """
-
-    def __init__(self, client: SessionClient, session_id: str) -> None:
-        self.client = client
-        self.session_id = session_id
-        self.last_seq = 0
-        self.deleted = False
-        self._queue: asyncio.Queue[Any] = asyncio.Queue()
-        self._pending: list[SessionEvent] = []
-        self._closed = False
-
-    def deliver(self, events: list[SessionEvent]) -> None:
-        """Queue the events of one notification (called by the client's reader)."""
-        self._queue.put_nowait(events)
-
-    def gap(self, from_seq: int, to_seq: int) -> None:
-        """Queue a gap the server reported (called by the client's reader)."""
-        self._queue.put_nowait(_Gap(from_seq, to_seq))
-
-    def end(self, error: BaseException | None) -> None:
-        """End the iteration, raising ``error`` when given (called by the client)."""
-        self._queue.put_nowait(error if error is not None else _END)
-
-    def __aiter__(self) -> AsyncIterator[SessionEvent]:
-        return self
-
-    async def __anext__(self) -> SessionEvent:
-        while not self._pending:
-            item = await self._queue.get()
-            if item is _END:
-                self._queue.put_nowait(_END)
-                raise StopAsyncIteration
-            if isinstance(item, BaseException):
-                self._queue.put_nowait(item)
-                raise item
-            if isinstance(item, _Gap):
-                item = await self.client.load_events(
-                    self.session_id,
-                    after_seq=item.from_seq - 1,
-                    limit=item.to_seq - item.from_seq + 1,
-                    tail=False,
-                )
-            self._pending.extend(item)
-        return self._pending.pop(0)
-
-    async def next_batch(self) -> list[SessionEvent]:
-        """The events of the next notification (one append), or what is buffered."""
-        if self._pending:
-            batch, self._pending = self._pending, []
-            return batch
-        first = await self.__anext__()
-        batch, self._pending = [first, *self._pending], []
-        return batch
-
-    async def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        await self.client.unsubscribe(self)
-        self.end(None)
-
-    async def __aenter__(self) -> Subscription:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
-
-
-class SessionClient:
-    """A connection to one agent (or to ``/v1`` with ``agent_id=None``)."""
-
-    def __init__(
-        self,
-        url: str,
-        agent_id: str | None,
-        *,
-        token: str | None = None,
-        max_size: int | None = DEFAULT_MAX_FRAME_BYTES,
-        open_timeout: float | None = 10.0,
-    ) -> None:
-        base = url.rstrip("/")
-        if agent_id is not None:
-            validate_agent_id(agent_id)  # InvalidAgentIdError before any connection
-        self.agent_id = agent_id
-        self.url = (
-            f"{base}/v1" if agent_id is None else f"{base}/v1/agents/{quote(agent_id, safe='')}"
-        )
-        self._token = token
-        self._max_size = max_size
-        self._open_timeout = open_timeout
-        self._ws: ClientConnection | None = None
-        self._reader: asyncio.Task[None] | None = None
-        self._ids = itertools.count(1)
-        self._pending: dict[int, asyncio.Future[Any]] = {}
-        self._subs: dict[str, list[Subscription]] = {}
-        self._lost: BaseException | None = None
-
-    @property
-    def lost(self) -> BaseException | None:
-        """The error that ended the connection (``None`` while it is open or unopened)."""
-        return self._lost
-
-    # -- connection ----------------------------------------------------------------------
-    async def connect(self) -> SessionClient:
-        """Open the connection. A refused handshake raises ``ForbiddenError`` (401/403),
-        ``InvalidParamsError`` (400, e.g. an invalid agent id), ``NotFoundError`` (404) or
-        ``UnavailableError`` (503: too many connections or stopping; retry later)."""
-        headers = {"Authorization": f"Bearer {self._token}"} if self._token else None
-        try:
-            self._ws = await connect(
-                self.url,
-                additional_headers=headers,
-                max_size=self._max_size,
-                open_timeout=self._open_timeout,
-                logger=redacting_logger("websockets.client"),
-            )
-        except InvalidStatus as exc:
-            raise _handshake_error(exc) from exc
-        self._reader = asyncio.create_task(self._read(self._ws))
-        return self
-
-    async def close(self) -> None:
-        if self._ws is not None:
-            await self._ws.close()
-        if self._reader is not None:
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._reader
-
-    async def __aenter__(self) -> SessionClient:
-        return await self.connect()
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
-
-    async def _read(self, ws: ClientConnection) -> None:
-        error: BaseException = ConnectionLostError("connection closed")
-        try:
-            async for data in ws:
-                self._route(_DECODER.decode(data))
-        except ConnectionClosed as exc:
-            error = ConnectionLostError(f"connection closed: {exc}")
-        except Exception as exc:  # undecodable frame from the server
-            error = ConnectionLostError(f"connection failed: {exc!r}")
-            await ws.close(1002, "invalid frame")
-        finally:
-            if ws.close_code is not None and ws.close_code not in (1000, 1001):
-                error = ConnectionLostError(
-                    f"connection closed with code {ws.close_code}: {ws.close_reason}"
-                )
-            self._lost = error
-            for future in self._pending.values():
-                if not future.done():
-                    future.set_exception(error)
-            self._pending.clear()
-            for subs in self._subs.values():
-                for sub in subs:
-                    sub.end(error)
-            self._subs.clear()
-
-    def _route(self, message: Any) -> None:
-        if isinstance(message, list):
-            for item in message:
-                self._route(item)
-            return
-        if not isinstance(message, dict):
-            return
-        if "method" in message:
-            params = message.get("params") or {}
-            if message["method"] == "events.appended":
-                subs = self._subs.get(params.get("session_id", ""), ())
-                if subs:
-                    events = msgspec.convert(params.get("events", []), list[SessionEvent])
-                    for sub in subs:
-                        sub.deliver(events)
-            elif message["method"] == "session.deleted":
-                for sub in self._subs.pop(params.get("session_id", ""), ()):
-                    sub.deleted = True
-                    sub.end(None)
-            elif message["method"] == "events.gap":
-                for sub in self._subs.get(params.get("session_id", ""), ()):
-                    sub.gap(int(params["from_seq"]), int(params["to_seq"]))
-            return
-        future = self._pending.pop(message.get("id"), None)  # type: ignore[arg-type]
-        if future is None or future.done():
-            return
-        if "error" in message:
-            future.set_exception(error_from(message["error"] or {}))
-        else:
-            future.set_result(message.get("result"))
-
-    async def call(self, method: str, params: dict[str, Any] | None = None) -> Any:
-        """Send one request (``params`` as given) and return its ``result``; a JSON-RPC
-        error is raised as the mapped project exception."""
-        if self._ws is None:
-            raise ConnectionLostError("not connected (use `async with` or connect())")
-        if self._lost is not None:
-            raise self._lost
-        rid = next(self._ids)
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._pending[rid] = future
-        request: dict[str, Any] = {"jsonrpc": "2.0", "id": rid, "method": method}
-        if params:
-            request["params"] = params
-        try:
-            await self._ws.send(_ENCODER.encode(request), text=True)
-        except ConnectionClosed as exc:
-            self._pending.pop(rid, None)
-            raise ConnectionLostError(f"connection closed: {exc}") from exc
-        try:
-            return await future
-        finally:
-            self._pending.pop(rid, None)
 
     # -- sessions ------------------------------------------------------------------------
     async def create_session(

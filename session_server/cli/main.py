@@ -1,0 +1,81 @@
+"""The ``session-server`` parser and entry point: every command in ``COMMANDS``."""
+
+from __future__ import annotations
+
+import argparse
+
+from .backups import backup_arguments, restore_arguments, run_backup, run_restore
+from .data import (
+    export_arguments,
+    import_arguments,
+    inspect_arguments,
+    run_export,
+    run_import,
+    run_inspect,
+)
+from .options import Command
+from .serve import run_serve, serve_arguments
+from .tokens import run_token, token_arguments
+
+__all__ = ["COMMANDS", "build_parser", "main"]
+
+
+COMMANDS: dict[str, tuple[str, Command]] = {
+    "serve": (
+        "run the WebSocket JSON-RPC server (prints its address once it accepts connections)",
+        (serve_arguments, run_serve),
+    ),
+    "export": (
+        "write one session in the reference layout plus session_rows.jsonl "
+        "(OUT/agents/<name>/...; works while a server runs)",
+        (export_arguments, run_export),
+    ),
+    "import": (
+        "load an export (losslessly: ids and seqs kept) or a reference-layout folder",
+        (import_arguments, run_import),
+    ),
+    "inspect": (
+        "print a readable dump of an agent's memory view (works while a server runs)",
+        (inspect_arguments, run_inspect),
+    ),
+    "backup": (
+        "copy whole agents, consistently, into a backup folder (works while a server runs)",
+        (backup_arguments, run_backup),
+    ),
+    "restore": (
+        "put agents back from a backup folder (refuses to replace one unless --force)",
+        (restore_arguments, run_restore),
+    ),
+    "token": (
+        "print a signed token (HS256 JWT) for the server's --token-secret-file",
+        (token_arguments, run_token),
+    ),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="session-server",
+        description="Durable per-agent session memory for LLM agents, served over "
+        "WebSocket JSON-RPC 2.0. Options default to SESSION_SERVER_* environment variables.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", metavar="<command>")
+    sections = []
+    for name, (summary, (add_arguments, _run)) in COMMANDS.items():
+        command_parser = sub.add_parser(name, help=summary, description=summary)
+        add_arguments(command_parser)
+        sections.append(command_parser.format_help())
+    # `session-server --help` documents every option of every command.
+    parser.epilog = "\n".join(sections)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 0
+    _summary, (_add, run) = COMMANDS[args.command]
+    return run(args)

@@ -1,0 +1,288 @@
+"""``session-server serve``: run the WebSocket JSON-RPC server until SIGTERM/SIGINT."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from ..auth import Authenticator, parse_token_spec, split_env_specs
+from ..auth_files import AuthSources
+from .options import (
+    DEFAULT_HOST,
+    DEFAULT_PORT,
+    add_memory_dir,
+    add_secret_file,
+    env,
+    path_env,
+    port_number,
+    positive_int,
+    positive_seconds,
+)
+
+__all__ = ["run_serve", "serve_arguments"]
+
+
+def _token(value: str) -> str:
+    try:
+        parse_token_spec(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+    return value
+
+
+def serve_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--host",
+        default=env("HOST"),
+        help="interface to listen on (env SESSION_SERVER_HOST; default 127.0.0.1). "
+        "Without tokens the server stays on 127.0.0.1 unless --host is given",
+    )
+    p.add_argument(
+        "--port",
+        type=port_number,
+        default=port_number(env("PORT", str(DEFAULT_PORT)) or str(DEFAULT_PORT)),
+        help=f"TCP port; 0 lets the system choose (env SESSION_SERVER_PORT; default {DEFAULT_PORT})",
+    )
+    add_memory_dir(p)
+    p.add_argument(
+        "--token",
+        action="append",
+        type=_token,
+        metavar="TOKEN[:PATTERN,...]",
+        help="accept this bearer token; repeat for several. TOKEN:agent-a-*,agent-b limits "
+        "it to agent ids matching those fnmatch patterns (env SESSION_SERVER_TOKENS: "
+        "plain tokens comma-separated, restricted specs separated by ';' or spaces). "
+        "Without any token, authentication is off",
+    )
+    add_secret_file(p)
+    p.add_argument(
+        "--token-file",
+        type=Path,
+        default=path_env("TOKEN_FILE"),
+        metavar="FILE",
+        help="also accept the token specs in FILE (one TOKEN[:PATTERN,...[:SCOPE]] per line, "
+        "# comments); re-read on SIGHUP and when it changes (env SESSION_SERVER_TOKEN_FILE)",
+    )
+    p.add_argument(
+        "--token-reload-interval",
+        type=float,
+        default=float(env("TOKEN_RELOAD_INTERVAL", "2") or "2"),
+        metavar="SECONDS",
+        help="how often to check the token and secret files for changes; 0: only on SIGHUP "
+        "(env SESSION_SERVER_TOKEN_RELOAD_INTERVAL; default 2)",
+    )
+    p.add_argument(
+        "--max-connections",
+        type=positive_int,
+        default=positive_int(env("MAX_CONNECTIONS") or "") if env("MAX_CONNECTIONS") else None,
+        help="most simultaneous connections; more are refused with HTTP 503 "
+        "(env SESSION_SERVER_MAX_CONNECTIONS; default derived from the descriptor limit)",
+    )
+    p.add_argument(
+        "--idle-timeout",
+        type=float,
+        default=float(env("IDLE_TIMEOUT", "300") or "300"),
+        help="close a connection that sent nothing, has nothing in flight and no "
+        "subscription for this many seconds (env SESSION_SERVER_IDLE_TIMEOUT; default 300)",
+    )
+    p.add_argument(
+        "--stop-timeout",
+        type=float,
+        default=float(env("STOP_TIMEOUT", "10") or "10"),
+        help="on SIGTERM/SIGINT, stop within this many seconds whatever the clients do "
+        "(env SESSION_SERVER_STOP_TIMEOUT; default 10)",
+    )
+    p.add_argument(
+        "--synchronous",
+        choices=("FULL", "NORMAL"),
+        default=(env("SYNCHRONOUS", "FULL") or "FULL").upper(),
+        help="SQLite synchronous level: FULL survives power loss, NORMAL (WAL) survives "
+        "process crashes and is faster (env SESSION_SERVER_SYNCHRONOUS; default FULL)",
+    )
+    p.add_argument(
+        "--max-frame-bytes",
+        type=positive_int,
+        default=positive_int(env("MAX_FRAME_BYTES", str(16 * 1024 * 1024)) or "16777216"),
+        help="largest accepted WebSocket message; bigger ones close the connection with "
+        "1009 (env SESSION_SERVER_MAX_FRAME_BYTES; default 16777216 = 16 MiB)",
+    )
+    p.add_argument(
+        "--context-limit",
+        type=positive_int,
+        default=positive_int(env("CONTEXT_LIMIT", "200") or "200"),
+        help="events a context.build without limit or strategy takes (the latest ones; "
+        "older turns are left out and counted in omitted_events) "
+        "(env SESSION_SERVER_CONTEXT_LIMIT; default 200)",
+    )
+    p.add_argument(
+        "--loop",
+        choices=("auto", "asyncio", "uvloop"),
+        default=(env("LOOP", "auto") or "auto").lower(),
+        help="event loop: uvloop (faster; the 'fast' extra installs it), asyncio's own, or "
+        "auto: uvloop when it is installed (env SESSION_SERVER_LOOP; default auto)",
+    )
+    p.add_argument(
+        "--compaction-wait",
+        type=positive_seconds,
+        default=positive_seconds(env("COMPACTION_WAIT", "2") or "2"),
+        help="seconds a context.build / context.render waits for a summary before it "
+        "answers with the previous compaction record (the summary goes on in the "
+        "background) (env SESSION_SERVER_COMPACTION_WAIT; default 2)",
+    )
+    p.add_argument(
+        "--compaction-timeout",
+        type=positive_seconds,
+        default=positive_seconds(env("COMPACTION_TIMEOUT", "120") or "120"),
+        help="seconds a background summary may take before it counts as failed and is "
+        "retried later with backoff (env SESSION_SERVER_COMPACTION_TIMEOUT; default 120)",
+    )
+    p.add_argument(
+        "--no-mirror",
+        action="store_true",
+        default=(env("MIRROR", "1") or "1").lower() in ("0", "false", "no", "off"),
+        help="do not keep the JSONL mirror in the reference layout next to SQLite "
+        "(env SESSION_SERVER_MIRROR=0; default: keep it)",
+    )
+    p.add_argument(
+        "--log-level",
+        default=(env("LOG_LEVEL", "WARNING") or "WARNING").upper(),
+        choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+        help="logging level on stderr (env SESSION_SERVER_LOG_LEVEL; default WARNING)",
+    )
+
+
+def _auth_sources(args: argparse.Namespace) -> AuthSources:
+    specs = args.token or split_env_specs(env("TOKENS"))
+    return AuthSources(
+        specs=tuple(specs),
+        token_file=args.token_file,
+        secret_file=args.token_secret_file,
+        secret=env("TOKEN_SECRET"),
+    )
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    logging.basicConfig(
+        level=getattr(logging, args.log_level), format="%(levelname)s %(name)s: %(message)s"
+    )
+    sources = _auth_sources(args)
+    try:
+        auth = sources.load()
+    except ValueError as exc:
+        print(f"session-server: {exc}", file=sys.stderr)
+        return 2
+    if sources.configured and not auth.enabled:
+        print("session-server: the token file holds no token", file=sys.stderr)
+        return 2
+    try:
+        factory = _loop_factory(args.loop)
+    except ImportError as exc:
+        print(f"session-server: --loop {args.loop}: {exc}", file=sys.stderr)
+        return 2
+    try:
+        with asyncio.Runner(loop_factory=factory) as runner:
+            return runner.run(_serve(args, sources, auth))
+    except KeyboardInterrupt:  # a signal before the handlers were installed
+        return 130
+
+
+def _loop_factory(choice: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop's event loop for ``uvloop`` (``ImportError`` when it is not installed) and
+    for ``auto`` when it is installed; ``None`` (asyncio's own) otherwise."""
+    if choice == "asyncio":
+        return None
+    try:
+        import uvloop
+    except ImportError:
+        if choice == "uvloop":
+            raise ImportError(
+                "uvloop is not installed (pip install 'session-server[fast]')"
+            ) from None
+        return None
+    factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
+    return factory
+
+
+async def _serve(args: argparse.Namespace, sources: AuthSources, auth: Authenticator) -> int:
+    from ..auth_files import AuthReloader
+    from ..core.errors import MemoryDirInUseError
+    from ..limits import derive_limits, raise_nofile_limit
+    from ..rpc.table import BUILTIN_METHODS
+    from ..runtime.registry import ActorRegistry
+    from ..server import SessionServer, quiet_accept_errors
+
+    # Descriptors bound both open agents and connections: take what the system allows.
+    limits = derive_limits(raise_nofile_limit())
+
+    host = args.host or DEFAULT_HOST
+    tokens = auth.enabled
+    if not tokens and args.host is None:
+        print(
+            "session-server: no tokens configured, so listening on 127.0.0.1 only "
+            "(pass --host to listen elsewhere, --token to require a token)",
+            file=sys.stderr,
+            flush=True,
+        )
+    elif not tokens:
+        print(
+            f"session-server: WARNING: no tokens configured and listening on {host}: "
+            "anyone who can reach this port can read and write every agent's memory",
+            file=sys.stderr,
+            flush=True,
+        )
+    memory_dir = args.memory_dir.resolve()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    quiet_accept_errors(loop)
+    async with ActorRegistry(
+        memory_dir,
+        synchronous=args.synchronous,
+        mirror=not args.no_mirror,
+        context_limit=args.context_limit,
+        max_open=limits.max_open_agents,
+        compaction_wait=args.compaction_wait,
+        compaction_timeout=args.compaction_timeout,
+    ) as registry:
+        server = SessionServer(
+            registry,
+            host=host,
+            port=args.port,
+            auth=auth,
+            max_frame_bytes=args.max_frame_bytes,
+            methods=BUILTIN_METHODS,
+            max_connections=args.max_connections or limits.max_connections,
+            idle_timeout=args.idle_timeout if args.idle_timeout > 0 else None,
+            stop_timeout=args.stop_timeout,
+        )
+        try:
+            await server.start()
+        except MemoryDirInUseError as exc:
+            print(f"session-server: cannot start: {exc.message}", file=sys.stderr, flush=True)
+            return 2
+        except OSError as exc:
+            print(f"session-server: cannot listen on {host}:{args.port}: {exc}", file=sys.stderr)
+            return 2
+        watcher: asyncio.Task[None] | None = None
+        if sources.configured:
+            reloader = AuthReloader(sources, server)
+            loop.add_signal_handler(signal.SIGHUP, reloader.reload)
+            if args.token_reload_interval > 0 and (sources.token_file or sources.secret_file):
+                watcher = asyncio.create_task(reloader.watch(args.token_reload_interval))
+        print(
+            f"session-server listening on {server.url} (memory dir {memory_dir})",
+            flush=True,
+        )
+        await stop.wait()
+        if watcher is not None:
+            watcher.cancel()
+        print("session-server: stopping (finishing requests in flight)", file=sys.stderr)
+        await server.stop()
+    print("session-server: stopped", file=sys.stderr, flush=True)
+    return 0
