@@ -1,6 +1,6 @@
--- session-server schema, version 1 (PRAGMA user_version). The store executes this file
--- on a new database; later versions add forward migrations in
--- session_server/sqlite_ops.py (MIGRATIONS).
+-- session-server schema, version 2 (PRAGMA user_version). The store executes this file
+-- on a new database; older files are brought forward by the migrations in
+-- session_server/storage/sqlite_ops.py (MIGRATIONS).
 
 CREATE TABLE IF NOT EXISTS sessions (
   id TEXT PRIMARY KEY NOT NULL,
@@ -13,7 +13,12 @@ CREATE TABLE IF NOT EXISTS sessions (
   last_turn_start_seq INTEGER NOT NULL DEFAULT 0, -- seq of the user message opening last_turn
   strategy TEXT,                            -- persisted compaction strategy (JSON) or NULL
   compaction_required INTEGER NOT NULL DEFAULT 0,
-  mirror_seq INTEGER NOT NULL DEFAULT 0     -- JSONL mirror cursor: last seq written to files
+  mirror_seq INTEGER NOT NULL DEFAULT 0,    -- JSONL mirror cursor: last seq written to files
+                                            -- (-1: stale, set by a delete in its transaction)
+  mirror_state TEXT,                        -- mirror checkpoint at the last clean close (JSON)
+  mirror_files TEXT,                        -- mirror file sizes and mtimes at that close (JSON)
+  snapshot_seq INTEGER NOT NULL DEFAULT 0,  -- seq the trusted context snapshot reflects
+  snapshot_digest TEXT                      -- SHA-256 of that snapshot file; NULL: none trusted
 );
 
 CREATE TABLE IF NOT EXISTS events (

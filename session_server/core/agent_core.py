@@ -69,6 +69,7 @@ __all__ = [
     "SnapshotParts",
     "StrategyWrite",
     "compaction_report",
+    "trusted_snapshot_digest",
 ]
 
 T = TypeVar("T")
@@ -106,10 +107,12 @@ class NeedWindow(Need, frozen=True):
 
 
 class NeedSnapshot(Need, frozen=True):
-    """The session's snapshot file, if it is valid and taken at ``last_seq``."""
+    """The session's snapshot file, if it is valid, taken at ``last_seq`` and its bytes
+    have the SHA-256 ``digest`` SQLite recorded for it (else ``None``: rebuild)."""
 
     session_id: str
     last_seq: int
+    digest: str
 
 
 class NeedCount(Need, frozen=True):
@@ -258,6 +261,20 @@ def _context_tokens(view: SessionView, turn: PreparedTurn, config: StrategyConfi
 def _event_tokens(counter: Any, event: SessionEvent) -> int:
     message = event_to_message(event)
     return 0 if message is None else int(counter.count_message(message))
+
+
+def trusted_snapshot_digest(state: SessionState) -> str | None:
+    """The digest a snapshot file must have to stand for the session's context, or
+    ``None`` when SQLite vouches for none at the session's last seq.
+
+    SQLite binds a snapshot (seq + SHA-256 of its bytes) only after the file was written
+    and only at a clean close; a delete clears the binding in its own transaction. So a
+    file left by a crash, a snapshot older than a delete, or a hand-edited file (whatever
+    its ``last_seq`` says) is never served.
+    """
+    if state.snapshot_digest is None or state.snapshot_seq != state.last_seq:
+        return None
+    return state.snapshot_digest
 
 
 class AgentCore:
@@ -708,8 +725,11 @@ class AgentCore:
             return config
         if config.mode != "none":
             return None
+        digest = trusted_snapshot_digest(state)
+        if digest is None:
+            return None  # no snapshot bound to this content (a delete, a crash, never)
         if session_id not in known.snapshots:
-            return NeedSnapshot(session_id, state.last_seq)
+            return NeedSnapshot(session_id, state.last_seq, digest)
         restored = known.snapshots[session_id]
         # The snapshot holds the instructions of the turn that wrote it, followed by the
         # memory block of the latest summary, if any. Only a snapshot taken with exactly

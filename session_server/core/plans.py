@@ -66,13 +66,20 @@ class SessionState(msgspec.Struct, frozen=True):
     compaction_required: bool = False
     mirror_seq: int = 0
     strategy: dict[str, Any] | None = None
+    # The context snapshot SQLite vouches for: the seq it reflects and the SHA-256 of the
+    # file's bytes (``None``: no snapshot is trusted, e.g. after a delete).
+    snapshot_seq: int = 0
+    snapshot_digest: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.session_id, str):
             raise TypeError("session_id: must be a str")
         _int("last_seq", self.last_seq)
         _int("last_turn", self.last_turn)
-        _int("mirror_seq", self.mirror_seq)
+        _int("mirror_seq", self.mirror_seq, minimum=-1)  # -1: marked stale by a delete
+        _int("snapshot_seq", self.snapshot_seq)
+        if self.snapshot_digest is not None and not isinstance(self.snapshot_digest, str):
+            raise TypeError("snapshot_digest: must be a str or None")
         _bool("compaction_required", self.compaction_required)
         if self.strategy is not None and not isinstance(self.strategy, dict):
             raise TypeError("strategy: must be a dict or None")

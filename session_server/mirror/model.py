@@ -29,6 +29,7 @@ __all__ = [
     "AppendItems",
     "AppendTraces",
     "ArchiveTurns",
+    "MirrorGap",
     "MirrorModel",
     "MirrorOp",
     "RenderedMirror",
@@ -63,6 +64,11 @@ class AppendItems:
 MirrorOp = AppendTraces | ArchiveTurns | AppendItems
 
 
+class MirrorGap(Exception):
+    """A model restored from a checkpoint cannot number this event's lines exactly (it
+    belongs to a turn older than the checkpoint kept): the session needs a repair."""
+
+
 def _item_key(item: dict[str, Any]) -> str:
     item_id = item.get("id")
     if isinstance(item_id, str | int) and not isinstance(item_id, bool):
@@ -84,7 +90,14 @@ def _turn_ids(raw: object) -> frozenset[str]:
 class MirrorModel:
     """Per-session mirror state; ``step`` maps one event to file operations."""
 
-    __slots__ = ("compactions", "item_keys", "last_compaction_ts", "last_seq", "traces")
+    __slots__ = (
+        "compactions",
+        "floor_turn",
+        "item_keys",
+        "last_compaction_ts",
+        "last_seq",
+        "traces",
+    )
 
     def __init__(self) -> None:
         self.traces = TraceState()
@@ -92,6 +105,9 @@ class MirrorModel:
         self.last_compaction_ts: float | None = None
         self.item_keys: dict[str, set[str]] = {"episodic": set(), "semantic": set()}
         self.last_seq = 0
+        # Restored from a checkpoint (``mirror.checkpoint``): line counters of turns below
+        # this one were dropped unless a pending call needs them. 0: the model saw everything.
+        self.floor_turn = 0
 
     @classmethod
     def from_events(cls, events: Iterable[SessionEvent]) -> MirrorModel:
@@ -106,6 +122,10 @@ class MirrorModel:
         return 1 + self.compactions
 
     def step(self, event: SessionEvent) -> list[MirrorOp]:
+        """The file operations of ``event``; ``MirrorGap`` when a checkpointed model
+        cannot number its lines exactly (nothing changed then)."""
+        if self.floor_turn and event.action not in ("system_instruction", "compaction"):
+            self._check_gap(event)
         self.last_seq = max(self.last_seq, event.seq)
         lines = event_to_traces(event, self.traces)
         if event.action != "compaction":
@@ -124,6 +144,17 @@ class MirrorModel:
             if new:
                 ops.append(AppendItems(kind, new))
         return ops
+
+    def _check_gap(self, event: SessionEvent) -> None:
+        traces = self.traces
+        turn = event.turn
+        if turn is None and event.action == "tool_result":
+            call_id = event.tool_call_id or ""
+            if call_id not in traces.call_turns:
+                raise MirrorGap(f"event seq {event.seq}: the turn of call {call_id!r}")
+            turn = traces.call_turns[call_id]
+        if turn is not None and turn < self.floor_turn and turn not in traces.next_seq:
+            raise MirrorGap(f"event seq {event.seq}: line numbers of turn {turn}")
 
     def _new_items(self, kind: str, raw: object) -> list[dict[str, Any]]:
         if not isinstance(raw, list):

@@ -1,17 +1,56 @@
-"""Reading ``working_context_snapshot.json`` (file I/O; the pure part is ``mirror.snapshot``)."""
+"""Reading ``working_context_snapshot.json`` (file I/O; the pure part is ``mirror.snapshot``).
+
+The snapshot is a cache bound to its content: SQLite records the SHA-256 of the bytes the
+server wrote (``sessions.snapshot_digest``), and a file whose bytes do not have that digest
+is never served, whatever its ``last_seq`` says (edited by hand, left by a crash, older
+than a delete). Each rejection is logged and counted (``REJECTED_SNAPSHOTS``).
+"""
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
+
+import msgspec
 
 from ..mirror.snapshot import SNAPSHOT_FILE, RestoredSnapshot, restore_snapshot, snapshot_problem
 from .jsonl import read_json
 
-__all__ = ["load_snapshot_cache", "read_snapshot"]
+__all__ = [
+    "REJECTED_SNAPSHOTS",
+    "RejectedSnapshots",
+    "load_snapshot_cache",
+    "read_snapshot",
+    "snapshot_digest",
+]
 
 logger = logging.getLogger(__name__)
+_DECODER: Final = msgspec.json.Decoder()
+
+
+class RejectedSnapshots:
+    """How many snapshot files were not served because their bytes did not match the
+    digest SQLite recorded (each one is logged); the context was rebuilt from events."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._lock = threading.Lock()
+
+    def note(self, path: Path, why: str) -> None:
+        with self._lock:  # snapshots are read on worker threads
+            self.count += 1
+        logger.warning("%s: snapshot not served (%s); rebuilding from SQLite", path, why)
+
+
+REJECTED_SNAPSHOTS: Final = RejectedSnapshots()
+
+
+def snapshot_digest(data: bytes) -> str:
+    """The digest SQLite keeps for a snapshot file: SHA-256 of its bytes, in hex."""
+    return hashlib.sha256(data).hexdigest()
 
 
 def read_snapshot(path: Path) -> dict[str, Any] | None:
@@ -26,14 +65,34 @@ def read_snapshot(path: Path) -> dict[str, Any] | None:
     return payload
 
 
-def load_snapshot_cache(session_dir: Path, *, last_seq: int) -> RestoredSnapshot | None:
-    """The session's cached context when valid and taken at ``last_seq``; else ``None``.
+def load_snapshot_cache(
+    session_dir: Path, *, last_seq: int, digest: str
+) -> RestoredSnapshot | None:
+    """The session's cached context when its bytes have ``digest`` (the one SQLite
+    recorded), it is valid and taken at ``last_seq``; else ``None``.
 
-    ``None`` means "rebuild from SQLite": the file is missing, corrupt, invalid, has no
-    ``last_seq`` or was taken at another seq. Never raises on file content.
+    ``None`` means "rebuild from SQLite": the file is missing, unreadable, its digest does
+    not match, or it is invalid or was taken at another seq. Never raises on file content.
     """
-    payload = read_snapshot(session_dir / SNAPSHOT_FILE)
-    if payload is None:
+    path = session_dir / SNAPSHOT_FILE
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        logger.warning("%s: cannot be read (%s)", path, exc)
+        return None
+    if snapshot_digest(data) != digest:
+        REJECTED_SNAPSHOTS.note(path, "its bytes do not match the digest SQLite recorded")
+        return None
+    try:
+        payload = _DECODER.decode(data)
+    except msgspec.DecodeError:
+        REJECTED_SNAPSHOTS.note(path, "malformed JSON")
+        return None
+    problem = snapshot_problem(payload)
+    if problem is not None:
+        REJECTED_SNAPSHOTS.note(path, problem)
         return None
     if payload.get("last_seq") != last_seq:
         return None

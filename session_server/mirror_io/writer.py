@@ -11,25 +11,28 @@ Contract for the actor:
    it as the session's mirror cursor), or ``None`` when nothing could be mirrored (mirror
    off, session not activated, I/O error): leave the cursor where it was.
    Compaction events go through ``append`` too (``on_compaction`` is the same call).
-2. The first time a session is touched in a process, call ``activate(session_id, events,
-   verify=...)`` with all its events; pass ``verify=True`` when the cursor differs from the
-   session's last seq (or always: verification reads the files once). A brand-new session
-   (first event seq 1) needs no activation. After ``events.delete``, call ``reconcile``.
-3. At the end of a turn and after a compaction, call ``write_snapshot``.
+2. The first time a session is touched in a process, activate it: ``resume(session_id,
+   model)`` with the model of the checkpoint SQLite kept at the last clean close (when
+   ``mirror.checkpoint.plan_activation`` says the files are as recorded), else
+   ``repair(session_id, source)``, which rewrites the files streamed from SQLite
+   (``mirror_io.repair``). ``activate(session_id, events, verify=...)`` does the same from
+   events in memory. A brand-new session (first event seq 1) needs no activation. After
+   a delete of events, call ``repair``.
+3. At the end of a turn and after a compaction, call ``write_snapshot``; it returns the
+   SHA-256 of the bytes written, which SQLite keeps so the file is served only as written.
+4. At a clean close, store ``checkpoint(session_id)`` in SQLite.
 
 Hot path cost: ``append`` maps events to lines in memory and does one append-mode write;
 it never reads a file. A summarize compaction reads and rewrites the active file once.
 Crash safety: lines moved by a compaction are appended to the archive (fsync) before the
 active file is atomically replaced, so a kill in between duplicates lines, never loses
-them; ``activate(verify=True)``/``reconcile`` then rewrite every file that differs from a
-fresh rendering of the events.
+them; a repair then rewrites every file that differs from a fresh rendering of the events.
 """
 
 from __future__ import annotations
 
 import logging
-import shutil
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Final
 
@@ -38,22 +41,36 @@ import msgspec
 from ..core.agent_ids import validate_agent_id
 from ..core.errors import InvalidParamsError
 from ..core.events import ContextMessage, SessionEvent
+from ..mirror.checkpoint import encode_stamps, model_checkpoint, orphan_folders
 from ..mirror.model import (
     AppendItems,
     AppendTraces,
     ArchiveTurns,
+    MirrorGap,
     MirrorModel,
     MirrorOp,
-    render_mirror,
 )
 from ..mirror.snapshot import SNAPSHOT_FILE, build_snapshot
 from .jsonl import (
     append_bytes,
     atomic_write_bytes,
-    atomic_write_json,
     encode_lines,
     read_bytes_or_empty,
 )
+from .repair import (
+    ACTIVE_FILE,
+    ARCHIVE_FILE,
+    EPISODIC_FILE,
+    MIRROR_FILES,
+    SEMANTIC_FILE,
+    EventSource,
+    ListSource,
+    file_stamps,
+    remove_session_folder,
+    repair_session_files,
+    sweep_orphans,
+)
+from .snapshot_files import snapshot_digest
 
 __all__ = [
     "ACTIVE_FILE",
@@ -68,12 +85,7 @@ __all__ = [
 
 logger = logging.getLogger("session_server.mirror")
 
-ACTIVE_FILE: Final = "raw_traces.jsonl"
-ARCHIVE_FILE: Final = "raw_traces_archive.jsonl"
-EPISODIC_FILE: Final = "episodic.jsonl"
-SEMANTIC_FILE: Final = "semantic.jsonl"
-MIRROR_FILES: Final[tuple[str, ...]] = (ACTIVE_FILE, ARCHIVE_FILE, EPISODIC_FILE, SEMANTIC_FILE)
-
+_ENCODER: Final = msgspec.json.Encoder()
 _DECODER: Final = msgspec.json.Decoder()
 
 
@@ -94,35 +106,9 @@ def validate_session_id(session_id: object) -> str:
 def reconcile_session_dir(
     session_dir: Path, events: Sequence[SessionEvent], *, fsync: bool = True
 ) -> tuple[list[str], MirrorModel]:
-    """Make the four JSONL files equal a fresh rendering of ``events``.
-
-    Files are compared byte for byte and only those that differ are rewritten (temp file
-    + ``os.replace``); a file that should be empty is removed. Leftover temp files are
-    deleted. The snapshot is left alone (it is a cache, checked on restore). Returns the
-    names of the files changed and the rebuilt per-session state.
-    """
-    rendered = render_mirror(events)
-    expected = {
-        ACTIVE_FILE: encode_lines(rendered.active),
-        ARCHIVE_FILE: encode_lines(rendered.archive),
-        EPISODIC_FILE: encode_lines(rendered.episodic),
-        SEMANTIC_FILE: encode_lines(rendered.semantic),
-    }
-    changed: list[str] = []
-    for name, data in expected.items():
-        path = session_dir / name
-        if read_bytes_or_empty(path) == data:
-            continue
-        if data:
-            atomic_write_bytes(path, data, fsync=fsync)
-            changed.append(name)
-        elif path.exists():
-            path.unlink()
-            changed.append(name)
-    if session_dir.is_dir():
-        for leftover in session_dir.glob(".*.tmp"):
-            leftover.unlink(missing_ok=True)
-    return changed, rendered.model
+    """Make the four JSONL files equal a fresh rendering of ``events`` (in memory; see
+    ``repair.repair_session_files``). Returns the files changed and the rebuilt state."""
+    return repair_session_files(session_dir, ListSource(events), fsync=fsync)
 
 
 class MirrorWriter:
@@ -177,16 +163,22 @@ class MirrorWriter:
 
     def reconcile(self, session_id: str, events: Sequence[SessionEvent]) -> list[str]:
         """Rewrite the files that differ from a fresh rendering of ``events``; reset state."""
+        return self.repair(session_id, ListSource(events)) or []
+
+    def repair(self, session_id: str, source: EventSource) -> list[str] | None:
+        """Rewrite the files that differ from the rendering of ``source`` (streamed, one
+        file at a time) and go on from there; ``None`` on an I/O error (logged; the
+        session stays inactive)."""
         if not self.enabled:
             return []
         self._models.pop(session_id, None)
         folder = self.session_dir(session_id)
         existed = folder.is_dir()
         try:
-            changed, model = reconcile_session_dir(folder, events)
+            changed, model = repair_session_files(folder, source)
         except OSError as exc:
-            logger.error("mirror of session %s could not be reconciled: %s", session_id, exc)
-            return []
+            logger.error("mirror of session %s could not be repaired: %s", session_id, exc)
+            return None
         if changed:
             # No folder before: a first writing (an imported or restored session), no repair.
             logger.log(
@@ -199,15 +191,50 @@ class MirrorWriter:
         self._models[session_id] = model
         return changed
 
+    def resume(self, session_id: str, model: MirrorModel) -> None:
+        """Go on from a checkpointed model (the files are as it was taken)."""
+        if self.enabled:
+            self._models[session_id] = model
+
+    def stamps(self, session_id: str) -> dict[str, tuple[int, int]]:
+        """(size, mtime ns) of the session's mirror files (those that exist)."""
+        return file_stamps(self.session_dir(session_id))
+
+    def checkpoint(self, session_id: str) -> tuple[int, str, str] | None:
+        """(last seq, model JSON, file stamps JSON) of an active session, for SQLite."""
+        model = self._models.get(session_id) if self.enabled else None
+        if model is None:
+            return None
+        try:
+            stamps = self.stamps(session_id)
+        except OSError as exc:
+            logger.warning("mirror of session %s: no checkpoint (%s)", session_id, exc)
+            return None
+        return model.last_seq, model_checkpoint(model), encode_stamps(stamps)
+
+    def sweep_orphans(self, session_ids: Collection[str]) -> list[str]:
+        """Remove mirror folders of sessions that no longer exist (and ``.trash``)."""
+        if not self.enabled:
+            return []
+        removed = sweep_orphans(self.agent_dir, lambda names: orphan_folders(names, session_ids))
+        if removed:
+            logger.warning(
+                "agent %r: removed mirror folders of deleted sessions: %s",
+                self.agent_id,
+                ", ".join(removed),
+            )
+        return removed
+
     def forget(self, session_id: str) -> None:
         """Drop the session's in-memory state (on hibernation or session delete)."""
         self._models.pop(session_id, None)
 
     def delete_session(self, session_id: str) -> None:
-        """Forget the session and remove its mirror folder."""
+        """Forget the session and remove its mirror folder (gone from ``sessions/`` in one
+        rename, then deleted)."""
         self.forget(session_id)
         if self.enabled:
-            shutil.rmtree(self.session_dir(session_id), ignore_errors=True)
+            remove_session_folder(self.agent_dir, self.session_dir(session_id))
 
     def append(self, session_id: str, events: Sequence[SessionEvent]) -> int | None:
         """Mirror committed ``events``; returns the highest seq mirrored, or ``None``.
@@ -223,10 +250,15 @@ class MirrorWriter:
                 return None
             model = self._models[session_id] = MirrorModel()
         ops: list[MirrorOp] = []
-        for event in events:
-            if event.seq and event.seq <= model.last_seq:
-                continue
-            ops.extend(model.step(event))
+        try:
+            for event in events:
+                if event.seq and event.seq <= model.last_seq:
+                    continue
+                ops.extend(model.step(event))
+        except MirrorGap as gap:
+            logger.warning("mirror of session %s needs a repair (%s)", session_id, gap)
+            self._models.pop(session_id, None)
+            return None
         try:
             self._run(self.session_dir(session_id), ops)
         except OSError as exc:
@@ -246,15 +278,16 @@ class MirrorWriter:
         messages: Sequence[ContextMessage],
         system_instructions: Sequence[str] = (),
         last_seq: int,
-    ) -> bool:
-        """Write ``working_context_snapshot.json`` atomically; ``False`` when not written.
+    ) -> str | None:
+        """Write ``working_context_snapshot.json`` atomically; the SHA-256 of the bytes
+        written, or ``None`` when not written.
 
         ``epoch_id`` and ``last_compaction_ts`` come from the session's state (compaction
         events seen); ``last_seq`` is the session seq the messages reflect.
         """
         model = self._models.get(session_id) if self.enabled else None
         if model is None:
-            return False
+            return None
         payload = build_snapshot(
             agent_id=self.agent_id,
             messages=messages,
@@ -264,14 +297,15 @@ class MirrorWriter:
             last_seq=last_seq,
             session_id=session_id,
         )
+        data = _ENCODER.encode(payload)
         try:
-            atomic_write_json(
-                self.session_dir(session_id) / SNAPSHOT_FILE, payload, fsync=self.snapshot_fsync
+            atomic_write_bytes(
+                self.session_dir(session_id) / SNAPSHOT_FILE, data, fsync=self.snapshot_fsync
             )
         except OSError as exc:
             logger.error("snapshot of session %s not written: %s", session_id, exc)
-            return False
-        return True
+            return None
+        return snapshot_digest(data)
 
     def _run(self, session_dir: Path, ops: list[MirrorOp]) -> None:
         pending: list[bytes] = []

@@ -153,7 +153,7 @@ async def context_render(ctx: CallContext, p: RenderParams) -> dict[str, Any]:
 async def memory_view(ctx: CallContext, p: ViewParams) -> dict[str, Any]:
     """The memory view of a session's mirror (the latest session when none is given)."""
     actor = await ctx.actor()
-    await actor.mirror.drain()  # the files reflect every commit answered so far
+    await actor.mirror_settled()  # the files reflect every commit answered so far
     options = MemoryViewOptions(**p.model_dump(exclude={"session_id"}))
     return await _off_loop(
         ctx,

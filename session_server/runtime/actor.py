@@ -296,10 +296,9 @@ class AgentActor:
                         readonly=self.host.readonly,
                     )
                     self.host.store_opened(self)
-                if self.mirror.enabled:
-                    # Activation repairs mirrors left behind (or ahead) by a crash.
-                    for session_id in await self._store.stale_mirrors():
-                        await self.mirror.ensure_active(self._store, session_id)
+                # Activation removes orphan folders and repairs mirrors left behind (or
+                # ahead) by a crash, a delete or a hand: see ``MirrorLink.activate_agent``.
+                await self.mirror.activate_agent(self._store)
             return self._store
 
     async def hibernate(self) -> None:
@@ -485,7 +484,11 @@ class AgentActor:
             loop = asyncio.get_running_loop()
             # A file read: off the event loop.
             return await loop.run_in_executor(
-                self.host.executor, self.mirror.snapshot_cache, need.session_id, need.last_seq
+                self.host.executor,
+                self.mirror.snapshot_cache,
+                need.session_id,
+                need.last_seq,
+                need.digest,
             )
         raise TypeError(f"unknown need {need!r}")  # pragma: no cover
 
@@ -562,7 +565,9 @@ class AgentActor:
 
         async def write(store: AgentStore) -> bool:
             deleted = await store.delete_session(session_id)
-            self.mirror.session_deleted(session_id)
+            # Answered only once the folder is gone: a crash after the answer cannot
+            # leave it for a view, a snapshot list or a new session of the same id.
+            await self.mirror.session_deleted(session_id)
             self.core.session_deleted(session_id)
             if deleted:
                 self._publish_deleted(session_id)
@@ -672,7 +677,7 @@ class AgentActor:
             count = await store.delete_events(session_id, list(event_ids))
             if count:
                 self.core.events_deleted(session_id)
-                await self.mirror.events_deleted(store, session_id)
+                self.mirror.events_deleted(store, session_id)
             return count
 
         return await self._write(write)
@@ -734,7 +739,7 @@ class AgentActor:
             popped = await store.pop_event(session_id, event_id, replacement)
             if popped is not None:
                 self.core.events_deleted(session_id)
-                await self.mirror.events_deleted(store, session_id)
+                self.mirror.events_deleted(store, session_id)
             return popped
 
         return await self._write(write)
@@ -746,7 +751,7 @@ class AgentActor:
         async def write(store: AgentStore) -> int:
             deleted = await store.clear_events(session_id)
             self.core.events_deleted(session_id)
-            await self.mirror.events_deleted(store, session_id)
+            self.mirror.events_deleted(store, session_id)
             return deleted
 
         return await self._write(write)
@@ -800,6 +805,16 @@ class AgentActor:
                 log.exception("subscriber of %r/%r failed", self.agent_id, session_id)
 
     # -- working contexts ----------------------------------------------------------------
+
+    async def mirror_settled(self) -> None:
+        """Make the mirror files reflect every commit answered so far: the store is
+        opened if the agent exists (activation removes orphan folders and repairs stale
+        mirrors), then every scheduled mirror write is waited for. An agent without a
+        file has no mirror to settle (and none is created)."""
+        if self._store is None and not self.path.exists():
+            return
+        async with self._activity():
+            await self.mirror.drain()
 
     async def view(self, session_id: str, limit: int) -> SessionView:
         """The tool-pair-safe window of the last ``limit`` events and the session state,

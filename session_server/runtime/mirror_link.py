@@ -7,6 +7,18 @@ therefore leave the mirror behind SQLite, never ahead of it in a way that loses 
 and activation repairs it: the mirror cursor stored in SQLite (``sessions.mirror_seq``)
 differs from ``last_seq`` after any crash, which makes activation verify the files.
 
+Deleted stays deleted: a delete of events marks the mirror stale (``mirror_seq = -1``) and
+unbinds the snapshot in its own transaction, so a crash before the repair below still
+repairs on the next activation and never serves the old snapshot. A session delete
+answers only once its folder is gone (renamed out of ``sessions/`` in one step).
+
+Activation is cheap: at a clean close each session's checkpoint (writer model, file sizes
+and mtimes, the snapshot's seq and SHA-256) goes to SQLite; the next activation resumes
+from it after a few ``stat`` calls (``mirror.checkpoint.plan_activation``) instead of
+reading the history, and repairs, streamed from SQLite one file at a time
+(``mirror_io.repair``), whatever does not match. It also removes the folders of sessions
+that no longer exist.
+
 Writes are batched: committed events and end-of-turn snapshots are held for
 ``delay`` seconds (default 0.05) and then written together, trace lines in commit order
 and only the latest snapshot of each session. On this machine any file write between
@@ -29,10 +41,12 @@ from typing import Any, TypeVar
 from ..core.errors import InvalidParamsError, SessionServerError
 from ..core.events import ContextMessage, SessionEvent
 from ..core.plans import SnapshotDue
+from ..mirror.checkpoint import Resume, plan_activation
 from ..mirror.snapshot import SNAPSHOT_FILE, RestoredSnapshot
 from ..mirror_io.snapshot_files import load_snapshot_cache
 from ..mirror_io.writer import MirrorWriter, validate_session_id
-from ..storage.store import AgentStore
+from ..storage.event_pages import SessionEventReader
+from ..storage.store import AgentStore, MirrorCheckpoint, MirrorRow
 
 __all__ = ["MirrorLink"]
 
@@ -72,6 +86,11 @@ class MirrorLink:
         self._active: set[str] = set()
         # Mirror cursors confirmed by the files, not yet stored in sessions.mirror_seq.
         self._cursor: dict[str, int] = {}
+        # The latest snapshot written per session: (seq it reflects, SHA-256 of its bytes),
+        # bound in SQLite at close.
+        self._bound: dict[str, tuple[int, str]] = {}
+        # Bumped by every delete: a file write scheduled before it confirms nothing after.
+        self._generation: dict[str, int] = {}
         # Mirror lag: when the oldest commit not yet handed to the chain was scheduled.
         self._on_lag = on_lag
         self._pending_since: float | None = None
@@ -117,22 +136,86 @@ class MirrorLink:
         while self._chain is not None and not self._chain.done():
             await asyncio.wait([self._chain])
 
+    async def activate_agent(self, store: AgentStore) -> None:
+        """On opening the store: remove orphan folders, then repair (scheduled) every
+        session whose files are not as its checkpoint says; the others resume lazily."""
+        if not self.enabled or store.readonly:
+            return
+        rows = await store.mirror_rows()
+        loop = asyncio.get_running_loop()
+        ids = {row.session_id for row in rows}
+        # Before anything else touches the files: nothing is scheduled for this agent yet.
+        await loop.run_in_executor(self._executor, self.writer.sweep_orphans, ids)
+        stale = await loop.run_in_executor(self._executor, self._stale, rows)
+        for session_id in stale:
+            await self.ensure_active(store, session_id)
+
+    def _stale(self, rows: Sequence[MirrorRow]) -> list[str]:
+        """Sessions whose files need a repair (a few ``stat`` calls each; a worker thread)."""
+        out = []
+        for row in rows:
+            if not _names_a_folder(row.session_id):
+                continue
+            decision = plan_activation(
+                last_seq=row.last_seq,
+                mirror_seq=row.mirror_seq,
+                state=row.mirror_state,
+                files=row.mirror_files,
+                observed=self.writer.stamps(row.session_id),
+            )
+            if not isinstance(decision, Resume) and row.last_seq:
+                out.append(row.session_id)
+        return out
+
     async def ensure_active(self, store: AgentStore, session_id: str) -> None:
-        """Schedule the session's activation (with repair when its cursor is stale)."""
+        """Schedule the session's activation: resume from its checkpoint when the files
+        match it, else a streamed repair from SQLite."""
         if not self.enabled or session_id in self._active:
             return
-        state = await store.session_state(session_id)
-        if state is None:
+        row = await store.mirror_row(session_id)
+        if row is None:
             return  # the append fails with NotFoundError
-        verify = state.mirror_seq != state.last_seq
-        events = await store.all_events(session_id) if state.last_seq else []
         self._active.add(session_id)
         self._flush()
-        last_seq = state.last_seq
-        self._later(
-            lambda: self.writer.activate(session_id, events, verify=verify),
-            lambda _changed: self._activated(session_id, last_seq),
-        )
+        self._schedule_activation(store, row)
+
+    def _schedule_activation(self, store: AgentStore, row: MirrorRow) -> None:
+        session_id, path = row.session_id, store.path
+
+        def activate() -> int | None:
+            decision = plan_activation(
+                last_seq=row.last_seq,
+                mirror_seq=row.mirror_seq,
+                state=row.mirror_state,
+                files=row.mirror_files,
+                observed=self.writer.stamps(session_id),
+            )
+            if isinstance(decision, Resume):
+                self.writer.resume(session_id, decision.model)
+                return row.last_seq
+            if row.last_seq or self.session_dir(session_id).is_dir():
+                log.info("mirror of session %s: repair (%s)", session_id, decision.reason)
+            return self._repair(path, session_id)
+
+        self._later(activate, self._confirm(session_id))
+
+    def _repair(self, path: Path, session_id: str) -> int | None:
+        """Repair the session's files streamed from SQLite (a worker thread); the session's
+        last seq in the state the repair read, or ``None`` when it failed."""
+        with SessionEventReader(path, session_id) as source:
+            if self.writer.repair(session_id, source) is None:
+                return None
+            return source.last_seq()
+
+    def _confirm(self, session_id: str) -> Callable[[int | None], None]:
+        """After an activation or repair: its cursor, unless a delete came since."""
+        generation = self._generation_of(session_id)
+
+        def done(last_seq: int | None) -> None:
+            if last_seq is not None and self._generation_of(session_id) == generation:
+                self._activated(session_id, last_seq)
+
+        return done
 
     def _activated(self, session_id: str, last_seq: int) -> None:
         # The writer drops a session's state on an I/O error: then nothing is confirmed.
@@ -163,6 +246,9 @@ class MirrorLink:
         self._snapshots[due.session_id] = due
         self._arm()
 
+    def _generation_of(self, session_id: str) -> int:
+        return self._generation.get(session_id, 0)
+
     def _flush(self) -> None:
         """Move what is pending into the chain: trace lines first, then snapshots."""
         if self._timer is not None:
@@ -176,72 +262,124 @@ class MirrorLink:
         if not appends and not snapshots:
             return
 
-        def write() -> dict[str, int | None]:
+        generations = {sid: self._generation_of(sid) for sid in {*appends, *snapshots}}
+
+        def write() -> tuple[dict[str, int | None], dict[str, tuple[int, str]]]:
             cursors = {sid: self.writer.append(sid, evs) for sid, evs in appends.items()}
+            bound: dict[str, tuple[int, str]] = {}
             for sid, (msgs, system, last_seq) in snapshots.items():
-                self.writer.write_snapshot(
+                digest = self.writer.write_snapshot(
                     sid, messages=msgs, system_instructions=system, last_seq=last_seq
                 )
-            return cursors
+                if digest is not None:
+                    bound[sid] = (last_seq, digest)
+            return cursors, bound
 
-        def done(cursors: dict[str, int | None]) -> None:
+        def done(result: tuple[dict[str, int | None], dict[str, tuple[int, str]]]) -> None:
+            cursors, bound = result
+            # A delete since this batch was scheduled: what it wrote confirms nothing.
+            current = {sid for sid, gen in generations.items() if self._generation_of(sid) == gen}
             for sid, cursor in cursors.items():
+                if sid not in current:
+                    continue
                 if cursor is None:
                     # Not mirrored (I/O error): re-activate, and so repair, on the next write.
                     self._active.discard(sid)
                 else:
                     self._cursor[sid] = cursor
+            for sid, binding in bound.items():
+                if sid in current:
+                    self._bound[sid] = binding
             if since is not None and self._on_lag is not None:
                 self._on_lag(time.monotonic() - since)
 
         self._later(write, done)
 
-    def session_deleted(self, session_id: str) -> None:
+    def _forget(self, session_id: str) -> None:
+        """A delete committed: nothing pending or confirmed for the session counts now."""
+        self._generation[session_id] = self._generation_of(session_id) + 1
         self._snapshots.pop(session_id, None)
         self._appends.pop(session_id, None)
-        self._active.discard(session_id)
         self._cursor.pop(session_id, None)
-        if self.enabled and _names_a_folder(session_id):
-            # An id that cannot name a folder was never mirrored: nothing to remove.
-            self._later(lambda: self.writer.delete_session(session_id))
+        self._bound.pop(session_id, None)
 
-    async def events_deleted(self, store: AgentStore, session_id: str) -> None:
-        """Rewrite the session's files from what is left in SQLite (scheduled)."""
+    async def session_deleted(self, session_id: str) -> None:
+        """Remove the session's folder; returns once it is gone from ``sessions/``."""
+        self._forget(session_id)
+        self._active.discard(session_id)
+        if not self.enabled or not _names_a_folder(session_id):
+            # An id that cannot name a folder was never mirrored: nothing to remove.
+            return
+        self._later(lambda: self.writer.delete_session(session_id))
+        await self.drain()
+
+    def events_deleted(self, store: AgentStore, session_id: str) -> None:
+        """Rewrite the session's files from what is left in SQLite (scheduled, streamed).
+
+        The delete's transaction marked the mirror stale and unbound the snapshot: if the
+        process dies before this runs, the next activation repairs instead."""
         if not self.enabled:
             return
-        events = await store.all_events(session_id)
-        self._cursor.pop(session_id, None)
+        self._forget(session_id)
         self._active.add(session_id)
         self._flush()
-        last_seq = max((e.seq for e in events), default=0)
+        path = store.path
 
-        def repair() -> None:
-            self.writer.reconcile(session_id, events)
-            # The snapshot may hold deleted messages and still look current: drop it.
+        def repair() -> int | None:
+            # The snapshot may hold deleted messages: remove it before anything else.
             (self.session_dir(session_id) / SNAPSHOT_FILE).unlink(missing_ok=True)
+            return self._repair(path, session_id)
 
-        self._later(repair, lambda _none: self._activated(session_id, last_seq))
+        self._later(repair, self._confirm(session_id))
 
-    def snapshot_cache(self, session_id: str, last_seq: int) -> RestoredSnapshot | None:
-        """The session's snapshot when valid and current (its last_seq), else ``None``."""
+    def snapshot_cache(
+        self, session_id: str, last_seq: int, digest: str
+    ) -> RestoredSnapshot | None:
+        """The session's snapshot when its bytes have ``digest`` (as SQLite recorded), it
+        is valid and current (its last_seq), else ``None``."""
         if not self.enabled:
             return None
-        return load_snapshot_cache(self.session_dir(session_id), last_seq=last_seq)
+        return load_snapshot_cache(self.session_dir(session_id), last_seq=last_seq, digest=digest)
 
     async def close(self, store: AgentStore | None) -> None:
-        """Drain the chain, store the confirmed cursors, forget in-memory state."""
+        """Drain the chain, store each active session's checkpoint (cursor, model, file
+        stamps, snapshot binding) in one transaction, forget in-memory state."""
         await self.drain()
-        if store is not None:
-            for session_id, cursor in list(self._cursor.items()):
-                try:
-                    await store.set_mirror_seq(session_id, cursor)
-                except SessionServerError as exc:
-                    # Not fatal: a stale cursor only makes the next activation verify.
-                    log.warning("mirror cursor of %r not stored: %s", session_id, exc)
+        if store is not None and self._active:
+            loop = asyncio.get_running_loop()
+            checkpoints = await loop.run_in_executor(
+                self._executor,
+                self._checkpoints,
+                sorted(self._active),
+                dict(self._cursor),
+                dict(self._bound),
+            )
+            try:
+                await store.save_mirror_checkpoints(checkpoints)
+            except SessionServerError as exc:
+                # Not fatal: without a checkpoint the next activation repairs.
+                log.warning("mirror checkpoints of agent %r not stored: %s", store.agent_id, exc)
         for session_id in self._active:
             self.writer.forget(session_id)
         self._active.clear()
         self._cursor.clear()
+        self._bound.clear()
+
+    def _checkpoints(
+        self, active: list[str], cursors: dict[str, int], bound: dict[str, tuple[int, str]]
+    ) -> list[MirrorCheckpoint]:
+        """What SQLite keeps of each active, confirmed session (a worker thread)."""
+        out = []
+        for session_id in active:
+            cursor = cursors.get(session_id)
+            taken = self.writer.checkpoint(session_id)
+            if cursor is None or taken is None:
+                continue  # not confirmed: the stored cursor stays behind, activation repairs
+            model_seq, state, files = taken
+            if model_seq > cursor:
+                continue
+            out.append(MirrorCheckpoint(session_id, cursor, state, files, bound.get(session_id)))
+        return out
 
     def stats(self) -> dict[str, Any]:
         return {"active_sessions": len(self._active), "busy": self.busy}

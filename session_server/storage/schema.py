@@ -8,7 +8,7 @@ from pathlib import Path
 
 __all__ = ["SCHEMA_VERSION", "schema_sql"]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 @functools.cache

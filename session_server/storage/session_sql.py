@@ -140,6 +140,7 @@ def pop_event(
             (d["action"], d["content"], d["metadata"], tokens, current.id),
         )
     conn.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (now_ms(), session_id))
+    ops.invalidate_mirror(conn, session_id)
     return current
 
 
@@ -154,4 +155,5 @@ def clear_events(conn: sqlite3.Connection, session_id: str) -> int:
         "UPDATE sessions SET compaction_required = 0, updated_at = ? WHERE id = ?",
         (now_ms(), session_id),
     )
+    ops.invalidate_mirror(conn, session_id)
     return int(deleted)

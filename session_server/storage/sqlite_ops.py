@@ -40,6 +40,7 @@ __all__ = [
     "EVENT_COLUMNS",
     "SESSION_STATE_COLUMNS",
     "SKIPPED_RECORDS",
+    "STALE_MIRROR_SEQ",
     "AppendResult",
     "SkippedRecords",
     "append",
@@ -47,6 +48,7 @@ __all__ = [
     "connect",
     "hydrate_or_skip",
     "insert_session",
+    "invalidate_mirror",
     "migrate",
     "read_session_state",
     "request_digest",
@@ -119,7 +121,33 @@ def _statements(script: str) -> list[str]:
 
 # MIGRATIONS[n] upgrades a file at user_version n to n + 1. Version 0 means "empty file":
 # it gets the whole current schema at once, so this only grows for later versions.
-MIGRATIONS: dict[int, Sequence[str]] = {}
+MIGRATIONS: dict[int, Sequence[str]] = {
+    # 1 -> 2: the mirror checkpoint and the snapshot binding. A migrated file has neither:
+    # its snapshot is not trusted and its mirror is verified (streamed) once on activation.
+    1: (
+        "ALTER TABLE sessions ADD COLUMN mirror_state TEXT",
+        "ALTER TABLE sessions ADD COLUMN mirror_files TEXT",
+        "ALTER TABLE sessions ADD COLUMN snapshot_seq INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE sessions ADD COLUMN snapshot_digest TEXT",
+    ),
+}
+
+# A delete writes this mirror cursor in its own transaction: never a session's last seq,
+# so the next activation repairs the mirror even if the process dies before it does.
+STALE_MIRROR_SEQ: Final = -1
+
+
+def invalidate_mirror(conn: sqlite3.Connection, session_id: str) -> None:
+    """Inside a delete's transaction: the mirror is stale and no snapshot is trusted.
+
+    The checkpoint and file sizes go too, so nothing written before the delete can pass
+    for current after a crash.
+    """
+    conn.execute(
+        "UPDATE sessions SET mirror_seq = ?, mirror_state = NULL, mirror_files = NULL,"
+        " snapshot_seq = 0, snapshot_digest = NULL WHERE id = ?",
+        (STALE_MIRROR_SEQ, session_id),
+    )
 
 
 def migrate(conn: sqlite3.Connection) -> None:
@@ -248,7 +276,10 @@ def rows_to_events(rows: Sequence[sqlite3.Row]) -> list[SessionEvent]:
     return events
 
 
-SESSION_STATE_COLUMNS: Final = "id, last_seq, last_turn, strategy, compaction_required, mirror_seq"
+SESSION_STATE_COLUMNS: Final = (
+    "id, last_seq, last_turn, strategy, compaction_required, mirror_seq,"
+    " snapshot_seq, snapshot_digest"
+)
 
 
 def session_state(row: sqlite3.Row | None) -> SessionState | None:
@@ -269,6 +300,8 @@ def session_state(row: sqlite3.Row | None) -> SessionState | None:
         compaction_required=bool(row["compaction_required"]),
         mirror_seq=int(row["mirror_seq"]),
         strategy=strategy,
+        snapshot_seq=int(row["snapshot_seq"]),
+        snapshot_digest=row["snapshot_digest"],
     )
 
 

@@ -25,6 +25,8 @@ from concurrent.futures import Executor
 from pathlib import Path
 from typing import Any, Final, Literal, TypeVar
 
+import msgspec
+
 from ..core.errors import (
     AgentUnavailableError,
     CorruptRecordError,
@@ -44,13 +46,62 @@ from .file_lock import try_exclusive_lock
 from .session_rows import read_session_rows, write_session_rows
 from .sqlite_ops import EVENT_COLUMNS
 
-__all__ = ["AgentStore", "AppendResult", "ContextWindow", "Synchronous"]
+__all__ = [
+    "AgentStore",
+    "AppendResult",
+    "ContextWindow",
+    "MirrorCheckpoint",
+    "MirrorRow",
+    "Synchronous",
+]
 
 Synchronous = Literal["FULL", "NORMAL"]
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 _SESSION_COLUMNS: Final = "id, agent_id, created_at, updated_at, metadata, last_seq"
+
+
+class MirrorRow(msgspec.Struct, frozen=True):
+    """What SQLite holds about a session's mirror: the cursor (``-1``: marked stale by a
+    delete), the checkpoint of the last clean close and its file stamps (JSON text)."""
+
+    session_id: str
+    last_seq: int
+    mirror_seq: int
+    mirror_state: str | None
+    mirror_files: str | None
+
+
+class MirrorCheckpoint(msgspec.Struct, frozen=True):
+    """Stored at a clean close: the mirror cursor, the writer's checkpoint, the file
+    stamps and the snapshot binding (seq, SHA-256) when a snapshot was written."""
+
+    session_id: str
+    mirror_seq: int
+    state: str
+    files: str
+    snapshot: tuple[int, str] | None = None
+
+
+_MIRROR_COLUMNS: Final = "id, last_seq, mirror_seq, mirror_state, mirror_files"
+
+
+def _mirror_row(row: sqlite3.Row) -> MirrorRow:
+    return MirrorRow(str(row[0]), int(row[1]), int(row[2]), row[3], row[4])
+
+
+def _save_checkpoints(conn: sqlite3.Connection, checkpoints: Sequence[MirrorCheckpoint]) -> None:
+    for cp in checkpoints:
+        conn.execute(
+            "UPDATE sessions SET mirror_seq = ?, mirror_state = ?, mirror_files = ? WHERE id = ?",
+            (cp.mirror_seq, cp.state, cp.files, cp.session_id),
+        )
+        if cp.snapshot is not None:
+            conn.execute(
+                "UPDATE sessions SET snapshot_seq = ?, snapshot_digest = ? WHERE id = ?",
+                (cp.snapshot[0], cp.snapshot[1], cp.session_id),
+            )
 
 
 class AgentStore:
@@ -273,14 +324,30 @@ class AgentStore:
         """Write a whole session as it is (ids, seqs, columns); ``ConflictError`` on a clash."""
         await self._write("import session", write_session_rows, rows)
 
-    async def stale_mirrors(self) -> list[str]:
-        """Sessions whose stored mirror cursor is not their last seq (a crash, or I/O)."""
+    async def mirror_rows(self) -> list[MirrorRow]:
+        """Every session's mirror columns (activation checks them against the files)."""
 
-        def fn(conn: sqlite3.Connection) -> list[str]:
-            rows = conn.execute("SELECT id FROM sessions WHERE mirror_seq != last_seq")
-            return [str(r[0]) for r in rows]
+        def fn(conn: sqlite3.Connection) -> list[MirrorRow]:
+            rows = conn.execute(f"SELECT {_MIRROR_COLUMNS} FROM sessions")
+            return [_mirror_row(r) for r in rows]
 
         return await self._read(fn)
+
+    async def mirror_row(self, session_id: str) -> MirrorRow | None:
+        """One session's mirror columns; ``None`` when it does not exist."""
+
+        def fn(conn: sqlite3.Connection) -> MirrorRow | None:
+            row = conn.execute(
+                f"SELECT {_MIRROR_COLUMNS} FROM sessions WHERE id = ?", (session_id,)
+            ).fetchone()
+            return None if row is None else _mirror_row(row)
+
+        return await self._read(fn)
+
+    async def save_mirror_checkpoints(self, checkpoints: Sequence[MirrorCheckpoint]) -> None:
+        """Store the checkpoints of a clean close, all in one transaction."""
+        if checkpoints:
+            await self._write("store mirror checkpoints", _save_checkpoints, checkpoints)
 
     async def session_state(self, session_id: str) -> SessionState | None:
         """Internal columns of a session (last seq, strategy, flag, mirror cursor)."""
@@ -379,10 +446,13 @@ class AgentStore:
         marks = ",".join("?" * len(event_ids))
 
         def body(conn: sqlite3.Connection) -> int:
-            return conn.execute(
+            deleted = conn.execute(
                 f"DELETE FROM events WHERE session_id = ? AND id IN ({marks})",
                 (session_id, *event_ids),
             ).rowcount
+            if deleted:
+                ops.invalidate_mirror(conn, session_id)
+            return int(deleted)
 
         deleted = await self._write("delete_events", body)
         if deleted:

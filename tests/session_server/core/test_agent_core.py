@@ -27,6 +27,7 @@ from session_server.core.agent_core import (
     PlaceholderFallback,
     StrategyWrite,
     compaction_report,
+    trusted_snapshot_digest,
 )
 from session_server.core.context import WorkingContext
 from session_server.core.errors import InvalidParamsError, NotFoundError
@@ -297,12 +298,13 @@ def test_the_first_build_may_come_from_the_snapshot_file() -> None:
     kwargs: dict[str, Any] = {"instructions": ["sys"], "limit": None, "strategy": None}
     step = core.build(SID, known, **kwargs)
     assert step == NeedState(SID)
-    core.learn(step, SessionState(SID, last_seq=4), known)
+    bound = SessionState(SID, last_seq=4, snapshot_seq=4, snapshot_digest="d")
+    core.learn(step, bound, known)
     step = core.build(SID, known, **kwargs)
     assert step == NeedAgentStrategy(0)
     core.learn(step, None, known)
     step = core.build(SID, known, **kwargs)
-    assert step == NeedSnapshot(SID, 4)
+    assert step == NeedSnapshot(SID, 4, "d")
     restored = RestoredSnapshot(
         agent_id="agent",
         system_instructions=["sys"],
@@ -319,6 +321,23 @@ def test_the_first_build_may_come_from_the_snapshot_file() -> None:
     assert ctx.token_count == count_messages(restored.messages, ["sys"]).tokens
     # Only the first build of an activation: the next one reads the window.
     assert isinstance(core.build(SID, Known(), **kwargs), NeedWindow)
+
+
+@pytest.mark.parametrize(
+    "state",
+    [
+        SessionState(SID, last_seq=4),  # never bound, or unbound by a delete
+        SessionState(SID, last_seq=4, snapshot_seq=3, snapshot_digest="d"),  # older snapshot
+    ],
+)
+def test_a_snapshot_sqlite_does_not_vouch_for_is_never_read(state: SessionState) -> None:
+    core, known = new_core(snapshots=True), Known()
+    kwargs: dict[str, Any] = {"instructions": ["sys"], "limit": None, "strategy": None}
+    assert trusted_snapshot_digest(state) is None
+    core.learn(NeedState(SID), state, known)
+    core.learn(NeedAgentStrategy(0), None, known)
+    step = core.build(SID, known, **kwargs)
+    assert isinstance(step, NeedWindow)  # rebuilt from events, the file never consulted
 
 
 def test_a_window_read_that_raced_with_a_commit_is_not_cached() -> None:

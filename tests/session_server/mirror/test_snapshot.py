@@ -11,13 +11,19 @@ import pytest
 
 from session_server.core.events import ContextMessage, ToolCall
 from session_server.mirror.snapshot import (
+    RestoredSnapshot,
     build_snapshot,
     message_from_snapshot,
     restore_snapshot,
     snapshot_problem,
     validate_snapshot,
 )
-from session_server.mirror_io.snapshot_files import load_snapshot_cache, read_snapshot
+from session_server.mirror_io.snapshot_files import (
+    REJECTED_SNAPSHOTS,
+    load_snapshot_cache,
+    read_snapshot,
+    snapshot_digest,
+)
 from tests.support.paths import FIXTURES
 
 MESSAGES = [
@@ -152,15 +158,33 @@ def test_reference_tool_messages_with_null_content() -> None:
 
 def test_cache_loader_never_raises(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     path = tmp_path / "working_context_snapshot.json"
-    assert load_snapshot_cache(tmp_path, last_seq=1) is None  # missing
+
+    def load() -> RestoredSnapshot | None:
+        # Bound to the bytes on disk: only the digest check is not under test here.
+        digest = snapshot_digest(path.read_bytes()) if path.exists() else "0" * 64
+        return load_snapshot_cache(tmp_path, last_seq=1, digest=digest)
+
+    assert load() is None  # missing
     path.write_bytes(b"\x00\xffgarbage")
     with caplog.at_level(logging.WARNING):
-        assert load_snapshot_cache(tmp_path, last_seq=1) is None
+        assert load() is None
     assert str(path) in caplog.text
     path.write_text(json.dumps({"schema_version": 1, "agent_id": "a", "messages": [{"role": "x"}]}))
-    assert load_snapshot_cache(tmp_path, last_seq=1) is None  # invalid
+    assert load() is None  # invalid
     path.write_text(json.dumps(build_snapshot(agent_id="a", messages=MESSAGES)))
-    assert load_snapshot_cache(tmp_path, last_seq=1) is None  # no last_seq: cannot be trusted
+    assert load() is None  # no last_seq: cannot be trusted
     path.write_text(json.dumps(build_snapshot(agent_id="a", messages=MESSAGES, last_seq=1)))
-    cached = load_snapshot_cache(tmp_path, last_seq=1)
+    cached = load()
     assert cached is not None and cached.messages == MESSAGES
+
+
+def test_cache_is_served_only_with_the_recorded_digest(tmp_path: Path) -> None:
+    path = tmp_path / "working_context_snapshot.json"
+    path.write_text(json.dumps(build_snapshot(agent_id="a", messages=MESSAGES, last_seq=1)))
+    digest = snapshot_digest(path.read_bytes())
+    assert load_snapshot_cache(tmp_path, last_seq=1, digest=digest) is not None
+    before = REJECTED_SNAPSHOTS.count
+    edited = build_snapshot(agent_id="a", messages=MESSAGES, last_seq=1, system_instructions=["x"])
+    path.write_text(json.dumps(edited))  # same last_seq, other content
+    assert load_snapshot_cache(tmp_path, last_seq=1, digest=digest) is None
+    assert REJECTED_SNAPSHOTS.count == before + 1

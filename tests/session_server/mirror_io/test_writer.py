@@ -13,7 +13,7 @@ from session_server.core.events import ContextMessage, SessionEvent
 from session_server.mirror.model import render_mirror
 from session_server.mirror_io.export import export_session
 from session_server.mirror_io.jsonl import encode_lines
-from session_server.mirror_io.snapshot_files import load_snapshot_cache
+from session_server.mirror_io.snapshot_files import load_snapshot_cache, snapshot_digest
 from session_server.mirror_io.writer import MirrorWriter, reconcile_session_dir, validate_session_id
 from tests.session_server.mirror.factory import (
     agent,
@@ -131,12 +131,16 @@ def test_snapshot_written_with_epoch_and_last_seq(tmp_path: Path) -> None:
     assert [m["role"] for m in snap["messages"]] == ["system", "user", "assistant"]
     comp = committed([compaction({"strategy": "compact"})], start=3, history=evs)
     writer.on_compaction("s1", comp[0])
-    writer.write_snapshot("s1", messages=msgs, last_seq=3)
+    assert writer.write_snapshot("s1", messages=msgs, last_seq=3) == snapshot_digest(
+        path.read_bytes()
+    )
     snap = json.loads(path.read_text())
     assert snap["epoch_id"] == 2 and snap["last_compaction_ts"] == comp[0].timestamp / 1000
-    restored = load_snapshot_cache(writer.session_dir("s1"), last_seq=3)
+    digest = snapshot_digest(path.read_bytes())
+    restored = load_snapshot_cache(writer.session_dir("s1"), last_seq=3, digest=digest)
     assert restored is not None and restored.messages == msgs
-    assert load_snapshot_cache(writer.session_dir("s1"), last_seq=4) is None  # stale
+    stale = load_snapshot_cache(writer.session_dir("s1"), last_seq=4, digest=digest)
+    assert stale is None
     assert not list(writer.session_dir("s1").glob("*.tmp"))
 
 

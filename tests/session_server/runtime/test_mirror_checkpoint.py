@@ -1,0 +1,132 @@
+"""Deleted stays deleted, in process: what a delete writes in its own transaction, the
+checkpoint a clean close stores, the resume it allows, and the schema migration that
+brings older files to it (real SQLite files and mirror folders in a tmp dir)."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from session_server.core.events import ContextMessage, SessionEvent
+from session_server.runtime.registry import ActorRegistry
+from session_server.storage.schema import SCHEMA_VERSION
+from tests.support.mirror_check import expected_mirror, mirror_files
+
+AGENT = "agent"
+# The sessions table of schema version 1, with the rows of the current one.
+V1_SESSIONS = """
+CREATE TABLE sessions_v1 (
+  id TEXT PRIMARY KEY NOT NULL,
+  agent_id TEXT NOT NULL,
+  created_at INTEGER NOT NULL,
+  updated_at INTEGER NOT NULL,
+  metadata TEXT,
+  last_seq INTEGER NOT NULL DEFAULT 0,
+  last_turn INTEGER NOT NULL DEFAULT 0,
+  last_turn_start_seq INTEGER NOT NULL DEFAULT 0,
+  strategy TEXT,
+  compaction_required INTEGER NOT NULL DEFAULT 0,
+  mirror_seq INTEGER NOT NULL DEFAULT 0
+);
+INSERT INTO sessions_v1 SELECT id, agent_id, created_at, updated_at, metadata, last_seq,
+  last_turn, last_turn_start_seq, strategy, compaction_required, mirror_seq FROM sessions;
+DROP TABLE sessions;
+ALTER TABLE sessions_v1 RENAME TO sessions;
+"""
+
+
+def db(tmp_path: Path) -> Path:
+    return tmp_path / "agents" / AGENT / "agent.sqlite"
+
+
+def columns(tmp_path: Path, sid: str) -> dict[str, object]:
+    with sqlite3.connect(db(tmp_path)) as conn:
+        conn.row_factory = sqlite3.Row
+        row = conn.execute(
+            "SELECT last_seq, mirror_seq, mirror_state, mirror_files, snapshot_seq,"
+            " snapshot_digest FROM sessions WHERE id = ?",
+            (sid,),
+        ).fetchone()
+    return dict(row)
+
+
+async def two_turns(reg: ActorRegistry) -> str:
+    actor = await reg.get(AGENT)
+    sid = await actor.create_session(session_id="s")
+    for n in range(2):
+        ctx = await actor.build_working_context(sid)
+        ctx.add_messages(
+            [
+                ContextMessage(role="user", content=f"q{n}"),
+                ContextMessage(role="assistant", content=f"a{n}"),
+            ]
+        )
+        await actor.persist_working_context(sid, ctx)
+    return sid
+
+
+async def test_a_clean_close_binds_the_snapshot_and_stores_the_checkpoint(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with ActorRegistry(tmp_path, idle_timeout=None) as reg:
+        sid = await two_turns(reg)
+    cols = columns(tmp_path, sid)
+    snapshot = tmp_path / "agents" / AGENT / "sessions" / sid / "working_context_snapshot.json"
+    assert cols["mirror_seq"] == cols["last_seq"] == cols["snapshot_seq"] == 4
+    assert cols["snapshot_digest"] == hashlib.sha256(snapshot.read_bytes()).hexdigest()
+    assert cols["mirror_state"] and cols["mirror_files"]
+    caplog.set_level(logging.INFO, logger="session_server")
+    async with ActorRegistry(tmp_path, idle_timeout=None) as reg:
+        actor = await reg.get(AGENT)
+        await actor.append_events(sid, [SessionEvent(content="q2")])
+        events = await actor.load_events(sid, limit=None, tail=False)
+    assert "repair" not in caplog.text  # resumed from the checkpoint: no history read
+    assert mirror_files(tmp_path, AGENT, sid) == expected_mirror(events)
+
+
+@pytest.mark.parametrize("how", ["delete", "pop", "clear"])
+async def test_a_delete_marks_the_mirror_stale_in_its_own_transaction(
+    tmp_path: Path, how: str
+) -> None:
+    async with ActorRegistry(tmp_path, idle_timeout=None) as reg:
+        sid = await two_turns(reg)
+    async with ActorRegistry(tmp_path, idle_timeout=None) as reg:
+        actor = await reg.get(AGENT)
+        events = await actor.load_events(sid, limit=None, tail=False)
+        if how == "delete":
+            assert await actor.delete_events(sid, [events[1].id]) == 1
+        elif how == "pop":
+            assert await actor.pop_event(sid) is not None
+        else:
+            assert await actor.clear_session(sid) == 4
+        # Read beside the server, right after the answer: the transaction said it.
+        cols = columns(tmp_path, sid)
+        assert cols["mirror_seq"] == -1
+        assert cols["snapshot_digest"] is None and cols["mirror_state"] is None
+        ctx = await actor.build_working_context(sid)
+        assert "restored_from" not in (ctx.metadata or {})
+        await actor.mirror.drain()
+        left = await actor.load_events(sid, limit=None, tail=False)
+        assert mirror_files(tmp_path, AGENT, sid) == expected_mirror(left)
+    assert columns(tmp_path, sid)["mirror_seq"] == 4  # repaired and confirmed at close
+
+
+async def test_files_written_by_schema_1_are_migrated(tmp_path: Path) -> None:
+    async with ActorRegistry(tmp_path, idle_timeout=None) as reg:
+        sid = await two_turns(reg)
+    with sqlite3.connect(db(tmp_path)) as conn:  # as version 1 left it
+        conn.executescript(V1_SESSIONS)
+        conn.execute("PRAGMA user_version=1")
+    async with ActorRegistry(tmp_path, idle_timeout=None) as reg:
+        actor = await reg.get(AGENT)
+        ctx = await actor.build_working_context(sid)
+        assert "restored_from" not in (ctx.metadata or {})  # no binding: not trusted
+        assert [m.content for m in ctx.messages] == ["q0", "a0", "q1", "a1"]
+        events = await actor.load_events(sid, limit=None, tail=False)
+    with sqlite3.connect(db(tmp_path)) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+    assert mirror_files(tmp_path, AGENT, sid) == expected_mirror(events)
