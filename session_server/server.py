@@ -60,6 +60,7 @@ from .core.errors import (
 )
 from .core.events import SessionEvent
 from .http_routes import HttpRoutes
+from .intake import FramePermits, IntakeConnection, intake_connection
 from .limits import derive_limits
 from .log_redact import redacting_logger
 from .rpc.methods import AGENT, SERVER, CallContext, Endpoint, MethodSpec, dispatch
@@ -106,46 +107,74 @@ REPLAY_BATCH = 500
 """Events per ``events.appended`` notification when a subscription replays the past."""
 
 
+FANOUT_SLICE = 2
+"""Subscribers served per event-loop step of a fan-out: the writer's answer (and every
+other client) waits for one slice at most, not for the whole fan-out."""
+
+
 class _Topic:
     """One actor subscription per (agent, session) for all of this server's subscribers.
 
-    The actor calls ``on_events`` on the writer's path; the fan-out runs in a later loop
-    callback (the append's answer does not wait for it) and encodes the notification once
-    for every subscriber.
+    The actor calls ``on_events`` on the writer's path; that only queues the events. The
+    fan-out runs in later loop steps, ``FANOUT_SLICE`` subscribers per step, so neither
+    the append's answer nor other clients wait behind a thousand subscribers. Events that
+    commit during a fan-out go out together in the next round (one notification, encoded
+    once for every subscriber); a deletion goes out after the events before it.
     """
 
-    __slots__ = ("key", "server", "subs", "unsubscribe")
+    __slots__ = ("deleted", "key", "pending", "running", "server", "subs", "unsubscribe")
 
     def __init__(self, server: SessionServer, key: tuple[str, str]) -> None:
         self.server = server
         self.key = key
         self.subs: list[_Subscription] = []
         self.unsubscribe: Callable[[], None] = lambda: None
+        self.pending: list[SessionEvent] = []
+        self.deleted = False
+        self.running = False
 
     def on_events(self, events: list[SessionEvent]) -> None:
-        asyncio.get_running_loop().call_soon(self._fan_out, events)
+        if events:
+            self.pending.extend(events)
+            self._kick()
 
-    def _fan_out(self, events: list[SessionEvent]) -> None:
-        if not events:
+    def on_deleted(self) -> None:
+        self.deleted = True
+        self._kick()
+
+    def _kick(self) -> None:
+        if not self.running:
+            self.running = True
+            asyncio.get_running_loop().call_soon(self._round)
+
+    def _round(self) -> None:
+        if self.pending:
+            events, self.pending = self.pending, []
+            self._step(events, _appended(self.key[1], events), list(self.subs), 0)
             return
-        payload: bytes | None = None
-        for sub in list(self.subs):
+        self.running = False
+        if self.deleted:
+            for sub in list(self.subs):
+                sub.on_deleted()
+
+    def _step(
+        self, events: list[SessionEvent], payload: bytes, subs: list[_Subscription], start: int
+    ) -> None:
+        end = start + FANOUT_SLICE
+        for sub in subs[start:end]:
+            if sub.topic is not self:  # unsubscribed since the round began
+                continue
             if not sub.live:
                 sub.buffer.extend(events)
-                continue
-            if events[0].seq > sub.floor:
-                if payload is None:
-                    payload = _appended(self.key[1], events)
+            elif events[0].seq > sub.floor:
                 sub.deliver(payload, events[0].seq, events[-1].seq)
             else:  # overlaps what the subscribe answer already covered
                 sub.deliver_events(events)
-
-    def on_deleted(self) -> None:
-        asyncio.get_running_loop().call_soon(self._deleted)
-
-    def _deleted(self) -> None:
-        for sub in list(self.subs):
-            sub.on_deleted()
+        loop = asyncio.get_running_loop()
+        if end < len(subs):
+            loop.call_soon(self._step, events, payload, subs, end)
+        else:
+            loop.call_soon(self._round)
 
     def remove(self, sub: _Subscription) -> None:
         with contextlib.suppress(ValueError):
@@ -269,7 +298,7 @@ class _Connection:
     also pauses while more than ``max_outgoing_bytes`` wait to be written.
     """
 
-    def __init__(self, server: SessionServer, ws: ServerConnection, route: _Route) -> None:
+    def __init__(self, server: SessionServer, ws: IntakeConnection, route: _Route) -> None:
         self.server = server
         self.ws = ws
         self.route = route
@@ -400,13 +429,22 @@ class _Connection:
     def _context(self) -> CallContext:
         return CallContext(self.server.registry, self.route.agent_id, self, self.route.grant)
 
-    async def _answer(self, data: str | bytes) -> tuple[bytes | None, list[CallContext]]:
-        """Parse and run one frame; return its encoded answer (None: nothing to send)."""
+    def _parse(self, data: bytes, text: bool) -> Frame | bytes | None:
+        """The frame, or the encoded answer to a frame that does not parse (None: a text
+        frame that is not UTF-8, which fails the connection with 1007 as RFC 6455 asks)."""
         try:
-            frame = parse_frame(data)
+            return parse_frame(data)
         except SessionServerError as exc:
-            return encode_message(error_response(None, exc)), []
-        del data
+            if text and not _is_utf8(data):
+                self.stop_reading()
+                task = asyncio.create_task(self.ws.close(1007, "invalid UTF-8 in a text frame"))
+                self.flushers.add(task)
+                task.add_done_callback(self.flushers.discard)
+                return None
+            return encode_message(error_response(None, exc))
+
+    async def _answer(self, frame: Frame) -> tuple[bytes | None, list[CallContext]]:
+        """Run one parsed frame; return its encoded answer (None: nothing to send)."""
         grant = self.route.grant
         if self.revoked or (grant is not None and grant.expired(self.server.clock())):
             return self._refuse_expired(frame), []
@@ -444,15 +482,22 @@ class _Connection:
             return None, contexts
         return b"[" + b",".join(parts) + b"]", contexts
 
-    async def _handle(self, data: str | bytes, token: int) -> None:
+    async def _handle(self, data: bytes, text: bool, token: int, permit: bool) -> None:
         answer: bytes | None = None
         contexts: list[CallContext] = []
         try:
             try:
-                answer, contexts = await self._answer(data)
+                parsed = self._parse(data, text)
+                del data  # the raw bytes go now, not when the request is done
+                if isinstance(parsed, Frame):
+                    answer, contexts = await self._answer(parsed)
+                else:
+                    answer = parsed
+                del parsed
             finally:
-                del data
                 self.server.budget.release(token)
+                if permit:
+                    self.server.permits.release()
         except Exception:  # dispatch answers every error; this is a last resort
             log.exception("unexpected failure handling a frame")
         finally:
@@ -470,28 +515,38 @@ class _Connection:
             while True:
                 await self.slots.acquire()
                 await self.writable.wait()
+                self.ws.ready(True)
                 try:
                     data = await self._recv(idle)
+                    text, permit = await self.ws.claim(len(data))
                 except BaseException:
                     self.slots.release()
                     raise
-                token = await self.server.budget.acquire(len(data))
-                task = asyncio.create_task(self._handle(data, token))
+                finally:
+                    self.ws.ready(False)
+                try:
+                    token = await self.server.budget.acquire(len(data))
+                except BaseException:
+                    if permit:
+                        self.server.permits.release()
+                    raise
+                task = asyncio.create_task(self._handle(data, text, token, permit))
                 del data
                 self.tasks.add(task)
                 task.add_done_callback(self.tasks.discard)
         except ConnectionClosed:
             pass
+        finally:
+            self.ws.end()
 
-    async def _recv(self, idle: float | None) -> str | bytes:
-        """The next frame as bytes; close the connection when it stays idle (no frame,
-        nothing in flight, no subscription) for ``idle`` seconds."""
+    async def _recv(self, idle: float | None) -> bytes:
+        """The next message as bytes, text frames too (parsed as UTF-8 JSON without a
+        decoded copy); close the connection when it stays idle (no frame, nothing in
+        flight, no subscription) for ``idle`` seconds."""
         while True:
             try:
                 async with asyncio.timeout(idle):
-                    # Text frames decoded (invalid UTF-8 closes with 1007, as the protocol
-                    # requires); binary frames stay bytes and are read as UTF-8 JSON.
-                    return await self.ws.recv()
+                    return await self.ws.recv(decode=False)
             except TimeoutError:
                 if self.subscriptions or self.tasks or self.outgoing:
                     continue
@@ -586,6 +641,14 @@ class _Connection:
             self.reader.cancel()
 
 
+def _is_utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
 def _bounded(response: dict[str, Any], item: RpcRequest | Invalid, limit: int) -> bytes:
     """``response`` encoded, or a -32004 answer when it would exceed ``limit`` bytes."""
     data = encode_message(response)
@@ -617,6 +680,9 @@ class SessionServer:
     - ``max_batch`` requests per batch (more: -32600); a batch runs one request at a time;
     - ``max_answer_bytes`` per answer (a batch's answers together; more: -32004);
     - ``max_request_bytes``: frames being handled, all connections together;
+    - ``large_frame_threshold`` bytes a connection may have received and not yet handed
+      to a handler; beyond, it needs one of ``large_frame_permits`` (default: as many
+      maximal frames as half of ``max_request_bytes``) or is not read (``intake``);
     - ``max_subscriber_bytes`` of notifications queued per subscription (then a gap);
     - ``max_subscriptions`` per connection;
     - ``max_connections`` (default derived from ``RLIMIT_NOFILE``): more get HTTP 503;
@@ -641,6 +707,8 @@ class SessionServer:
         max_batch: int = 64,
         max_answer_bytes: int | None = None,
         max_request_bytes: int | None = None,
+        large_frame_threshold: int = 1024 * 1024,
+        large_frame_permits: int | None = None,
         max_subscriber_bytes: int = 1024 * 1024,
         max_subscriptions: int = 256,
         max_connections: int | None = None,
@@ -663,6 +731,19 @@ class SessionServer:
         # Two maximal frames at once (large frames may hold half the budget), the other
         # half for ordinary requests.
         self.budget = ByteBudget(max_request_bytes or 4 * max_frame_bytes)
+        # Messages over the threshold are received under a permit (``intake``): as many
+        # maximal frames as the budget's large share holds, so a permit holder never
+        # waits for the large share.
+        self.large_frame_threshold = max(1, min(large_frame_threshold, max_frame_bytes))
+        self.permits = FramePermits(
+            large_frame_permits or max(1, self.budget.large_limit // max(1, max_frame_bytes))
+        )
+        ops = registry.operations
+        ops.intake_bytes.set_function(lambda: self.permits.held)
+        ops.intake_bytes_peak.set_function(lambda: self.permits.held_peak)
+        ops.frame_permits.set_function(lambda: self.permits.count)
+        ops.frame_permits_in_use.set_function(lambda: self.permits.in_use)
+        ops.frame_permits_peak.set_function(lambda: self.permits.peak)
         self.max_subscriber_bytes = max_subscriber_bytes
         self.max_subscriptions = max_subscriptions
         self.max_connections = max_connections or derive_limits().max_connections
@@ -729,6 +810,9 @@ class SessionServer:
             # keeps zlib buffers; the server's peers are local or on a fast network.
             compression=None,
             logger=redacting_logger("websockets.server"),
+            create_connection=intake_connection(
+                self.permits, threshold=self.large_frame_threshold, max_frame=self.max_frame_bytes
+            ),
         )
         sockets = self._ws.sockets
         if sockets:
@@ -874,7 +958,7 @@ class SessionServer:
 
     async def _handler(self, ws: ServerConnection) -> None:
         route = self._routes.pop(ws, None)
-        if route is None:  # cannot happen: process_request accepted it
+        if route is None or not isinstance(ws, IntakeConnection):  # cannot happen
             await ws.close(1011, "no route")
             return
         conn = _Connection(self, ws, route)

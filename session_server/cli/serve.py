@@ -212,12 +212,15 @@ async def _serve(args: argparse.Namespace, sources: AuthSources, auth: Authentic
     from ..auth_files import AuthReloader
     from ..core.errors import MemoryDirInUseError
     from ..limits import derive_limits, raise_nofile_limit
+    from ..process_memory import map_large_allocations
     from ..rpc.table import BUILTIN_METHODS
     from ..runtime.registry import ActorRegistry
     from ..server import SessionServer, quiet_accept_errors
 
     # Descriptors bound both open agents and connections: take what the system allows.
     limits = derive_limits(raise_nofile_limit())
+    # Large frames are freed back to the system, so RSS follows what is in use.
+    map_large_allocations()
 
     host = args.host or DEFAULT_HOST
     tokens = auth.enabled

@@ -88,17 +88,19 @@ class Frame:
 
 
 def _decode(data: str | bytes) -> Any:
-    if isinstance(data, str):
-        text: str | bytes = data
-    else:
-        text = bytes(data)
-        try:
-            text.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise ParseError(f"Parse error: frame is not valid UTF-8 (byte {exc.start})") from exc
+    # Bytes are decoded as they are: msgspec checks the UTF-8 of every string and rejects
+    # any other non-ASCII byte as malformed JSON, so no decoded copy of the frame is made
+    # (the UTF-8 check below runs on the error path only, to name the cause).
     try:
-        return _DECODER.decode(text)
-    except msgspec.DecodeError as exc:
+        return _DECODER.decode(data)
+    except (msgspec.DecodeError, UnicodeDecodeError) as exc:
+        if isinstance(data, bytes):
+            try:
+                data.decode("utf-8")
+            except UnicodeDecodeError as bad:
+                raise ParseError(
+                    f"Parse error: frame is not valid UTF-8 (byte {bad.start})"
+                ) from bad
         raise ParseError(f"Parse error: {exc}") from exc
     except UnicodeEncodeError as exc:  # a str holding lone surrogates
         raise ParseError("Parse error: frame is not valid UTF-8") from exc

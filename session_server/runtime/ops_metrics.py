@@ -16,6 +16,10 @@ default ``namespace="session_server"``:
 - ``session_server_mirror_lag_seconds``: histogram of the delay from the first commit of
   a mirror batch to its JSONL files being written;
 - ``session_server_summarizer_failures_total``: summaries that failed (nothing written).
+- ``session_server_intake_bytes`` (and ``_peak``): request bytes received and not yet
+  handed to a handler; ``session_server_frame_permits`` (the pool),
+  ``session_server_frame_permits_in_use`` (and ``_peak``): large-frame permits (see
+  ``session_server.intake``).
 """
 
 from __future__ import annotations
@@ -97,6 +101,25 @@ class OperationsMetrics:
         self.summarizer_failures = Counter(
             "summarizer_failures", "Summaries that failed (nothing was written).", **common
         )
+        # The request intake (``session_server.intake``); the server sets their functions.
+        self.intake_bytes = Gauge(
+            "intake_bytes",
+            "Request bytes received and not yet handed to a handler, all connections.",
+            **common,
+        )
+        self.intake_bytes_peak = Gauge(
+            "intake_bytes_peak", "The most intake_bytes held at once since start.", **common
+        )
+        self.frame_permits_in_use = Gauge(
+            "frame_permits_in_use",
+            "Large-frame permits held (messages over the intake threshold being received "
+            "or handled).",
+            **common,
+        )
+        self.frame_permits_peak = Gauge(
+            "frame_permits_peak", "The most large-frame permits held at once.", **common
+        )
+        self.frame_permits = Gauge("frame_permits", "Large-frame permits in the pool.", **common)
 
     def observe_request(self, method: str, code: str, seconds: float) -> None:
         """One answered request (``code``: ``ok`` or the JSON-RPC error code)."""
