@@ -55,6 +55,7 @@ class FramePermits:
         self.peak = 0
         self.held = 0
         self.held_peak = 0
+        self.waits = 0  # how many times a connection queued for a permit
         self._waiters: dict[object, Callable[[], None]] = {}  # insertion order: FIFO
 
     def try_take(self) -> bool:
@@ -67,6 +68,7 @@ class FramePermits:
     def wait(self, key: object, granted: Callable[[], None]) -> None:
         """Queue ``key``; ``granted()`` runs once a permit has been taken for it."""
         self._waiters[key] = granted
+        self.waits += 1
 
     def withdraw(self, key: object) -> None:
         self._waiters.pop(key, None)

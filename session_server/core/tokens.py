@@ -35,6 +35,33 @@ _WARNED: set[str] = set()
 DEFAULT_ENCODING: Final = "o200k_base"
 # Per-message framing tokens in the chat format (role, separators), as OpenAI counts them.
 MESSAGE_OVERHEAD: Final = 4
+# Longer text is counted piece by piece: tiktoken returns every token as a Python int in
+# one list (about 80 bytes per token: 700 MB for a 15 MiB append) built while holding the
+# GIL (hundreds of ms with the event loop stalled).
+COUNT_PIECE_CHARS: Final = 64 * 1024
+_CUT_WINDOW: Final = 4096
+
+
+def _pieces(text: str) -> Iterable[str]:
+    """``text`` in pieces of at most about ``COUNT_PIECE_CHARS``, cut where the encoders'
+    pre-tokenisation cuts anyway: before a single space between two non-space characters
+    (every pattern of the cl100k/o200k families starts a new piece there). Text with no
+    such space near the limit is cut at the limit (the count may then differ by a token
+    per cut)."""
+    start, n = 0, len(text)
+    while n - start > COUNT_PIECE_CHARS:
+        end = start + COUNT_PIECE_CHARS
+        low = max(start + 1, end - _CUT_WINDOW)
+        cut = end
+        p = text.rfind(" ", low, end)
+        while p >= low:
+            if not text[p - 1].isspace() and not text[p + 1].isspace():
+                cut = p
+                break
+            p = text.rfind(" ", low, p)
+        yield text[start:cut]
+        start = cut
+    yield text[start:]
 
 
 class TokenCount(NamedTuple):
@@ -69,10 +96,14 @@ class TokenCounter:
         if not text:
             return 0
         if self._encoding is None:
-            return math.ceil(len(text.encode("utf-8")) / 4)
+            size = len(text) if text.isascii() else len(text.encode("utf-8"))
+            return math.ceil(size / 4)
         # Special-token text counts as ordinary text: ``encode_ordinary`` is
         # ``encode(text, disallowed_special=())`` without the special-token scan.
-        return len(self._encoding.encode_ordinary(text))
+        encode = self._encoding.encode_ordinary
+        if len(text) <= COUNT_PIECE_CHARS:
+            return len(encode(text))
+        return sum(len(encode(piece)) for piece in _pieces(text))
 
     def count_message(self, message: ContextMessage) -> int:
         total = MESSAGE_OVERHEAD + self.count(message.content)

@@ -1,0 +1,149 @@
+"""The request intake on a real server and real sockets: many connections in the middle
+of a large frame at once are admitted within the permit pool, every one of them
+completes (paused connections resume), and the server's own figures (/metrics) never
+exceed the documented bound."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import msgspec
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.frames import Frame, Opcode
+
+from session_server.client import SessionClient
+from tests.support.plain_http import http_get
+from tests.support.server import running_server
+
+MAX_FRAME = 1024 * 1024
+THRESHOLD = 64 * 1024
+PERMITS = 2
+CONNECTIONS = 8
+READ_CHUNK = 256 * 1024  # the most one socket read adds past the threshold
+AGENT = "intake"
+
+
+def _bound() -> int:
+    """The intake bound of docs/server.md: permits x (max frame + threshold) +
+    connections x (threshold + one read)."""
+    return PERMITS * (MAX_FRAME + THRESHOLD) + CONNECTIONS * (THRESHOLD + READ_CHUNK)
+
+
+def _append_frame(session_id: str, size: int) -> bytes:
+    """A masked text frame (as a client sends it) appending ``size`` characters."""
+    payload = msgspec.json.encode(
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "events.append",
+            "params": {
+                "session_id": session_id,
+                "events": [{"content": os.urandom(size // 2).hex()}],
+            },
+        }
+    )
+    return Frame(Opcode.TEXT, payload).serialize(mask=True, extensions=[])
+
+
+def _metric(text: str, name: str) -> float:
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise AssertionError(f"{name} not in /metrics")
+
+
+async def _until(condition: Callable[[], bool]) -> None:
+    """Wait for a condition of the server's state (polled; at most 20 s)."""
+    async with asyncio.timeout(20):
+        while not condition():  # noqa: ASYNC110
+            await asyncio.sleep(0.005)
+
+
+async def test_connections_mid_frame_wait_for_permits_and_all_complete(tmp_path: Path) -> None:
+    async with running_server(
+        tmp_path / "memory",
+        max_frame_bytes=MAX_FRAME,
+        large_frame_threshold=THRESHOLD,
+        large_frame_permits=PERMITS,
+    ) as running:
+        permits = running.server.permits
+        assert permits.count == PERMITS
+        async with SessionClient(running.url, AGENT) as setup:
+            for i in range(CONNECTIONS):
+                await setup.create_session(session_id=f"s{i}")
+        frames = [_append_frame(f"s{i}", 900_000) for i in range(CONNECTIONS)]
+        conns: list[ClientConnection] = [
+            await connect(f"{running.url}/v1/agents/{AGENT}", max_size=None)
+            for _ in range(CONNECTIONS)
+        ]
+        try:
+            # Every connection sends the first half of its frame: all are mid-frame, past
+            # the threshold; two hold the permits, the others are not read.
+            for ws, frame in zip(conns, frames, strict=True):
+                ws.transport.write(frame[: len(frame) // 2])
+            await _until(
+                lambda: permits.in_use == PERMITS and permits.waiting == CONNECTIONS - PERMITS
+            )
+            assert permits.held <= _bound()
+            # Then the rest: holders complete and hand their permits on, in turn.
+            for ws, frame in zip(conns, frames, strict=True):
+                ws.transport.write(frame[len(frame) // 2 :])
+            async with asyncio.timeout(60):
+                answers = [msgspec.json.decode(await ws.recv(decode=False)) for ws in conns]
+        finally:
+            for ws in conns:
+                await ws.close()
+        assert all("result" in a for a in answers), answers
+        assert permits.waits >= CONNECTIONS - PERMITS  # they really waited
+        scraped = (await http_get(running.url, "/metrics")).body
+        assert _metric(scraped, "session_server_frame_permits") == PERMITS
+        assert _metric(scraped, "session_server_frame_permits_peak") == PERMITS
+        assert _metric(scraped, "session_server_intake_bytes_peak") <= _bound()
+        assert _metric(scraped, "session_server_intake_bytes_peak") > PERMITS * 900_000
+        await _until(lambda: permits.in_use == 0 and permits.held == 0)
+        async with SessionClient(running.url, AGENT) as check:
+            for i in range(CONNECTIONS):
+                events = await check.load_events(f"s{i}")
+                assert len(events) == 1 and len(events[0].content) == 900_000
+
+
+async def test_a_connection_that_leaves_mid_frame_gives_its_permit_back(tmp_path: Path) -> None:
+    async with running_server(
+        tmp_path / "memory",
+        max_frame_bytes=MAX_FRAME,
+        large_frame_threshold=THRESHOLD,
+        large_frame_permits=1,
+    ) as running:
+        permits = running.server.permits
+        async with SessionClient(running.url, AGENT) as setup:
+            await setup.create_session(session_id="s0")
+        frame = _append_frame("s0", 900_000)
+        quitter = await connect(f"{running.url}/v1/agents/{AGENT}", max_size=None)
+        quitter.transport.write(frame[: len(frame) // 2])
+        await _until(lambda: permits.in_use == 1)
+        waiter = await connect(f"{running.url}/v1/agents/{AGENT}", max_size=None)
+        waiter.transport.write(frame[: len(frame) // 2])
+        await _until(lambda: permits.waiting == 1)
+        quitter.transport.abort()  # the holder goes away mid-frame
+        waiter.transport.write(frame[len(frame) // 2 :])
+        async with asyncio.timeout(30):
+            answer = msgspec.json.decode(await waiter.recv(decode=False))
+        await waiter.close()
+        assert "result" in answer, answer
+        await _until(lambda: permits.in_use == 0 and permits.held == 0 and not permits.waiting)
+
+
+async def test_small_frames_need_no_permit(tmp_path: Path) -> None:
+    async with running_server(
+        tmp_path / "memory", max_frame_bytes=MAX_FRAME, large_frame_threshold=THRESHOLD
+    ) as running:
+        async with SessionClient(running.url, AGENT) as client:
+            await client.create_session(session_id="s")
+            await asyncio.gather(
+                *(client.append_events("s", [{"content": "x" * 1000}]) for _ in range(50))
+            )
+        assert running.server.permits.peak == 0
+        assert running.server.permits.waits == 0
