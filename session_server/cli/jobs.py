@@ -47,7 +47,10 @@ def run_offline(
     agent_id = args.agent_id if hasattr(args, "agent_id") else args.agent
 
     async def run() -> Any:
-        async with ActorRegistry(args.memory_dir, idle_timeout=None, readonly=readonly) as reg:
+        # Not the snapshot index's owner: a server may run beside (its index goes stale).
+        async with ActorRegistry(
+            args.memory_dir, idle_timeout=None, readonly=readonly, index_owner=False
+        ) as reg:
             if must_exist and not (reg.agent_dir(agent_id) / "agent.sqlite").is_file():
                 raise NotFoundError(f"agent {agent_id!r} not found in {args.memory_dir}")
             return await job(await reg.get(agent_id))

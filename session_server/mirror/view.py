@@ -21,6 +21,7 @@ entries, applied after the merge. A limit of ``None`` means no limit.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -36,9 +37,11 @@ __all__ = [
     "group_by_agent",
     "merge_raw_traces",
     "page_snapshots",
+    "tail_lines_needed",
     "to_memory_message",
     "to_trace_event",
     "trace_sort_key",
+    "window_shows_tail",
 ]
 
 
@@ -252,6 +255,45 @@ def build_memory_view(
             conversation = build_conversation_view(merged, opts.collapse_tools)
             view["conversation"] = _tail(conversation, opts.conversation_limit)
     return view
+
+
+def tail_lines_needed(options: MemoryViewOptions) -> int | None:
+    """How many of the newest trace lines a view needs at least; ``None`` when it needs
+    every line (a trace part asked for without a limit)."""
+    needs: list[int] = []
+    if options.include_raw_traces:
+        if options.raw_trace_limit is None:
+            return None
+        needs.append(options.raw_trace_limit)
+    if options.include_conversation:
+        if options.conversation_limit is None:
+            return None
+        needs.append(options.conversation_limit)
+    return max(needs, default=0)
+
+
+def window_shows_tail(window: Sequence[Mapping[str, Any]], options: MemoryViewOptions) -> bool:
+    """True when ``window``, the newest trace lines in file order (older lines not read),
+    yields the same limited view as the whole history.
+
+    The server writes trace lines in seq order with its own timestamps, so the newest
+    lines in the files are the newest by ``trace_sort_key``; a window not in that order
+    is never trusted (read more). The raw traces need ``raw_trace_limit`` lines. The
+    conversation needs ``conversation_limit`` entries, none of them an orphan result:
+    with collapsing, a result whose call lies before the window looks like an orphan
+    inside it, so only a window whose shown entries have no orphan is complete.
+    """
+    keys = [trace_sort_key(t) for t in window]
+    if any(a > b for a, b in itertools.pairwise(keys)):
+        return False
+    if options.include_raw_traces and len(window) < (options.raw_trace_limit or 0):
+        return False
+    if options.include_conversation:
+        limit = options.conversation_limit or 0
+        shown = build_conversation_view(window, options.collapse_tools)[-limit:] if limit else []
+        if len(shown) < limit or any(e["kind"] == "tool_result_orphan" for e in shown):
+            return False
+    return True
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,6 +9,7 @@ skipped with a warning.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,9 +17,17 @@ from typing import Any
 from ..core.agent_ids import validate_agent_id
 from ..core.errors import NotFoundError
 from ..mirror.snapshot import SNAPSHOT_FILE
-from ..mirror.view import MemoryViewOptions, SnapshotSummary, build_memory_view, page_snapshots
+from ..mirror.view import (
+    MemoryViewOptions,
+    SnapshotSummary,
+    build_memory_view,
+    page_snapshots,
+    tail_lines_needed,
+    window_shows_tail,
+)
 from .jsonl import read_jsonl
 from .snapshot_files import read_snapshot
+from .tail import BLOCK, TailReader
 from .writer import (
     ACTIVE_FILE,
     ARCHIVE_FILE,
@@ -34,6 +43,7 @@ __all__ = [
     "list_snapshots",
     "read_memory_folder",
     "read_memory_view",
+    "read_trace_tail",
     "resolve_memory_folder",
     "summarize_folder",
 ]
@@ -63,10 +73,44 @@ def read_memory_folder(folder: Path, options: MemoryViewOptions | None = None) -
     if opts.include_semantic:
         files.semantic = read_jsonl(folder / SEMANTIC_FILE)
     if opts.include_raw_traces or opts.include_conversation:
+        need = tail_lines_needed(opts)
+        if need is not None:
+            # Limited: only the newest lines, read from the end (the archive's only when
+            # the active file has too few); the window holds both files' lines in order.
+            files.raw_active = read_trace_tail(folder, opts, need)
+            return files
         files.raw_active = read_jsonl(folder / ACTIVE_FILE)
         if opts.include_archive:
             files.raw_archive = read_jsonl(folder / ARCHIVE_FILE)
     return files
+
+
+def read_trace_tail(
+    folder: Path, options: MemoryViewOptions, need: int, *, block: int | None = None
+) -> list[dict[str, Any]]:
+    """The newest trace lines of ``folder`` (archive lines before active ones) that the
+    limited view ``options`` needs (``mirror.view.window_shows_tail``), oldest first.
+
+    Starts with ``need`` lines and doubles the window until it suffices or both files are
+    read whole; what is read is about what is shown, however long the history.
+    """
+    names = [ACTIVE_FILE, ARCHIVE_FILE] if options.include_archive else [ACTIVE_FILE]
+    newest_first: list[dict[str, Any]] = []
+    want = max(1, need)
+    with contextlib.ExitStack() as stack:
+        readers = [
+            stack.enter_context(TailReader(folder / name, block=block or BLOCK)) for name in names
+        ]
+        lines = (line for reader in readers for line in reader)
+        while True:
+            for line in lines:
+                newest_first.append(line)
+                if len(newest_first) >= want:
+                    break
+            window = newest_first[::-1]
+            if all(r.exhausted for r in readers) or window_shows_tail(window, options):
+                return window
+            want *= 2
 
 
 def _mtime(folder: Path) -> float | None:

@@ -32,7 +32,7 @@ them; a repair then rewrites every file that differs from a fresh rendering of t
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Final
 
@@ -118,6 +118,8 @@ class MirrorWriter:
     ``fsync`` applies to trace appends (off by default: SQLite is durable and the mirror is
     reconciled from it); compaction rewrites and reconciliation always fsync.
     ``snapshot_fsync`` applies to snapshot writes (a cache; off by default).
+    ``on_touch(session_id)`` runs after every write into (or removal of) a session folder,
+    on the writing thread (the snapshot index re-reads that folder's summary later).
     """
 
     def __init__(
@@ -128,13 +130,19 @@ class MirrorWriter:
         enabled: bool = True,
         fsync: bool = False,
         snapshot_fsync: bool = False,
+        on_touch: Callable[[str], None] | None = None,
     ) -> None:
         self.agent_id = validate_agent_id(agent_id)
+        self._on_touch = on_touch
         self.agent_dir = Path(memory_dir) / "agents" / self.agent_id
         self.enabled = enabled
         self.fsync = fsync
         self.snapshot_fsync = snapshot_fsync
         self._models: dict[str, MirrorModel] = {}
+
+    def _touched(self, session_id: str) -> None:
+        if self._on_touch is not None:
+            self._on_touch(session_id)
 
     def session_dir(self, session_id: str) -> Path:
         return self.agent_dir / "sessions" / validate_session_id(session_id)
@@ -179,6 +187,8 @@ class MirrorWriter:
         except OSError as exc:
             logger.error("mirror of session %s could not be repaired: %s", session_id, exc)
             return None
+        finally:
+            self._touched(session_id)
         if changed:
             # No folder before: a first writing (an imported or restored session), no repair.
             logger.log(
@@ -217,6 +227,8 @@ class MirrorWriter:
         if not self.enabled:
             return []
         removed = sweep_orphans(self.agent_dir, lambda names: orphan_folders(names, session_ids))
+        for name in removed:
+            self._touched(name)  # the snapshot index drops them
         if removed:
             logger.warning(
                 "agent %r: removed mirror folders of deleted sessions: %s",
@@ -235,6 +247,7 @@ class MirrorWriter:
         self.forget(session_id)
         if self.enabled:
             remove_session_folder(self.agent_dir, self.session_dir(session_id))
+            self._touched(session_id)
 
     def append(self, session_id: str, events: Sequence[SessionEvent]) -> int | None:
         """Mirror committed ``events``; returns the highest seq mirrored, or ``None``.
@@ -265,6 +278,9 @@ class MirrorWriter:
             logger.error("mirror of session %s failed (%s); it will be reconciled", session_id, exc)
             self._models.pop(session_id, None)
             return None
+        finally:
+            if ops:
+                self._touched(session_id)
         return model.last_seq
 
     def on_compaction(self, session_id: str, event: SessionEvent) -> int | None:
@@ -305,6 +321,7 @@ class MirrorWriter:
         except OSError as exc:
             logger.error("snapshot of session %s not written: %s", session_id, exc)
             return None
+        self._touched(session_id)
         return snapshot_digest(data)
 
     def _run(self, session_dir: Path, ops: list[MirrorOp]) -> None:

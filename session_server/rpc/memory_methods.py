@@ -168,14 +168,22 @@ async def memory_view(ctx: CallContext, p: ViewParams) -> dict[str, Any]:
 
 
 async def memory_list_snapshots(ctx: CallContext, p: SnapshotsParams) -> dict[str, Any]:
-    """A page of memory snapshot summaries, newest first; a restricted token sees its own."""
-    every = await _off_loop(
-        ctx, functools.partial(list_snapshot_summaries, ctx.registry.memory_dir)
-    )
-    summaries = [s for s in every if ctx.permits(s.agent_id)]
-    if p.group == "agent":
-        summaries = group_by_agent(summaries)
-    return page_snapshots(summaries, p.search, p.page, p.page_size)
+    """A page of memory snapshot summaries, newest first; a restricted token sees its own.
+
+    Read from the snapshot index (``mirror_io.snapshot_index``), not a scan of the
+    folders; the filtering, sorting and paging of thousands of entries run on a worker
+    too."""
+    index = ctx.registry.snapshot_index
+    memory_dir = ctx.registry.memory_dir
+
+    def listing() -> dict[str, Any]:
+        every = index.summaries() if index is not None else list_snapshot_summaries(memory_dir)
+        summaries = [s for s in every if ctx.permits(s.agent_id)]
+        if p.group == "agent":
+            summaries = group_by_agent(summaries)
+        return page_snapshots(summaries, p.search, p.page, p.page_size)
+
+    return await _off_loop(ctx, listing)
 
 
 async def export_session(ctx: CallContext, p: ExportParams) -> dict[str, Any]:

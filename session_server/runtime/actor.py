@@ -83,6 +83,7 @@ from ..core.recent import SessionView
 from ..core.session_rows import SessionRows, check_rows
 from ..core.tokens import get_counter
 from ..core.validation import parse_event
+from ..mirror_io.snapshot_index import SnapshotIndex
 from ..mirror_io.writer import validate_session_id
 from ..storage.store import AgentStore, Synchronous
 from .compaction_run import run_compaction
@@ -154,6 +155,11 @@ class ActorHost(Protocol):
 
     @property
     def executor(self) -> Executor: ...
+
+    @property
+    def snapshot_index(self) -> SnapshotIndex | None:
+        """The index ``memory.list_snapshots`` reads (``None``: read-only, no mirror)."""
+        ...
 
     @property
     def readonly(self) -> bool:
@@ -252,6 +258,7 @@ class AgentActor:
             executor=host.executor,
             snapshot_parts=self.core.snapshot_parts,
             on_lag=host.operations.mirror_lag_seconds.observe,
+            index=host.snapshot_index,
         )
 
     # -- lifecycle -------------------------------------------------------------------
@@ -564,7 +571,12 @@ class AgentActor:
         """Delete a session and its events in one transaction; False if it did not exist."""
 
         async def write(store: AgentStore) -> bool:
-            deleted = await store.delete_session(session_id)
+            await self.mirror.unlist(session_id)  # listed no more, even after a crash
+            try:
+                deleted = await store.delete_session(session_id)
+            except BaseException:
+                await self.mirror.relist(session_id)
+                raise
             # Answered only once the folder is gone: a crash after the answer cannot
             # leave it for a view, a snapshot list or a new session of the same id.
             await self.mirror.session_deleted(session_id)

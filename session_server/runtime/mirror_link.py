@@ -31,6 +31,7 @@ flush it, and a crash is repaired on activation.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -44,6 +45,7 @@ from ..core.plans import SnapshotDue
 from ..mirror.checkpoint import Resume, plan_activation
 from ..mirror.snapshot import SNAPSHOT_FILE, RestoredSnapshot
 from ..mirror_io.snapshot_files import load_snapshot_cache
+from ..mirror_io.snapshot_index import SnapshotIndex
 from ..mirror_io.writer import MirrorWriter, validate_session_id
 from ..storage.event_pages import SessionEventReader
 from ..storage.store import AgentStore, MirrorCheckpoint, MirrorRow
@@ -74,8 +76,11 @@ class MirrorLink:
         snapshot_parts: SnapshotRenderer,
         delay: float = 0.05,
         on_lag: Callable[[float], None] | None = None,
+        index: SnapshotIndex | None = None,
     ) -> None:
-        self.writer = MirrorWriter(memory_dir, agent_id, enabled=enabled)
+        self.index = index if enabled else None
+        on_touch = None if self.index is None else functools.partial(self.index.touch, agent_id)
+        self.writer = MirrorWriter(memory_dir, agent_id, enabled=enabled, on_touch=on_touch)
         self._executor = executor
         self._render = snapshot_parts
         self.delay = delay
@@ -294,6 +299,23 @@ class MirrorLink:
                 self._on_lag(time.monotonic() - since)
 
         self._later(write, done)
+
+    async def unlist(self, session_id: str) -> None:
+        """Before a session delete commits: the snapshot index stops listing the session
+        (a tombstone on disk, so not even a rebuild after a crash lists it again)."""
+        if self.index is not None and _names_a_folder(session_id):
+            index = self.index
+            await asyncio.get_running_loop().run_in_executor(
+                self._executor, index.forget, self.writer.agent_id, session_id
+            )
+
+    async def relist(self, session_id: str) -> None:
+        """The delete announced by ``unlist`` did not happen."""
+        if self.index is not None and _names_a_folder(session_id):
+            index = self.index
+            await asyncio.get_running_loop().run_in_executor(
+                self._executor, index.unforget, self.writer.agent_id, session_id
+            )
 
     def _forget(self, session_id: str) -> None:
         """A delete committed: nothing pending or confirmed for the session counts now."""

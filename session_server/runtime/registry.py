@@ -28,6 +28,7 @@ from ..compaction import resolve_strategy, validate_strategy
 from ..core.agent_ids import validate_agent_id
 from ..core.errors import AgentUnavailableError, InvalidParamsError
 from ..limits import derive_limits
+from ..mirror_io.snapshot_index import SnapshotIndex
 from ..storage.store import Synchronous
 from .actor import AgentActor
 from .metrics import CompactionMetrics
@@ -81,6 +82,7 @@ class ActorRegistry:
         compaction_wait: float = 2.0,
         compaction_timeout: float = 120.0,
         summary_backoff: float = 1.0,
+        index_owner: bool = True,
     ) -> None:
         if synchronous not in ("FULL", "NORMAL"):
             raise ValueError(f"synchronous: must be 'FULL' or 'NORMAL', got {synchronous!r}")
@@ -120,6 +122,11 @@ class ActorRegistry:
         self.context_limit = context_limit
         self.readonly = readonly
         self.mirror = mirror and not readonly  # the mirror is written by the lock holder
+        # memory.list_snapshots reads this index; only the writer of the mirror keeps one.
+        # ``index_owner=False``: a tool writing beside a server (it marks the index stale).
+        self.snapshot_index = (
+            SnapshotIndex(self.memory_dir, owner=index_owner) if self.mirror else None
+        )
         # The server-wide default level of the strategy precedence; validated now.
         try:
             self.default_strategy = (
@@ -300,6 +307,10 @@ class ActorRegistry:
             self._sweeper = None
         await asyncio.gather(*(a.close() for a in self._actors.values()), return_exceptions=True)
         self._open.clear()
+        if self.snapshot_index is not None:
+            await asyncio.get_running_loop().run_in_executor(
+                self.executor, self.snapshot_index.close
+            )
         self.executor.shutdown(wait=True)
 
 

@@ -18,6 +18,7 @@ from session_server import ActorRegistry
 from session_server.client import SessionClient
 from session_server.core.events import ContextMessage
 from session_server.mirror.rows_file import ROWS_FILE
+from session_server.mirror_io.snapshot_index import SnapshotIndex
 from session_server.rpc import memory_methods
 from session_server.runtime import mirror_link, transfer
 from tests.support.server import running_server
@@ -90,7 +91,7 @@ async def test_memory_view_and_snapshot_index_read_on_workers(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, threads: dict[str, list[str]]
 ) -> None:
     recording(monkeypatch, memory_methods, "read_memory_view", threads)
-    recording(monkeypatch, memory_methods, "list_snapshot_summaries", threads)
+    recording(monkeypatch, SnapshotIndex, "summaries", threads)
     async with running_server(tmp_path / "memory") as server:
         async with SessionClient(server.url, "agent") as client:
             sid = await client.create_session()
@@ -100,7 +101,7 @@ async def test_memory_view_and_snapshot_index_read_on_workers(
         async with SessionClient(server.url, None) as admin:
             await admin.call("memory.list_snapshots", {})
     assert on_workers(threads["read_memory_view"]), threads
-    assert on_workers(threads["list_snapshot_summaries"]), threads
+    assert on_workers(threads["summaries"]), threads
 
 
 async def test_agents_list_reads_the_folders_on_a_worker(
