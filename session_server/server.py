@@ -165,7 +165,7 @@ class _Topic:
             if sub.topic is not self:  # unsubscribed since the round began
                 continue
             if not sub.live:
-                sub.buffer.extend(events)
+                sub.hold(events)
             elif events[0].seq > sub.floor:
                 sub.deliver(payload, events[0].seq, events[-1].seq)
             else:  # overlaps what the subscribe answer already covered
@@ -196,25 +196,36 @@ def _appended(session_id: str, events: list[SessionEvent]) -> bytes:
 class _Subscription:
     """One connection's subscription to one session.
 
-    Events are buffered until the subscribe answer is queued; then the replayed events
-    (those after the caller's ``after_seq``) go out, then events with seq > ``floor`` as
-    ``events.appended`` notifications; ``session.deleted`` ends it. At most
-    ``max_subscriber_bytes`` of notifications wait to be written (one always may,
-    whatever its size); beyond that the subscriber has fallen behind: further events are
-    dropped and, once what was queued is written, one ``events.gap {session_id,
-    from_seq, to_seq}`` notification names the seqs it missed (read them with
-    ``events.load``), then notifications resume.
+    Events are held until the subscribe answer is queued. Then the past (the events
+    after the caller's ``after_seq``) is replayed page by page (``_replay``), then events
+    with seq > ``floor`` go out as ``events.appended`` notifications; ``session.deleted``
+    ends it. At most ``max_subscriber_bytes`` of notifications wait to be written (one
+    always may, whatever its size); beyond that the subscriber has fallen behind: further
+    events are dropped and, once what was queued is written, one ``events.gap
+    {session_id, from_seq, to_seq}`` notification names the seqs it missed (read them
+    with ``events.load``), then notifications resume.
+
+    Memory stays bounded however long the history and whatever the writers do: a replay
+    page holds at most ``REPLAY_BATCH`` events and about ``max_subscriber_bytes`` bytes,
+    and the next page is read only once the previous one is written. Events committed
+    while it replays are held up to ``REPLAY_BATCH``; past that they are dropped and the
+    replay reads them back from SQLite instead (it goes live only after a page read that
+    reached the end with nothing dropped since it began).
     """
 
     __slots__ = (
+        "actor",
         "buffer",
         "conn",
         "deleted",
+        "drained",
         "floor",
         "gap",
         "live",
+        "overflowed",
+        "pump",
         "queued",
-        "replay",
+        "replay_from",
         "session_id",
         "topic",
     )
@@ -226,10 +237,24 @@ class _Subscription:
         self.live = False
         self.deleted = False
         self.buffer: list[SessionEvent] = []
-        self.replay: list[SessionEvent] = []
+        self.overflowed = False
+        self.replay_from: int | None = None
+        self.actor: AgentActor | None = None
+        self.pump: asyncio.Task[None] | None = None
         self.queued = 0
+        self.drained = asyncio.Event()
+        self.drained.set()
         self.gap: tuple[int, int] | None = None
         self.topic: _Topic | None = None
+
+    def hold(self, events: list[SessionEvent]) -> None:
+        """Keep events committed before this subscription is live (bounded; see above)."""
+        if self.overflowed:
+            return
+        self.buffer.extend(events)
+        if len(self.buffer) > REPLAY_BATCH:
+            self.buffer = []
+            self.overflowed = True
 
     def deliver(self, payload: bytes, first: int, last: int) -> None:
         if self.gap is not None:
@@ -248,10 +273,17 @@ class _Subscription:
     def _send(self, payload: bytes) -> None:
         size = len(payload)
         self.queued += size
+        self.drained.clear()
         self.conn.send(payload, lambda: self._written(size))
 
     def _written(self, size: int) -> None:
         self.queued -= size
+        if self.queued == 0:
+            self.drained.set()
+            self._send_gap()
+
+    def _send_gap(self) -> None:
+        """Name the seqs missed, once everything queued before is written."""
         if self.queued == 0 and self.gap is not None and self.live:
             first, last = self.gap
             self.gap = None
@@ -276,17 +308,55 @@ class _Subscription:
         self.conn.unsubscribe(self.session_id)
 
     def go_live(self) -> None:
-        if self.live:
+        """The subscribe answer is queued: replay the past, then go live."""
+        if self.live or self.pump is not None:
             return
-        replay, pending = self.replay, self.buffer
-        self.buffer, self.replay = [], []
+        if self.replay_from is None and not self.overflowed:
+            self._open()
+            return
+        start = self.floor if self.replay_from is None else self.replay_from
+        self.pump = asyncio.create_task(self._replay(start))
+
+    def _open(self) -> None:
+        held, self.buffer = self.buffer, []
         self.live = True
-        for start in range(0, len(replay), REPLAY_BATCH):
-            batch = replay[start : start + REPLAY_BATCH]
-            self.deliver(_appended(self.session_id, batch), batch[0].seq, batch[-1].seq)
-        self.deliver_events(pending)
+        self.deliver_events(held)
         if self.deleted:
             self._end()
+
+    async def _replay(self, cursor: int) -> None:
+        """Send the events after ``cursor`` a page at a time, each once the previous one
+        is written, until a read reaches the end with no held event dropped meanwhile."""
+        actor = self.actor
+        assert actor is not None
+        server = self.conn.server
+        try:
+            while True:
+                self.overflowed = False
+                page, complete = await actor.load_events_bounded(
+                    self.session_id,
+                    max_bytes=server.max_subscriber_bytes,
+                    limit=REPLAY_BATCH,
+                    tail=False,
+                    after_seq=cursor,
+                )
+                at_end = complete and len(page) < REPLAY_BATCH
+                if page:
+                    cursor = page[-1].seq
+                    self.floor = max(self.floor, cursor)
+                    self._send(_appended(self.session_id, page))
+                    del page
+                if at_end and not self.overflowed:
+                    break
+                await self.drained.wait()
+        except Exception as exc:
+            # The agent became unavailable: say what was missed, then carry on live.
+            log.warning("replay of session %r stopped: %r", self.session_id, exc)
+            if self.floor > cursor:
+                self.gap = (cursor + 1, self.floor)
+        self.pump = None
+        self._open()
+        self._send_gap()
 
 
 class _Connection:
@@ -398,10 +468,8 @@ class _Connection:
                 raise NotFoundError.session(session_id)
             last_seq = int(row["last_seq"])
             if after_seq is not None and after_seq < last_seq:
-                sub.replay = await actor.load_events(
-                    session_id, limit=None, tail=False, after_seq=after_seq
-                )
-                last_seq = max(last_seq, max((e.seq for e in sub.replay), default=0))
+                sub.replay_from = after_seq  # read page by page once the answer is out
+                sub.actor = actor
         except BaseException:
             self._drop(sub)
             raise
@@ -421,13 +489,22 @@ class _Connection:
             del self.subscriptions[sub.session_id]
         sub.live = False
         sub.buffer = []
+        if sub.pump is not None:
+            sub.pump.cancel()
+            sub.pump = None
         if sub.topic is not None:
             sub.topic.remove(sub)
             sub.topic = None
 
     # -- requests -----------------------------------------------------------------------
     def _context(self) -> CallContext:
-        return CallContext(self.server.registry, self.route.agent_id, self, self.route.grant)
+        return CallContext(
+            self.server.registry,
+            self.route.agent_id,
+            self,
+            self.route.grant,
+            max_answer_bytes=self.server.max_answer_bytes,
+        )
 
     def _parse(self, data: bytes, text: bool) -> Frame | bytes | None:
         """The frame, or the encoded answer to a frame that does not parse (None: a text

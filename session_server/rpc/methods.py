@@ -55,6 +55,7 @@ from ..core.errors import (
     MethodNotFoundError,
     NotFoundError,
     SessionServerError,
+    TooLargeError,
 )
 from ..core.events import Action, ContextMessage, SessionEvent
 from ..core.validation import parse_client_events, parse_client_messages
@@ -135,6 +136,9 @@ class CallContext:
     connection: ConnectionLike
     grant: Grant | None = None
     after: list[Callable[[], None]] = field(default_factory=list)
+    # The most an answer may hold (the server's ``max_answer_bytes``); methods that
+    # could gather more stop reading at it (``None``: no bound, in-process callers).
+    max_answer_bytes: int | None = None
 
     async def actor(self) -> AgentActor:
         if self.agent_id is None:
@@ -488,16 +492,40 @@ async def events_append(ctx: CallContext, p: AppendParams) -> dict[str, Any]:
 
 
 async def events_load(ctx: CallContext, p: LoadParams) -> dict[str, Any]:
-    """Events oldest first; an unknown session is -32001 (as for every other method)."""
+    """Events oldest first; an unknown session is -32001 (as for every other method).
+
+    Memory stays bounded whatever the limit (none, on a 200k-event session): SQLite
+    sums the events' sizes first, and an answer that would pass ``max_answer_bytes`` is
+    refused (-32004) before its rows are read.
+    """
     actor = await ctx.actor()
-    events = await actor.load_events(
-        p.session_id,
-        limit=p.limit,
-        tail=p.tail,
-        since=p.since,
-        after_seq=p.after_seq,
-        actions=p.actions,
-    )
+    if ctx.max_answer_bytes is None:
+        events = await actor.load_events(
+            p.session_id,
+            limit=p.limit,
+            tail=p.tail,
+            since=p.since,
+            after_seq=p.after_seq,
+            actions=p.actions,
+        )
+    else:
+        events, complete = await actor.load_events_bounded(
+            p.session_id,
+            max_bytes=ctx.max_answer_bytes,
+            limit=p.limit,
+            tail=p.tail,
+            since=p.since,
+            after_seq=p.after_seq,
+            actions=p.actions,
+        )
+        if not complete:
+            del events
+            raise TooLargeError(
+                f"limit: the events asked for are more than the {ctx.max_answer_bytes} bytes "
+                "an answer may hold (max_answer_bytes); ask for fewer with limit, or page "
+                "with after_seq",
+                data={"field": "limit", "max_answer_bytes": ctx.max_answer_bytes},
+            )
     if not events:
         await _session_row(actor, p.session_id)  # only an empty answer needs the check
     return {"events": events}

@@ -682,6 +682,31 @@ class AgentActor:
             )
         )
 
+    async def load_events_bounded(
+        self,
+        session_id: str,
+        *,
+        max_bytes: int,
+        limit: int | None = 50,
+        tail: bool = True,
+        since: int | None = None,
+        after_seq: int | None = None,
+        actions: Iterable[str] | None = None,
+    ) -> tuple[list[SessionEvent], bool]:
+        """``load_events`` within about ``max_bytes`` (``AgentStore.load_events_bounded``):
+        ``(events, complete)``."""
+        return await self._read(
+            lambda s: s.load_events_bounded(
+                session_id,
+                max_bytes=max_bytes,
+                limit=limit,
+                tail=tail,
+                since=since,
+                after_seq=after_seq,
+                actions=actions,
+            )
+        )
+
     async def delete_events(self, session_id: str, event_ids: Sequence[str]) -> int:
         """Delete events of this session by id (unknown ids ignored); returns how many."""
 

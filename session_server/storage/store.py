@@ -46,7 +46,13 @@ from .file_lock import try_exclusive_lock
 from .session_rows import read_session_rows, write_session_rows
 from .sqlite_ops import EVENT_COLUMNS
 
+# An event's size in an answer, about: its text columns plus the JSON around them.
+EVENT_SIZE_SQL: Final = (
+    "COALESCE(LENGTH(CAST(content AS BLOB)), 0) + COALESCE(LENGTH(CAST(metadata AS BLOB)), 0) + 160"
+)
+
 __all__ = [
+    "EVENT_SIZE_SQL",
     "AgentStore",
     "AppendResult",
     "ContextWindow",
@@ -406,6 +412,29 @@ class AgentStore:
         ``tail=True`` gives the last ``limit`` matching events, ``tail=False`` the first.
         ``since`` is a ms timestamp (inclusive); ``after_seq`` is exclusive.
         """
+        events, _complete = await self.load_events_bounded(
+            session_id, limit=limit, tail=tail, since=since, after_seq=after_seq, actions=actions
+        )
+        return events
+
+    async def load_events_bounded(
+        self,
+        session_id: str,
+        *,
+        max_bytes: int | None = None,
+        limit: int | None = 50,
+        tail: bool = True,
+        since: int | None = None,
+        after_seq: int | None = None,
+        actions: Iterable[str] | None = None,
+    ) -> tuple[list[SessionEvent], bool]:
+        """``load_events``, and with ``max_bytes`` no more events than fit in about that
+        many bytes of JSON (``EVENT_SIZE_SQL``; always at least one): ``(events, complete)``
+        with ``complete`` false when events were left out for size.
+
+        SQLite sums the sizes first (no row reaches Python beyond the bound), so memory
+        stays about ``max_bytes`` however long the session.
+        """
         where = ["session_id = ?"]
         args: list[Any] = [session_id]
         if since is not None:
@@ -423,20 +452,38 @@ class AgentStore:
                     data={"field": "actions"},
                 )
             if not acts:
-                return []
+                return [], True
             where.append(f"action IN ({','.join('?' * len(acts))})")
             args.extend(acts)
         order = "DESC" if tail else "ASC"
-        sql = f"SELECT {EVENT_COLUMNS} FROM events WHERE {' AND '.join(where)} ORDER BY seq {order}"
-        if limit is not None:
-            sql += " LIMIT ?"
-            args.append(max(0, int(limit)))
+        cond = " AND ".join(where)
+        limit_sql = "" if limit is None else f" LIMIT {max(0, int(limit))}"
+        sql = f"SELECT {EVENT_COLUMNS} FROM events WHERE {cond} ORDER BY seq {order}{limit_sql}"
+        # The first seq (in reading order) at which the running size passes max_bytes.
+        cut_sql = (
+            f"SELECT seq, first FROM (SELECT seq, SUM({EVENT_SIZE_SQL}) OVER (ORDER BY seq "
+            f"{order}) AS running, ROW_NUMBER() OVER (ORDER BY seq {order}) = 1 AS first "
+            f"FROM events WHERE {cond} ORDER BY seq {order}{limit_sql}) WHERE running > ? "
+            "LIMIT 1"
+        )
 
-        def fn(conn: sqlite3.Connection) -> list[SessionEvent]:
-            events = ops.rows_to_events(conn.execute(sql, args).fetchall())
+        def fn(conn: sqlite3.Connection) -> tuple[list[SessionEvent], bool]:
+            query, params, complete = sql, args, True
+            if max_bytes is not None:
+                cut = conn.execute(cut_sql, [*args, max_bytes]).fetchone()
+                if cut is not None:
+                    complete = False
+                    # Stop before the row that passes the bound (at it, when it is the first).
+                    op = ("<" if not tail else ">") + ("=" if cut[1] else "")
+                    query = (
+                        f"SELECT {EVENT_COLUMNS} FROM events WHERE {cond} AND seq {op} ? "
+                        f"ORDER BY seq {order}{limit_sql}"
+                    )
+                    params = [*args, cut[0]]
+            events = ops.rows_to_events(conn.execute(query, params).fetchall())
             if tail:
                 events.reverse()
-            return events
+            return events, complete
 
         return await self._read(fn)
 
