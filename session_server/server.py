@@ -69,6 +69,7 @@ from .rpc.protocol import (
     Frame,
     Invalid,
     encode_message,
+    encode_pieces,
     error_response,
     notification,
     parse_frame,
@@ -533,7 +534,7 @@ class _Connection:
             response = await dispatch(frame.items[0], ctx, endpoint, methods, self.observe)
             if response is None:
                 return None, [ctx]
-            return _bounded(response, frame.items[0], limit), [ctx]
+            return await _bounded(response, frame.items[0], limit), [ctx]
         if len(frame.items) > self.server.max_batch:
             error = InvalidRequestError(
                 f"Invalid Request: a batch of {len(frame.items)} requests exceeds the "
@@ -552,7 +553,7 @@ class _Connection:
             response = await dispatch(item, ctx, endpoint, methods, self.observe)
             if response is None:
                 continue
-            part = _bounded(response, item, limit - size)
+            part = await _bounded(response, item, limit - size)
             size += len(part) + 1
             parts.append(part)
         if not parts:
@@ -726,17 +727,36 @@ def _is_utf8(data: bytes) -> bool:
     return True
 
 
-def _bounded(response: dict[str, Any], item: RpcRequest | Invalid, limit: int) -> bytes:
-    """``response`` encoded, or a -32004 answer when it would exceed ``limit`` bytes."""
-    data = encode_message(response)
-    if len(data) <= limit:
-        return data
+ENCODE_SLICE: Final = 0.002
+"""Seconds of answer encoding between two yields to the event loop."""
+
+
+async def _bounded(response: dict[str, Any], item: RpcRequest | Invalid, limit: int) -> bytes:
+    """``response`` encoded, or a -32004 answer when it would exceed ``limit`` bytes.
+
+    Encoded in pieces (``encode_pieces``), yielding to the loop every ``ENCODE_SLICE``
+    seconds: a 16 MiB answer never holds the loop (or the GIL) for the whole encoding,
+    and encoding stops as soon as the bound is passed.
+    """
+    parts: list[bytes] = []
+    size = 0
+    mark = time.perf_counter()
+    for piece in encode_pieces(response):
+        size += len(piece)
+        if size > limit:
+            break
+        parts.append(piece)
+        if time.perf_counter() - mark > ENCODE_SLICE:
+            await asyncio.sleep(0)
+            mark = time.perf_counter()
+    else:
+        return b"".join(parts)
+    del parts
     error = TooLargeError(
-        f"the answer would be {len(data)} bytes, more than the server sends at once "
+        f"the answer would be more than {size} bytes, more than the server sends at once "
         f"({limit} bytes left of max_answer_bytes); ask for less (limit, paging)",
-        data={"answer_bytes": len(data), "max_answer_bytes": limit},
+        data={"answer_bytes": size, "max_answer_bytes": limit},
     )
-    del data
     return encode_message(error_response(item.id, error))
 
 

@@ -208,6 +208,10 @@ def _loop_factory(choice: str) -> Callable[[], asyncio.AbstractEventLoop] | None
     return factory
 
 
+SWITCH_INTERVAL = 0.001
+"""Seconds a thread may hold the GIL while another waits for it (``serve``)."""
+
+
 async def _serve(args: argparse.Namespace, sources: AuthSources, auth: Authenticator) -> int:
     from ..auth_files import AuthReloader
     from ..core.errors import MemoryDirInUseError
@@ -221,6 +225,12 @@ async def _serve(args: argparse.Namespace, sources: AuthSources, auth: Authentic
     limits = derive_limits(raise_nofile_limit())
     # Large frames are freed back to the system, so RSS follows what is in use.
     map_large_allocations()
+    # Heavy calls run on worker threads, but Python threads share one GIL: each time
+    # the event loop wakes from select it waits for a busy worker to hand the GIL
+    # over, every switch interval (5 ms by default). A round trip takes several such
+    # waits, so a worker rendering an export stalled other clients by 50-80 ms; at
+    # SWITCH_INTERVAL the loop gets the GIL back within a millisecond.
+    sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL))
 
     host = args.host or DEFAULT_HOST
     tokens = auth.enabled

@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from .traces import parse_turn_id
+
 __all__ = [
     "MemoryViewOptions",
     "SnapshotSummary",
@@ -72,13 +74,18 @@ def _number(value: object) -> float:
     return 0.0
 
 
-def trace_sort_key(line: Mapping[str, Any]) -> tuple[float, str, int]:
-    """``(ts, turn_id, seq)`` with missing or mistyped values read as 0 / ``""``."""
+def trace_sort_key(line: Mapping[str, Any]) -> tuple[float, int, str, int]:
+    """``(ts, turn number, turn_id, seq)`` with missing or mistyped values read as 0 /
+    ``""``. The number of a ``turn_0001``-style id orders turns (``turn_10000`` after
+    ``turn_9999``); other ids sort before those, by text."""
     turn_id = line.get("turn_id")
+    turn = turn_id if isinstance(turn_id, str) else ""
+    number = parse_turn_id(turn)
     seq = line.get("seq")
     return (
         _number(line.get("ts")),
-        turn_id if isinstance(turn_id, str) else "",
+        -1 if number is None else number,
+        turn,
         seq if isinstance(seq, int) and not isinstance(seq, bool) else 0,
     )
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.agent_ids import validate_agent_id
-from ..core.errors import NotFoundError
+from ..core.errors import NotFoundError, TooLargeError
 from ..mirror.snapshot import SNAPSHOT_FILE
 from ..mirror.view import (
     MemoryViewOptions,
@@ -156,9 +156,27 @@ def read_memory_view(
     *,
     session_id: str | None = None,
     options: MemoryViewOptions | None = None,
+    max_bytes: int | None = None,
 ) -> dict[str, Any]:
-    """The memory view (``view.build_memory_view``) of an agent's folder on disk."""
+    """The memory view (``view.build_memory_view``) of an agent's folder on disk.
+
+    With ``max_bytes`` (the answer bound), a view that asks for traces without a limit
+    is refused (-32004) before reading when the trace files it would read are larger
+    than twice that: every line becomes an entry at least about as large, so the answer
+    could not be sent, and reading it all would only cost memory.
+    """
     folder = resolve_memory_folder(memory_dir, agent_id, session_id)
+    opts = options or MemoryViewOptions()
+    if max_bytes is not None and tail_lines_needed(opts) is None:
+        names = [ACTIVE_FILE, ARCHIVE_FILE] if opts.include_archive else [ACTIVE_FILE]
+        size = sum(_size(folder / name) for name in names)
+        if size > 2 * max_bytes:
+            raise TooLargeError(
+                f"raw_trace_limit: the traces take {size} bytes, more than the answer could "
+                f"hold ({max_bytes} bytes, max_answer_bytes); give raw_trace_limit and "
+                "conversation_limit (or leave those parts out)",
+                data={"field": "raw_trace_limit", "bytes": size, "max_answer_bytes": max_bytes},
+            )
     files = read_memory_folder(folder, options)
     is_session = folder.parent.name == "sessions" and folder.parent.parent.name == agent_id
     return build_memory_view(
@@ -171,6 +189,13 @@ def read_memory_view(
         options=options,
         session_id=folder.name if is_session else None,
     )
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 def _subdirs(folder: Path) -> list[Path]:

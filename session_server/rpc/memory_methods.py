@@ -163,6 +163,7 @@ async def memory_view(ctx: CallContext, p: ViewParams) -> dict[str, Any]:
             actor.agent_id,
             session_id=p.session_id,
             options=options,
+            max_bytes=ctx.max_answer_bytes,
         ),
     )
 
@@ -188,7 +189,9 @@ async def memory_list_snapshots(ctx: CallContext, p: SnapshotsParams) -> dict[st
 
 async def export_session(ctx: CallContext, p: ExportParams) -> dict[str, Any]:
     """``{name, files: {file name: text}, trace_count}`` in the reference layout."""
-    return await transfer.export_files(await ctx.actor(), p.session_id, name=p.name)
+    return await transfer.export_files(
+        await ctx.actor(), p.session_id, name=p.name, max_bytes=ctx.max_answer_bytes
+    )
 
 
 async def import_session(ctx: CallContext, p: ImportParams) -> dict[str, Any]:

@@ -512,6 +512,7 @@ async def events_load(ctx: CallContext, p: LoadParams) -> dict[str, Any]:
         events, complete = await actor.load_events_bounded(
             p.session_id,
             max_bytes=ctx.max_answer_bytes,
+            partial=False,
             limit=p.limit,
             tail=p.tail,
             since=p.since,

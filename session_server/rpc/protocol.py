@@ -13,7 +13,7 @@ each field by its path, e.g. ``params.events[0].content: Input should be a valid
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -29,11 +29,13 @@ from ..core.errors import (
 
 __all__ = [
     "DEFAULT_MAX_FRAME_BYTES",
+    "ENCODE_CHUNK",
     "Frame",
     "Invalid",
     "Request",
     "RequestId",
     "encode_message",
+    "encode_pieces",
     "error_response",
     "find_out_of_range_int",
     "format_validation_error",
@@ -193,6 +195,35 @@ def encode_message(message: dict[str, Any] | Sequence[dict[str, Any]]) -> bytes:
     """Serialise a response, a batch of responses or a notification to UTF-8 JSON
     (send it as a text frame)."""
     return _ENCODER.encode(message)
+
+
+ENCODE_CHUNK: Final = 256
+"""Items of a list encoded in one call by ``encode_pieces``."""
+
+
+def encode_pieces(message: Any) -> Iterator[bytes]:
+    """``encode_message(message)`` in pieces whose concatenation is exactly its bytes.
+
+    An object's values and every ``ENCODE_CHUNK`` items of a list are encoded by
+    separate calls, so no single call encodes a whole 16 MiB answer: the encoder holds
+    the GIL for the length of one call, and a caller that yields between pieces keeps
+    other work (the event loop) running. Anything but a plain object or list (a
+    struct, a string) is one piece.
+    """
+    if type(message) is dict and all(type(k) is str for k in message):
+        yield b"{"
+        for i, (key, value) in enumerate(message.items()):
+            yield (b"," if i else b"") + _ENCODER.encode(key) + b":"
+            yield from encode_pieces(value)
+        yield b"}"
+    elif type(message) in (list, tuple) and len(message) > ENCODE_CHUNK:
+        yield b"["
+        for start in range(0, len(message), ENCODE_CHUNK):
+            piece = _ENCODER.encode(message[start : start + ENCODE_CHUNK])
+            yield (b"," if start else b"") + piece[1:-1]
+        yield b"]"
+    else:
+        yield _ENCODER.encode(message)
 
 
 INT64_MIN: Final = -(2**63)

@@ -682,11 +682,17 @@ class AgentActor:
             )
         )
 
+    async def events_bytes(self, session_id: str) -> int:
+        """About how many bytes the session's events take in JSON (a lower bound of any
+        answer or export that holds them all)."""
+        return await self._read(lambda s: s.events_bytes(session_id))
+
     async def load_events_bounded(
         self,
         session_id: str,
         *,
         max_bytes: int,
+        partial: bool = True,
         limit: int | None = 50,
         tail: bool = True,
         since: int | None = None,
@@ -699,6 +705,7 @@ class AgentActor:
             lambda s: s.load_events_bounded(
                 session_id,
                 max_bytes=max_bytes,
+                partial=partial,
                 limit=limit,
                 tail=tail,
                 since=since,

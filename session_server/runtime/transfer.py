@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import msgspec
 
 from ..core.codec import hydrate_event
-from ..core.errors import InvalidParamsError
+from ..core.errors import InvalidParamsError, TooLargeError
+from ..core.events import SessionEvent
 from ..core.session_rows import with_new_ids
 from ..mirror.rows_file import ROWS_FILE
 from ..mirror_io.export import export_session as write_export
@@ -61,13 +62,13 @@ async def export_session(
 ) -> dict[str, Any]:
     """Write one session to ``out_dir/agents/<name>/`` (name defaults to the agent id)."""
     rows = await actor.session_rows(session_id)  # NotFoundError for an unknown session
-    events = [hydrate_event(msgspec.structs.asdict(r)) for r in rows.events]
     # An export reads only: the snapshot is the context as it stands, never compacted now.
     ctx = await actor.current_context(session_id)
-    result = await _off_loop(
-        actor,
-        functools.partial(
-            write_export,
+
+    def write() -> tuple[Any, list[SessionEvent]]:
+        # Rows become events here, on the worker: 200k of them are seconds of Python.
+        events = [hydrate_event(msgspec.structs.asdict(r)) for r in rows.events]
+        result = write_export(
             out_dir,
             name or actor.agent_id,
             events,
@@ -75,8 +76,10 @@ async def export_session(
             system_instructions=ctx.system_instructions,
             progress=progress,
             rows=rows,
-        ),
-    )
+        )
+        return result, events
+
+    result, events = await _off_loop(actor, write)
     return {
         "folder": str(result.folder),
         "files": [Path(f).name for f in result.files],
@@ -87,9 +90,27 @@ async def export_session(
 
 
 async def export_files(
-    actor: AgentActor, session_id: str, *, name: str | None = None
+    actor: AgentActor,
+    session_id: str,
+    *,
+    name: str | None = None,
+    max_bytes: int | None = None,
 ) -> dict[str, Any]:
-    """Export to a temporary folder and return the files' text (for RPC callers)."""
+    """Export to a temporary folder and return the files' text (for RPC callers).
+
+    With ``max_bytes`` (the answer bound), a session whose events alone take more
+    (``AgentActor.events_bytes``, summed in SQLite) is refused with -32004 before any
+    row is read: the files hold every event at least once, so they could not be sent.
+    """
+    if max_bytes is not None:
+        size = await actor.events_bytes(session_id)
+        if size > max_bytes:
+            raise TooLargeError(
+                f"session_id: the session's events take about {size} bytes, more than the "
+                f"{max_bytes} bytes an answer may hold (max_answer_bytes); export it with "
+                "the CLI (session-server export) or read it with events.load pages",
+                data={"field": "session_id", "bytes": size, "max_answer_bytes": max_bytes},
+            )
     tmp = await _off_loop(
         actor, functools.partial(tempfile.mkdtemp, prefix="session-server-export-")
     )

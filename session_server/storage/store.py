@@ -46,12 +46,16 @@ from .file_lock import try_exclusive_lock
 from .session_rows import read_session_rows, write_session_rows
 from .sqlite_ops import EVENT_COLUMNS
 
-# An event's size in an answer, about: its text columns plus the JSON around them.
+# An event's size in an answer, about: its text columns plus the JSON around them
+# (id, seq, action, timestamps and keys take more than EVENT_OVERHEAD bytes).
+EVENT_OVERHEAD: Final = 160
 EVENT_SIZE_SQL: Final = (
-    "COALESCE(LENGTH(CAST(content AS BLOB)), 0) + COALESCE(LENGTH(CAST(metadata AS BLOB)), 0) + 160"
+    "COALESCE(LENGTH(CAST(content AS BLOB)), 0)"
+    f" + COALESCE(LENGTH(CAST(metadata AS BLOB)), 0) + {EVENT_OVERHEAD}"
 )
 
 __all__ = [
+    "EVENT_OVERHEAD",
     "EVENT_SIZE_SQL",
     "AgentStore",
     "AppendResult",
@@ -417,11 +421,18 @@ class AgentStore:
         )
         return events
 
+    async def events_bytes(self, session_id: str) -> int:
+        """About how many bytes the session's events take in JSON (``EVENT_SIZE_SQL``
+        summed by SQLite: nothing is read into Python)."""
+        sql = f"SELECT COALESCE(SUM({EVENT_SIZE_SQL}), 0) FROM events WHERE session_id = ?"
+        return await self._read(lambda conn: int(conn.execute(sql, (session_id,)).fetchone()[0]))
+
     async def load_events_bounded(
         self,
         session_id: str,
         *,
         max_bytes: int | None = None,
+        partial: bool = True,
         limit: int | None = 50,
         tail: bool = True,
         since: int | None = None,
@@ -430,10 +441,12 @@ class AgentStore:
     ) -> tuple[list[SessionEvent], bool]:
         """``load_events``, and with ``max_bytes`` no more events than fit in about that
         many bytes of JSON (``EVENT_SIZE_SQL``; always at least one): ``(events, complete)``
-        with ``complete`` false when events were left out for size.
+        with ``complete`` false when events were left out for size (and then, unless
+        ``partial``, no events: the caller refuses the whole).
 
-        SQLite sums the sizes first (no row reaches Python beyond the bound), so memory
-        stays about ``max_bytes`` however long the session.
+        SQLite sums the sizes first (no row reaches Python beyond the bound; the sum
+        looks at no more rows than could fit), so memory and work stay about
+        ``max_bytes`` however long the session.
         """
         where = ["session_id = ?"]
         args: list[Any] = [session_id]
@@ -459,12 +472,15 @@ class AgentStore:
         cond = " AND ".join(where)
         limit_sql = "" if limit is None else f" LIMIT {max(0, int(limit))}"
         sql = f"SELECT {EVENT_COLUMNS} FROM events WHERE {cond} ORDER BY seq {order}{limit_sql}"
-        # The first seq (in reading order) at which the running size passes max_bytes.
+        # The first seq (in reading order) at which the running size passes max_bytes;
+        # every event counts at least EVENT_OVERHEAD, so no more rows need summing.
+        most = 1 if max_bytes is None else max_bytes // EVENT_OVERHEAD + 1
+        rows_bound = f" LIMIT {most if limit is None else min(most, max(0, int(limit)))}"
         cut_sql = (
             f"SELECT seq, first FROM (SELECT seq, SUM({EVENT_SIZE_SQL}) OVER (ORDER BY seq "
             f"{order}) AS running, ROW_NUMBER() OVER (ORDER BY seq {order}) = 1 AS first "
-            f"FROM events WHERE {cond} ORDER BY seq {order}{limit_sql}) WHERE running > ? "
-            "LIMIT 1"
+            f"FROM (SELECT * FROM events WHERE {cond} ORDER BY seq {order}{rows_bound})) "
+            "WHERE running > ? LIMIT 1"
         )
 
         def fn(conn: sqlite3.Connection) -> tuple[list[SessionEvent], bool]:
@@ -473,6 +489,8 @@ class AgentStore:
                 cut = conn.execute(cut_sql, [*args, max_bytes]).fetchone()
                 if cut is not None:
                     complete = False
+                    if not partial:
+                        return [], False
                     # Stop before the row that passes the bound (at it, when it is the first).
                     op = ("<" if not tail else ">") + ("=" if cut[1] else "")
                     query = (
