@@ -12,7 +12,8 @@ in memory and on disk, in ``<memory_dir>/snapshot_index.sqlite``, which only the
   the index and a tombstone row is committed (fsync) to the file, so no listing, not
   even one rebuilt after a SIGKILL that left the folder behind, shows the session. A
   delete that fails calls ``unforget``. A tombstoned folder written again (a new
-  session with the same id) loses its tombstone on its first ``touch``.
+  session with the same id) loses its tombstone on the first ``touch`` that finds the
+  folder there; a tombstone whose folder is gone is dropped at a clean stop.
 - ``close`` (a clean stop) writes every entry and marks the file clean. Opening marks it
   unclean first; so after a crash, or when the file is missing, unreadable, of another
   version, or holds a row that fails validation, the index is rebuilt by one scan of the
@@ -130,7 +131,9 @@ class SnapshotIndex:
             if not self.owner:
                 return
             self._dirty.add(key)
-            if key in self._tombstones:
+            # Written again (a new session under the id): listed again. The removal of
+            # the deleted folder touches it too, and leaves the tombstone in place.
+            if key in self._tombstones and self._folder(key).is_dir():
                 self._tombstones.discard(key)
                 if conn is not None:
                     with conn:

@@ -176,6 +176,7 @@ async def memory_list_snapshots(ctx: CallContext, p: SnapshotsParams) -> dict[st
     too."""
     index = ctx.registry.snapshot_index
     memory_dir = ctx.registry.memory_dir
+    await ctx.registry.drain_mirrors()  # as memory.view: every answered commit is listed
 
     def listing() -> dict[str, Any]:
         every = index.summaries() if index is not None else list_snapshot_summaries(memory_dir)

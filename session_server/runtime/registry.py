@@ -203,6 +203,11 @@ class ActorRegistry:
     def open_count(self) -> int:
         return len(self._open)
 
+    async def drain_mirrors(self) -> None:
+        """Wait until the open agents' mirror writes are done (the folders then reflect
+        every commit answered so far; closed agents have nothing pending)."""
+        await asyncio.gather(*(a.mirror.drain() for a in list(self._open.values())))
+
     # -- the actors' host (``ActorHost``): the open-store bound ------------------------------
 
     @contextlib.asynccontextmanager
