@@ -1,0 +1,41 @@
+"""``encode_pieces``: the same bytes as one ``encode_message`` call, in bounded pieces."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from session_server.core.events import SessionEvent
+from session_server.rpc.protocol import ENCODE_CHUNK, encode_message, encode_pieces
+
+
+def value(rng: random.Random, depth: int = 0) -> Any:
+    kind = rng.randrange(7 if depth < 2 else 4)
+    if kind == 0:
+        return rng.choice([None, True, 1, -2.5, 'é\n"x"', ""])
+    if kind == 1:
+        return SessionEvent(content="c" * rng.randrange(5), seq=rng.randrange(9))
+    if kind == 2:
+        return "s" * rng.randrange(50)
+    if kind == 3:
+        return []
+    if kind == 4:
+        n = rng.choice([0, 1, ENCODE_CHUNK, ENCODE_CHUNK + 1, 3 * ENCODE_CHUNK + 5])
+        return [value(rng, 2 if n > 1 else depth + 1) for _ in range(n)]
+    if kind == 5:
+        return {f"k{i}": value(rng, depth + 1) for i in range(rng.randrange(4))}
+    return tuple(value(rng, 2) for _ in range(rng.randrange(ENCODE_CHUNK + 3)))
+
+
+def test_pieces_join_to_the_whole_encoding() -> None:
+    rng = random.Random(5)
+    for _ in range(200):
+        message = {"jsonrpc": "2.0", "id": 1, "result": value(rng)}
+        assert b"".join(encode_pieces(message)) == encode_message(message)
+
+
+def test_a_long_list_is_cut_in_chunks() -> None:
+    events = [SessionEvent(content="x" * 10, seq=i) for i in range(10 * ENCODE_CHUNK)]
+    pieces = list(encode_pieces({"result": {"events": events}}))
+    assert len(pieces) >= 10
+    assert max(len(p) for p in pieces) < len(encode_message(events)) / 5
