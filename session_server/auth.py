@@ -29,6 +29,7 @@ import hmac
 import math
 import re
 import time
+import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Final, Literal, get_args
@@ -125,6 +126,12 @@ class Grant:
     sessions: frozenset[str] | None = None
     expires_at: float | None = None
     signed: bool = False
+
+    def __post_init__(self) -> None:
+        # Agent ids are compared in NFC (``validate_agent_id``); so are the patterns.
+        nfc = tuple(unicodedata.normalize("NFC", p) for p in self.patterns)
+        if nfc != self.patterns:
+            object.__setattr__(self, "patterns", nfc)
 
     @property
     def unrestricted(self) -> bool:

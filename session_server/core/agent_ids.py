@@ -1,7 +1,12 @@
-"""Agent id validation (pure): an agent id names a folder, so it must not escape it."""
+"""Agent id validation (pure): an agent id names a folder, so it must not escape it.
+
+Ids are compared in Unicode NFC: ``validate_agent_id`` returns the NFC form, so the NFC and
+NFD spellings of one name (``"café"`` typed on two systems) are one agent, one folder.
+"""
 
 from __future__ import annotations
 
+import unicodedata
 from typing import Final
 
 from .errors import InvalidAgentIdError
@@ -12,9 +17,9 @@ MAX_AGENT_ID_BYTES: Final = 128
 
 
 def validate_agent_id(agent_id: object) -> str:
-    """Return ``agent_id`` if it is safe as one path component, else raise.
+    """Return ``agent_id`` in Unicode NFC if it is safe as one path component, else raise.
 
-    Allowed: 1..128 UTF-8 bytes of printable characters, spaces included. Refused:
+    Allowed (checked on the NFC form): 1..128 UTF-8 bytes of printable characters, spaces included. Refused:
     ``/`` and ``\\``, ``.`` and ``..`` and any id containing ``..``, NUL and other control
     characters, leading or trailing whitespace.
     """
@@ -24,6 +29,7 @@ def validate_agent_id(agent_id: object) -> str:
         )
     problem = None
     try:
+        agent_id = unicodedata.normalize("NFC", agent_id)
         size = len(agent_id.encode("utf-8"))
     except UnicodeEncodeError:  # lone surrogates, e.g. from a JSON "\ud800" escape
         size = -1

@@ -113,6 +113,16 @@ class NotFoundError(SessionServerError):
             data={"field": "session_id", "session_id": session_id},
         )
 
+    @classmethod
+    def agent(cls, agent_id: str) -> NotFoundError:
+        """The one wording and data shape for an agent that has no store (reads never
+        create one)."""
+        return cls(
+            f"agent_id: agent {agent_id!r} not found (it has no sessions; a write such as "
+            "session.create makes it)",
+            data={"field": "agent_id", "agent_id": agent_id},
+        )
+
 
 class ConflictError(SessionServerError):
     """The session moved on (``data["last_seq"]`` is the current last seq), or an id exists."""

@@ -139,11 +139,14 @@ class CallContext:
     # The most an answer may hold (the server's ``max_answer_bytes``); methods that
     # could gather more stop reading at it (``None``: no bound, in-process callers).
     max_answer_bytes: int | None = None
+    creates_agent: bool = False  # set by ``dispatch`` from the method's row
 
     async def actor(self) -> AgentActor:
+        """The connection's agent; ``NotFoundError`` when it has no store and the method
+        is not one that creates agents (``MethodSpec.creates_agent``)."""
         if self.agent_id is None:
             raise MethodNotFoundError("this method needs an agent endpoint (/v1/agents/<id>)")
-        return await self.registry.get(self.agent_id)
+        return await self.registry.get(self.agent_id, create=self.creates_agent)
 
     def permits(self, agent_id: str) -> bool:
         return self.grant is None or self.grant.permits(agent_id)
@@ -166,7 +169,9 @@ class CallContext:
 class MethodSpec:
     """One row of the method table: the name, its params model, its handler, the
     endpoint that answers it, the token ``scope`` it needs (required) and how it meets a
-    token limited to sessions (``sessions``; derived from the params when not given)."""
+    token limited to sessions (``sessions``; derived from the params when not given).
+    ``creates_agent``: the method may make a new agent (its folder and store); every other
+    method answers -32001 for an agent that has none, and creates nothing."""
 
     name: str
     params: type[RpcParams]
@@ -174,6 +179,7 @@ class MethodSpec:
     endpoint: Endpoint = AGENT
     scope: Scope = field(kw_only=True)
     sessions: SessionRule = field(default="deny", kw_only=True)
+    creates_agent: bool = field(default=False, kw_only=True)
     # A shortcut for the hot path: the params of a request that is plainly valid, or
     # ``None`` (the model then decides, and words any refusal). It must accept nothing
     # the model refuses and give what the model would.
@@ -262,6 +268,7 @@ async def _call(
         )
     if grant is not None and grant.sessions is not None:
         _check_sessions(spec, req.params, grant)
+    ctx.creates_agent = spec.creates_agent
     params = None if spec.fast is None else spec.fast(req.params)
     if params is not None:
         return await spec.handler(ctx, params)

@@ -1,7 +1,10 @@
 """The one table of RPC methods the server answers (``SessionServer(methods=...)``).
 
 Every method is a row here: its name, params model, handler, endpoint and the token scope
-it needs (docs/server.md "Method scopes" lists the same). Nothing is
+it needs (docs/server.md "Method scopes" lists the same). Only the rows marked
+``creates_agent`` (session.create, memory.set_strategy, import.session, agent.restore) may
+make a new agent: ``events.append`` and ``turn.persist`` need a session, so an agent that
+has none cannot be their target. Nothing is
 registered by importing a module; a server given another table (tests, embedders)
 answers exactly that table's methods.
 """
@@ -22,7 +25,11 @@ __all__ = ["BUILTIN_METHODS", "ROWS"]
 ROWS: Final[tuple[MethodSpec, ...]] = (
     # Sessions and events (``methods``).
     MethodSpec(
-        "session.create", session.CreateSessionParams, session.session_create, scope="write"
+        "session.create",
+        session.CreateSessionParams,
+        session.session_create,
+        scope="write",
+        creates_agent=True,
     ),
     MethodSpec("session.get", session.SessionParams, session.session_get, scope="read"),
     MethodSpec(
@@ -53,7 +60,11 @@ ROWS: Final[tuple[MethodSpec, ...]] = (
         "memory.get_strategy", memory.StrategyQuery, memory.memory_get_strategy, scope="read"
     ),
     MethodSpec(
-        "memory.set_strategy", memory.SetStrategyParams, memory.memory_set_strategy, scope="write"
+        "memory.set_strategy",
+        memory.SetStrategyParams,
+        memory.memory_set_strategy,
+        scope="write",
+        creates_agent=True,  # the agent default (no session_id) is an agent's first write
     ),
     MethodSpec("memory.compact", memory.CompactParams, memory.memory_compact, scope="write"),
     MethodSpec("context.render", memory.RenderParams, memory.context_render, scope="read"),
@@ -66,9 +77,21 @@ ROWS: Final[tuple[MethodSpec, ...]] = (
         scope="admin",
     ),
     MethodSpec("export.session", memory.ExportParams, memory.export_session, scope="read"),
-    MethodSpec("import.session", memory.ImportParams, memory.import_session, scope="admin"),
+    MethodSpec(
+        "import.session",
+        memory.ImportParams,
+        memory.import_session,
+        scope="admin",
+        creates_agent=True,
+    ),
     MethodSpec("agent.backup", session.NoParams, memory.agent_backup, scope="admin"),
-    MethodSpec("agent.restore", memory.RestoreParams, memory.agent_restore, scope="admin"),
+    MethodSpec(
+        "agent.restore",
+        memory.RestoreParams,
+        memory.agent_restore,
+        scope="admin",
+        creates_agent=True,
+    ),
     MethodSpec(
         "adapters.list",
         session.NoParams,

@@ -9,6 +9,8 @@ default ``namespace="session_server"``:
 - ``session_server_request_seconds{method}``: histogram of the time to answer, per method;
 - ``session_server_open_connections``: WebSocket connections being served;
 - ``session_server_open_agents``: agents whose SQLite store is open (read at scrape time);
+- ``session_server_actors``: agent actor objects in memory (open stores, calls in flight,
+  subscriptions; an evicted agent leaves it), read at scrape time;
 - ``session_server_commit_seconds``: histogram of the time of one SQLite write
   transaction, from handing it to the I/O thread to its commit returning;
 - ``session_server_commit_batch_size``: histogram of the writes one commit carries
@@ -60,6 +62,7 @@ class OperationsMetrics:
         *,
         namespace: str = "session_server",
         open_agents: Callable[[], float] | None = None,
+        actors: Callable[[], float] | None = None,
     ) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
         self._prefix = f"{namespace}_" if namespace else ""
@@ -83,6 +86,9 @@ class OperationsMetrics:
         self.open_agents = Gauge("open_agents", "Agents whose SQLite store is open.", **common)
         if open_agents is not None:
             self.open_agents.set_function(open_agents)
+        self.actors = Gauge("actors", "Agent actor objects in memory.", **common)
+        if actors is not None:
+            self.actors.set_function(actors)
         self.commit_seconds = Histogram(
             "commit_seconds",
             "Seconds of one SQLite write transaction (queueing on the I/O thread included).",

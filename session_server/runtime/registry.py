@@ -5,6 +5,13 @@ uses one registry). Actors are cheap objects; what is bounded is the number whos
 store is open: at most ``max_open``. Opening one more hibernates the least recently used
 idle actor; actors idle for ``idle_timeout`` seconds are hibernated by a background sweep.
 A hibernated actor re-opens on its next call.
+
+The registry holds its actors weakly: an actor lives while its store is open (the
+registry's open set holds it), while a call, a subscription or a background task holds
+it, and no longer. A hibernated actor that nothing uses leaves memory, so the actors in
+memory are bounded by the open stores plus the calls in flight, not by the agents ever
+seen. Only ``get(..., create=True)`` (the writes that make an agent) may make a new agent
+folder, and at most ``max_agents`` agents exist.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ import functools
 import logging
 import os
 import time
+import weakref
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -26,7 +34,12 @@ from prometheus_client import CollectorRegistry
 
 from ..compaction import resolve_strategy, validate_strategy
 from ..core.agent_ids import validate_agent_id
-from ..core.errors import AgentUnavailableError, InvalidParamsError
+from ..core.errors import (
+    AgentUnavailableError,
+    InvalidParamsError,
+    NotFoundError,
+    TooLargeError,
+)
 from ..limits import derive_limits
 from ..mirror_io.snapshot_index import SnapshotIndex
 from ..storage.store import Synchronous
@@ -35,9 +48,12 @@ from .metrics import CompactionMetrics
 from .ops_metrics import OperationsMetrics
 from .summarizers import Summarizer, default_summarizer
 
-__all__ = ["ActorRegistry", "default_memory_dir"]
+__all__ = ["DEFAULT_MAX_AGENTS", "ActorRegistry", "default_memory_dir"]
 
 log = logging.getLogger(__name__)
+
+DEFAULT_MAX_AGENTS = 100_000
+"""Agents (folders under ``<memory_dir>/agents``) a registry lets writes create in total."""
 
 
 def default_memory_dir() -> Path:
@@ -62,6 +78,8 @@ class ActorRegistry:
     ``compaction_wait`` (seconds a build waits for a summary before answering with the
     previous record, 2), ``compaction_timeout`` (seconds a background summary may take,
     120), ``summary_backoff`` (seconds before a failed summary is retried, doubling, 1).
+    ``max_agents`` (agents that may exist in the memory dir, ``DEFAULT_MAX_AGENTS``): a
+    write that would create one more is refused with ``TooLargeError``.
     """
 
     def __init__(
@@ -83,6 +101,7 @@ class ActorRegistry:
         compaction_timeout: float = 120.0,
         summary_backoff: float = 1.0,
         index_owner: bool = True,
+        max_agents: int = DEFAULT_MAX_AGENTS,
     ) -> None:
         if synchronous not in ("FULL", "NORMAL"):
             raise ValueError(f"synchronous: must be 'FULL' or 'NORMAL', got {synchronous!r}")
@@ -93,6 +112,7 @@ class ActorRegistry:
             ("busy_timeout_ms", busy_timeout_ms),
             ("context_limit", context_limit),
             ("io_threads", io_threads),
+            ("max_agents", max_agents),
         ):
             if isinstance(value, bool) or not isinstance(value, int):
                 raise TypeError(f"{name}: must be an int, got {type(value).__name__}")
@@ -118,6 +138,7 @@ class ActorRegistry:
         self.synchronous: Synchronous = synchronous
         self.idle_timeout = idle_timeout
         self.max_open = max_open
+        self.max_agents = max_agents
         self.busy_timeout_ms = busy_timeout_ms
         self.context_limit = context_limit
         self.readonly = readonly
@@ -140,14 +161,24 @@ class ActorRegistry:
         self.summarizer: Summarizer = summarizer or default_summarizer()
         self.metrics = metrics or CompactionMetrics(CollectorRegistry())
         self.operations = OperationsMetrics(
-            self.metrics.registry, open_agents=lambda: float(self.open_count)
+            self.metrics.registry,
+            open_agents=lambda: float(self.open_count),
+            actors=lambda: float(self.actor_count),
         )
         # SQLite calls run here, a whole transaction per call; the thread count is bounded
         # whatever the number of agents.
         self.executor = ThreadPoolExecutor(
             max_workers=max(1, io_threads), thread_name_prefix="session-server-sqlite"
         )
-        self._actors: dict[str, AgentActor] = {}
+        # Weak: an actor leaves memory once nothing uses it (see the module doc). Strong
+        # references: ``_open`` (open stores), ``_closing``, calls and subscriptions.
+        self._actors: weakref.WeakValueDictionary[str, AgentActor] = (
+            weakref.WeakValueDictionary()
+        )
+        # Agents folders counted at the first creation, and those created since.
+        self._agent_count: int | None = None
+        self._created: set[str] = set()
+        self._count_gate = asyncio.Lock()
         self._open: OrderedDict[str, AgentActor] = OrderedDict()
         self._closing: set[AgentActor] = set()
         self._open_gate = asyncio.Lock()  # one store opens at a time: the bound is exact
@@ -169,13 +200,26 @@ class ActorRegistry:
     def agent_dir(self, agent_id: str) -> Path:
         return self.memory_dir / "agents" / validate_agent_id(agent_id)
 
-    async def get(self, agent_id: str) -> AgentActor:
-        """The actor of ``agent_id`` (validated before any file is touched)."""
+    async def get(self, agent_id: str, *, create: bool = True) -> AgentActor:
+        """The actor of ``agent_id`` (validated and NFC-normalised before any file is
+        touched).
+
+        With ``create=False`` (reads) an agent without a store is ``NotFoundError`` and
+        nothing is made. With ``create=True`` a new agent counts against ``max_agents``
+        (``TooLargeError`` beyond it); its folder appears when its store first opens.
+        """
+        agent_id = validate_agent_id(agent_id)
         if self._is_closed:
             raise AgentUnavailableError("the registry is closed", data={"agent_id": agent_id})
         actor = self._actors.get(agent_id)
         if actor is None:
             path = self.agent_dir(agent_id) / "agent.sqlite"
+            if not path.exists():  # one stat, only when no actor is in memory
+                if not create:
+                    raise NotFoundError.agent(agent_id)
+                await self._admit(agent_id)
+                actor = self._actors.get(agent_id)  # another call may have made it meanwhile
+        if actor is None:
             actor = AgentActor(
                 self,
                 agent_id,
@@ -187,6 +231,33 @@ class ActorRegistry:
             self._actors[agent_id] = actor
         self._start_sweeper()
         return actor
+
+    async def _admit(self, agent_id: str) -> None:
+        """Count a new agent against ``max_agents`` (the folders are listed once, at the
+        first creation, off the loop; later creations are counted here)."""
+        if agent_id in self._created:
+            return
+        async with self._count_gate:
+            if self._agent_count is None:
+                self._agent_count = len(await self.list_agents_async())
+            if agent_id in self._created:
+                return
+            if self._agent_count + len(self._created) >= self.max_agents:
+                raise TooLargeError(
+                    f"agent_id: this server already holds {self.max_agents} agents (its "
+                    f"max_agents); agent {agent_id!r} cannot be created",
+                    data={"field": "agent_id", "max_agents": self.max_agents},
+                )
+            self._created.add(agent_id)
+
+    def has_actor(self, agent_id: str) -> bool:
+        """Whether an actor object of ``agent_id`` is in memory (tests, diagnostics)."""
+        return agent_id in self._actors
+
+    @property
+    def actor_count(self) -> int:
+        """Actor objects in memory (open stores, calls in flight, subscriptions)."""
+        return len(self._actors)
 
     def list_agents(self) -> list[str]:
         """Agent ids with a folder under ``<memory_dir>/agents``, sorted."""
@@ -310,7 +381,8 @@ class ActorRegistry:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._sweeper
             self._sweeper = None
-        await asyncio.gather(*(a.close() for a in self._actors.values()), return_exceptions=True)
+        actors = list(self._actors.values())
+        await asyncio.gather(*(a.close() for a in actors), return_exceptions=True)
         self._open.clear()
         if self.snapshot_index is not None:
             await asyncio.get_running_loop().run_in_executor(

@@ -15,6 +15,7 @@ from websockets.exceptions import InvalidStatus
 from websockets.typing import Subprotocol
 
 from session_server.client import SessionClient
+from session_server.core.errors import NotFoundError
 from tests.support.server import RunningServer, running_server
 
 TOKENS = ("admin-token", "team-token:team-a-*,helper")
@@ -52,7 +53,8 @@ async def test_token_limited_to_patterns_is_403_elsewhere(server: RunningServer)
     assert await status_of(f"{server.url}/v1/agents/helper2", **bearer("team-token")) == 403
     assert not (server.registry.memory_dir / "agents").exists()
     async with SessionClient(server.url, "team-a-1", token="team-token") as client:
-        assert await client.list_sessions() == []
+        with pytest.raises(NotFoundError):  # allowed; a read creates no agent
+            await client.list_sessions()
         await client.create_session()
     async with SessionClient(server.url, "helper", token="team-token") as client:
         await client.create_session()
@@ -69,8 +71,8 @@ async def test_browser_subprotocol_token(server: RunningServer) -> None:
     offered = [Subprotocol("jsonrpc"), Subprotocol("bearer.team-token")]
     async with connect(url, subprotocols=offered) as ws:
         assert ws.subprotocol == "jsonrpc"
-        await ws.send('{"jsonrpc":"2.0","id":1,"method":"session.list"}')
-        assert json.loads(await ws.recv())["result"] == {"sessions": []}
+        await ws.send('{"jsonrpc":"2.0","id":1,"method":"session.create"}')
+        assert "session_id" in json.loads(await ws.recv())["result"]
     async with connect(url, subprotocols=[Subprotocol("bearer.admin-token")]) as ws:
         assert ws.subprotocol == "bearer.admin-token"
 
@@ -104,4 +106,5 @@ async def test_no_tokens_means_open(tmp_path: Path) -> None:
         running_server(tmp_path / "memory") as running,
         SessionClient(running.url, "anyone", token="ignored") as client,
     ):
-        assert await client.list_sessions() == []
+        await client.create_session(session_id="s")
+        assert [s["id"] for s in await client.list_sessions()] == ["s"]

@@ -68,7 +68,8 @@ async def test_tokens_from_environment(tmp_path: Path) -> None:
         with pytest.raises(ForbiddenError):
             await SessionClient(url, "a").connect()
         async with SessionClient(url, "a", token="envtok") as client:
-            assert await client.list_sessions() == []
+            await client.create_session(session_id="s")
+            assert len(await client.list_sessions()) == 1
         assert await asyncio.to_thread(proc.terminate) == 0
     finally:
         proc.kill()

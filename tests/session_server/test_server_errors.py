@@ -15,7 +15,7 @@ from websockets.exceptions import ConnectionClosed
 
 from session_server.rpc.methods import CallContext, MethodSpec, NoParams, method_table
 from session_server.rpc.table import ROWS
-from tests.support.server import RunningServer, running_server
+from tests.support.server import RunningServer, make_agents, running_server
 
 
 @pytest.fixture
@@ -23,6 +23,7 @@ async def server(tmp_path: Path) -> AsyncIterator[RunningServer]:
     async with running_server(
         tmp_path / "memory", max_frame_bytes=64 * 1024, methods=METHODS
     ) as running:
+        await make_agents(running.registry, "err-agent", "bystander")
         yield running
 
 

@@ -22,7 +22,8 @@ from websockets.typing import Subprotocol
 
 from session_server.auth import Authenticator, mint_token, parse_token_specs
 from session_server.client import SessionClient
-from tests.support.server import RunningServer, running_server, turn_messages
+from session_server.core.errors import NotFoundError
+from tests.support.server import RunningServer, make_agents, running_server, turn_messages
 
 SECRET = "test-secret-" + "s" * 32
 OTHER_SECRET = "other-secret-" + "o" * 32
@@ -51,6 +52,7 @@ async def server(tmp_path: Path, clock: Clock) -> AsyncIterator[RunningServer]:
     async with running_server(
         tmp_path / "memory", tokens=STATIC, secrets=[SECRET], clock=clock
     ) as running:
+        await make_agents(running.registry, AGENT)
         yield running
 
 
@@ -161,7 +163,7 @@ async def test_each_bad_token_is_refused_with_401_and_a_reason(
         if token:
             status, body, _ = await refusal(url, subprotocols=browser_protocols(token))
             assert status == 401 and body.startswith(f"401 Unauthorized: {reason}"), name
-    assert not (server.registry.memory_dir / "agents").exists()
+    assert server.registry.list_agents() == [AGENT]  # the fixture's; refusals made none
 
 
 async def test_a_signed_token_for_other_agents_is_403(server: RunningServer, clock: Clock) -> None:
@@ -173,7 +175,8 @@ async def test_a_signed_token_for_other_agents_is_403(server: RunningServer, clo
     status, body = info.value.response.status_code, info.value.response.body.decode()
     assert status == 403 and "may not address this agent" in body
     async with SessionClient(server.url, "support-2", token=token) as client:
-        assert await client.list_sessions() == []
+        with pytest.raises(NotFoundError):  # allowed, but reads create no agent
+            await client.list_sessions()
 
 
 async def test_metrics_need_an_admin_token(server: RunningServer, clock: Clock) -> None:

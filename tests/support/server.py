@@ -11,6 +11,8 @@
 - ``RestartableServer(memory_dir)``: an in-process server on a fixed 127.0.0.1 port that
   ``await start()``, ``await stop()`` (graceful, registry closed: state is re-read from
   disk) and ``await restart()`` keep reachable at the same ``url``.
+- ``make_agents(registry, *agent_ids)``: create empty agents (their store), as a first
+  write would; reads of an agent that has none answer -32001.
 - ``turn_messages(n)``: the 4-message turn (user, assistant tool call, tool result,
   assistant answer) the tests and benchmarks persist.
 
@@ -47,6 +49,7 @@ __all__ = [
     "RunningServer",
     "ServerProcess",
     "free_port",
+    "make_agents",
     "running_server",
     "turn_messages",
 ]
@@ -89,6 +92,12 @@ async def running_server(
             yield RunningServer(server.url, server, registry)
         finally:
             await server.stop()
+
+
+async def make_agents(registry: ActorRegistry, *agent_ids: str) -> None:
+    """Create each agent's store (empty), as the first write to it would."""
+    for agent_id in agent_ids:
+        await (await registry.get(agent_id, create=True)).list_sessions()
 
 
 def free_port() -> int:
