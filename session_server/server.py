@@ -77,6 +77,7 @@ from .rpc.protocol import (
 from .rpc.protocol import Request as RpcRequest
 from .rpc.table import BUILTIN_METHODS
 from .storage.file_lock import try_exclusive_lock
+from .storage.file_modes import make_dir
 
 if TYPE_CHECKING:
     from .runtime.actor import AgentActor
@@ -1075,7 +1076,7 @@ SERVER_LOCK_FILE: Final = "server.lock"
 
 def lock_memory_dir(memory_dir: Path) -> int:
     """Take ``memory_dir/server.lock`` exclusively (flock); return the open descriptor."""
-    memory_dir.mkdir(parents=True, exist_ok=True)
+    make_dir(memory_dir)
     path = memory_dir / SERVER_LOCK_FILE
     fd = try_exclusive_lock(path)
     if fd is None:

@@ -62,6 +62,7 @@ def run_export(args: argparse.Namespace) -> int:
 
         async def remote() -> str:
             from ..mirror_io.jsonl import atomic_write_bytes
+            from ..storage.file_modes import make_dir
 
             async with remote_client(args, args.agent_id) as client:
                 params = {"session_id": args.session}
@@ -69,7 +70,7 @@ def run_export(args: argparse.Namespace) -> int:
                     params["name"] = args.name
                 out = await client.call("export.session", params)
             folder = args.out / "agents" / out["name"]
-            folder.mkdir(parents=True, exist_ok=True)
+            make_dir(folder)
             for name in transfer.REFERENCE_FILES:
                 if name in out["files"]:
                     atomic_write_bytes(folder / name, out["files"][name].encode("utf-8"))

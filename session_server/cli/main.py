@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import os
 
+from ..storage import file_modes
 from .backups import backup_arguments, restore_arguments, run_backup, run_restore
 from .data import (
     export_arguments,
@@ -78,4 +80,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 0
     _summary, (_add, run) = COMMANDS[args.command]
+    mode = getattr(args, "file_mode", None)
+    if mode is not None:
+        # Private by default: also what SQLite, tempfile and the like create follows.
+        file_modes.set_file_mode(mode)
+        os.umask(0o777 & ~file_modes.dir_mode())
     return run(args)

@@ -12,6 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
+from ..storage import file_modes
+
 __all__ = [
     "DEFAULT_HOST",
     "DEFAULT_PORT",
@@ -20,6 +22,7 @@ __all__ = [
     "add_remote",
     "add_secret_file",
     "env",
+    "file_mode",
     "path_env",
     "port_number",
     "positive_int",
@@ -45,6 +48,22 @@ def add_memory_dir(parser: argparse.ArgumentParser) -> None:
         help="folder holding agents/<agent_id>/agent.sqlite and the JSONL mirror "
         "(env SESSION_SERVER_MEMORY_DIR; default ./memory)",
     )
+    parser.add_argument(
+        "--file-mode",
+        type=file_mode,
+        default=file_mode(env("FILE_MODE", "600") or "600"),
+        help="octal mode of every file written (folders get x where r is given; the umask "
+        "is narrowed to match) (env SESSION_SERVER_FILE_MODE; default 600: files 0600, "
+        "folders 0700)",
+    )
+
+
+def file_mode(value: str) -> int:
+    """An octal file mode for ``--file-mode`` (``storage.file_modes.parse_file_mode``)."""
+    try:
+        return file_modes.parse_file_mode(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
 def positive_int(value: str) -> int:

@@ -25,6 +25,7 @@ from ..mirror.model import RenderedMirror
 from ..mirror.rows_file import ROWS_FILE, encode_rows, sha256
 from ..mirror.snapshot import SNAPSHOT_FILE, build_snapshot
 from ..progress import progress_bar
+from ..storage.file_modes import make_dir
 from .jsonl import atomic_write_bytes, atomic_write_json, encode_lines
 from .writer import ACTIVE_FILE, ARCHIVE_FILE, EPISODIC_FILE, SEMANTIC_FILE
 
@@ -77,7 +78,7 @@ def export_session(
             rendered.apply(op)
     bar.close()
     result = ExportResult(folder=folder, trace_count=len(rendered.active) + len(rendered.archive))
-    folder.mkdir(parents=True, exist_ok=True)
+    make_dir(folder)
     digests: dict[str, str] = {}
     for file_name, items in (
         (ACTIVE_FILE, rendered.active),

@@ -22,6 +22,8 @@ from typing import Any, Final
 
 import msgspec
 
+from ..storage.file_modes import file_mode, make_dir, open_append
+
 __all__ = [
     "append_bytes",
     "atomic_write_bytes",
@@ -130,10 +132,10 @@ def append_bytes(path: Path, data: bytes, *, fsync: bool = False) -> None:
     if not data:
         return
     try:
-        f = open(path, "ab")  # noqa: SIM115 - closed below
+        f = open_append(path)
     except FileNotFoundError:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        f = open(path, "ab")  # noqa: SIM115
+        make_dir(path.parent)
+        f = open_append(path)
     with f:
         f.write(data)
         if fsync:
@@ -160,9 +162,10 @@ def atomic_write_bytes(path: Path, data: bytes, *, fsync: bool = True) -> None:
     With ``fsync`` the data and the folder entry are flushed to disk, so the new content
     survives a power loss as well as a process kill.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_dir(path.parent)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, file_mode())  # mkstemp makes 0600; a configured mode applies alike
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             if fsync:

@@ -42,6 +42,7 @@ from ..core.agent_ids import validate_agent_id
 from ..core.errors import AgentUnavailableError, ConflictError, InvalidParamsError, NotFoundError
 from . import sqlite_ops as ops
 from .file_lock import try_exclusive_lock
+from .file_modes import create_file, make_dir
 from .schema import SCHEMA_VERSION
 
 __all__ = [
@@ -105,6 +106,7 @@ def _fsync_path(path: Path, *, directory: bool = False) -> None:
 
 def _write_atomic(path: Path, data: bytes) -> None:
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    create_file(tmp)
     with tmp.open("wb") as f:
         f.write(data)
         f.flush()
@@ -154,7 +156,7 @@ def backup_agent(
     agent_id = validate_agent_id(agent_id)
     if not db_path.is_file():
         raise NotFoundError(f"agent {agent_id!r}: no {db_path}", data={"agent_id": agent_id})
-    out_dir.mkdir(parents=True, exist_ok=True)
+    make_dir(out_dir)
     final = out_dir / f"{agent_id}.sqlite"
     tmp = out_dir / f".{agent_id}.sqlite.tmp-{os.getpid()}"
     tmp.unlink(missing_ok=True)
@@ -163,6 +165,7 @@ def backup_agent(
             db_path, synchronous="FULL", busy_timeout_ms=busy_timeout_ms, readonly=True
         )
         try:
+            create_file(tmp)
             dst = sqlite3.connect(tmp, isolation_level=None)
             try:
                 src.backup(dst)  # one step: one read transaction, a consistent snapshot
@@ -215,7 +218,7 @@ def save_backup(out_dir: Path, agent_id: str, data: bytes, entry: BackupEntry) -
             f"backup of agent {agent_id!r}: the bytes received do not match their digest",
             data={"agent_id": agent_id},
         )
-    out_dir.mkdir(parents=True, exist_ok=True)
+    make_dir(out_dir)
     final = out_dir / f"{agent_id}.sqlite"
     _write_atomic(final, data)
     _record(out_dir, agent_id, msgspec.structs.replace(entry, file=final.name))
@@ -252,7 +255,7 @@ def verify_backup_file(path: Path, entry: BackupEntry, agent_id: str) -> None:
 
 @contextlib.contextmanager
 def _agent_lock(folder: Path, agent_id: str) -> Iterator[None]:
-    folder.mkdir(parents=True, exist_ok=True)
+    make_dir(folder)
     fd = try_exclusive_lock(folder / LOCK_FILE)
     if fd is None:
         raise AgentUnavailableError(
@@ -304,7 +307,8 @@ def restore_agent(
             )
         tmp = agent_dir / f".{AGENT_FILE}.restore-{os.getpid()}"
         try:
-            shutil.copyfile(source, tmp)
+            create_file(tmp)
+            shutil.copyfile(source, tmp)  # keeps the new file's mode
             conn = sqlite3.connect(tmp, isolation_level=None)
             try:
                 # Every mirror cursor off (never equal to last_seq): activation rewrites the files.

@@ -10,6 +10,8 @@ import fcntl
 import os
 from pathlib import Path
 
+from .file_modes import file_mode
+
 __all__ = ["try_exclusive_lock"]
 
 
@@ -20,7 +22,7 @@ def try_exclusive_lock(path: Path, *, create: bool = True) -> int | None:
     ``create=False`` opens an existing file only (``FileNotFoundError`` otherwise).
     """
     flags = os.O_RDWR | (os.O_CREAT if create else 0)
-    fd = os.open(path, flags, 0o644)
+    fd = os.open(path, flags, file_mode())
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

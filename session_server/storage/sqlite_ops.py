@@ -32,6 +32,7 @@ from ..core.errors import (
 from ..core.events import SessionEvent
 from ..core.plans import AppendBatch, AppendOutcome, AppendResult, SessionState
 from ..core.turns import TurnPosition, number_turns
+from .file_modes import create_file
 from .schema import SCHEMA_VERSION, schema_sql
 
 log = logging.getLogger(__name__)
@@ -87,6 +88,8 @@ def connect(
     # A reader opens the file read-only (``mode=ro``): it never creates a missing file,
     # and takes no lock a writer in another process would wait for (WAL readers share).
     target = f"{Path(path).resolve().as_uri()}?mode=ro" if readonly else str(path)
+    if not readonly:
+        create_file(Path(path))  # SQLite gives its -wal and -shm files the file's mode
     conn = sqlite3.connect(target, isolation_level=None, check_same_thread=False, uri=readonly)
     try:
         conn.row_factory = sqlite3.Row

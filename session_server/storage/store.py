@@ -43,6 +43,7 @@ from ..limits import descriptor_error, out_of_descriptors
 from . import session_sql
 from . import sqlite_ops as ops
 from .file_lock import try_exclusive_lock
+from .file_modes import make_dir
 from .session_rows import read_session_rows, write_session_rows
 from .sqlite_ops import EVENT_COLUMNS
 
@@ -217,7 +218,7 @@ class AgentStore:
             return store
 
         def open_writer() -> sqlite3.Connection:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            make_dir(path.parent)
             store._lock_fd = _lock_agent_dir(path.parent, agent_id)
             try:
                 conn = ops.connect(
