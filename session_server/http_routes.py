@@ -33,6 +33,7 @@ from websockets.asyncio.server import ServerConnection
 from websockets.http11 import Request, Response
 
 from . import __version__
+from .runtime.ops_metrics import agent_view
 
 if TYPE_CHECKING:
     from .runtime.registry import ActorRegistry
@@ -130,9 +131,15 @@ class HttpRoutes:
             {"Content-Type": "application/json", "Cache-Control": "no-store"},
         )
 
-    def metrics(self, connection: ServerConnection) -> Response:
-        """Every metric of the registry in the Prometheus text format."""
-        text = generate_latest(self.registry.metrics.registry).decode()
+    def metrics(
+        self, connection: ServerConnection, permits: Callable[[str], bool] | None = None
+    ) -> Response:
+        """Every metric of the registry in the Prometheus text format; with ``permits``
+        (a token limited to some agents) only the per-agent series of the agents it
+        allows, nothing server-wide."""
+        source = self.registry.metrics.registry
+        raw = generate_latest(source if permits is None else agent_view(source, permits))
+        text = raw.decode()
         return _respond(connection, http.HTTPStatus.OK, text, {"Content-Type": CONTENT_TYPE_LATEST})
 
     def _file(self, connection: ServerConnection, name: str) -> Response:

@@ -1031,7 +1031,9 @@ class SessionServer:
                     http.HTTPStatus.FORBIDDEN,
                     "/metrics is not available to a token limited to sessions",
                 )
-            return self.http.metrics(connection)
+            # A token limited to some agents sees only their series (ops_metrics.agent_view).
+            limited = grant is not None and not grant.unrestricted
+            return self.http.metrics(connection, grant.permits if limited and grant else None)
         if path in ("/v1", "/v1/"):
             self._routes[connection] = _Route(SERVER, None, grant)
             return None

@@ -20,6 +20,7 @@ import adapters
 from ..mirror.view import MemoryViewOptions, group_by_agent, page_snapshots
 from ..mirror_io.view_files import list_snapshot_summaries, read_memory_view
 from ..runtime import backups, transfer
+from ..storage.sqlite_ops import SKIPPED_RECORDS
 from .methods import (
     CallContext,
     Instructions,
@@ -226,12 +227,19 @@ async def adapters_list(ctx: CallContext, p: NoParams) -> dict[str, Any]:
 
 
 async def metrics_get(ctx: CallContext, p: NoParams) -> dict[str, Any]:
-    """Compaction counters (also served as Prometheus text on ``GET /metrics``)."""
+    """Compaction counters (also served as Prometheus text on ``GET /metrics``). A token
+    limited to some agents gets only ``open_agents`` and ``agents`` (its own open agents),
+    nothing server-wide."""
     metrics = ctx.registry.metrics
+    own = [a for a in ctx.registry.open_agents() if ctx.permits(a)]
+    if ctx.grant is not None and not ctx.grant.unrestricted:
+        return {"open_agents": len(own), "agents": own}
     return {
         "compactions": {s: metrics.compactions(s) for s in ("compact", "summarize")},
         "items_removed": metrics.items_removed(),
         "summary_problems": metrics.summary_problems(),
         "token_observations": [list(o) for o in metrics.token_observations()],
         "open_agents": ctx.registry.open_count,
+        "agents": own,
+        "skipped_records": SKIPPED_RECORDS.count,
     }

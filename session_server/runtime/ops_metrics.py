@@ -17,21 +17,38 @@ default ``namespace="session_server"``:
   (observed once per commit; every commit carries one write until group commit exists);
 - ``session_server_mirror_lag_seconds``: histogram of the delay from the first commit of
   a mirror batch to its JSONL files being written;
-- ``session_server_summarizer_failures_total``: summaries that failed (nothing written).
+- ``session_server_summarizer_failures_total``: summaries that failed (nothing written);
 - ``session_server_intake_bytes`` (and ``_peak``): request bytes received and not yet
   handed to a handler; ``session_server_frame_permits`` (the pool),
   ``session_server_frame_permits_in_use`` (and ``_peak``): large-frame permits (see
-  ``session_server.intake``).
+  ``session_server.intake``);
+- ``session_server_skipped_records``: stored rows that could not be read back and were
+  skipped (``storage.sqlite_ops.SKIPPED_RECORDS``, process-wide, read at scrape time);
+- per agent, for the agents whose store is open (so at most ``max_open`` series each):
+  ``session_server_agent_open{agent_id}`` (1) and
+  ``session_server_agent_idle_seconds{agent_id}`` (since its last call).
+
+``agent_view(registry, permits)`` is the collector a token limited to some agents
+scrapes: only the series labelled with an ``agent_id`` it may address, none of the
+server-wide ones.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Final
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Metric
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
-__all__ = ["BATCH_BUCKETS", "LATENCY_BUCKETS", "OperationsMetrics"]
+__all__ = [
+    "BATCH_BUCKETS",
+    "LATENCY_BUCKETS",
+    "AgentCollector",
+    "OperationsMetrics",
+    "agent_view",
+]
 
 LATENCY_BUCKETS: Final[tuple[float, ...]] = (
     0.0005,
@@ -63,8 +80,10 @@ class OperationsMetrics:
         namespace: str = "session_server",
         open_agents: Callable[[], float] | None = None,
         actors: Callable[[], float] | None = None,
+        skipped_records: Callable[[], float] | None = None,
     ) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
+        self.namespace = namespace
         self._prefix = f"{namespace}_" if namespace else ""
         common: dict[str, Any] = {"namespace": namespace, "registry": self.registry}
         self.requests = Counter(
@@ -104,6 +123,13 @@ class OperationsMetrics:
             buckets=LATENCY_BUCKETS,
             **common,
         )
+        self.skipped_records = Gauge(
+            "skipped_records",
+            "Stored rows that could not be read back and were skipped (logged).",
+            **common,
+        )
+        if skipped_records is not None:
+            self.skipped_records.set_function(skipped_records)
         self.summarizer_failures = Counter(
             "summarizer_failures", "Summaries that failed (nothing was written).", **common
         )
@@ -141,3 +167,53 @@ class OperationsMetrics:
         """A sample's current value (0 when absent), e.g. ``value("requests_total", {...})``."""
         found = self.registry.get_sample_value(self._prefix + name, labels or {})
         return 0.0 if found is None else float(found)
+
+
+class AgentCollector(Collector):
+    """Per-agent series, computed at scrape time from ``open_agents()``: ``(agent_id,
+    seconds idle)`` of each agent whose store is open."""
+
+    def __init__(
+        self, open_agents: Callable[[], Iterable[tuple[str, float]]], namespace: str
+    ) -> None:
+        self._open_agents = open_agents
+        self._prefix = f"{namespace}_" if namespace else ""
+
+    def collect(self) -> Iterator[Metric]:
+        is_open = GaugeMetricFamily(
+            f"{self._prefix}agent_open", "1 for an agent whose store is open.", labels=["agent_id"]
+        )
+        idle = GaugeMetricFamily(
+            f"{self._prefix}agent_idle_seconds",
+            "Seconds since the agent's last call (agents whose store is open).",
+            labels=["agent_id"],
+        )
+        for agent_id, seconds in self._open_agents():
+            is_open.add_metric([agent_id], 1.0)
+            idle.add_metric([agent_id], seconds)
+        yield is_open
+        yield idle
+
+
+class _AgentView(Collector):
+    def __init__(self, registry: CollectorRegistry, permits: Callable[[str], bool]) -> None:
+        self._registry = registry
+        self._permits = permits
+
+    def collect(self) -> Iterator[Metric]:
+        for family in self._registry.collect():
+            samples = [
+                s
+                for s in family.samples
+                if "agent_id" in s.labels and self._permits(s.labels["agent_id"])
+            ]
+            if samples:
+                view = Metric(family.name, family.documentation, family.type, family.unit)
+                view.samples = samples
+                yield view
+
+
+def agent_view(registry: CollectorRegistry, permits: Callable[[str], bool]) -> Collector:
+    """What a token limited to some agents may scrape of ``registry``: the series labelled
+    with an ``agent_id`` that ``permits`` allows, nothing server-wide."""
+    return _AgentView(registry, permits)

@@ -42,10 +42,11 @@ from ..core.errors import (
 )
 from ..limits import derive_limits
 from ..mirror_io.snapshot_index import SnapshotIndex
+from ..storage.sqlite_ops import SKIPPED_RECORDS
 from ..storage.store import Synchronous
 from .actor import AgentActor
 from .metrics import CompactionMetrics
-from .ops_metrics import OperationsMetrics
+from .ops_metrics import AgentCollector, OperationsMetrics
 from .summarizers import Summarizer, default_summarizer
 
 __all__ = ["DEFAULT_MAX_AGENTS", "ActorRegistry", "default_memory_dir"]
@@ -164,6 +165,10 @@ class ActorRegistry:
             self.metrics.registry,
             open_agents=lambda: float(self.open_count),
             actors=lambda: float(self.actor_count),
+            skipped_records=lambda: float(SKIPPED_RECORDS.count),
+        )
+        self.metrics.registry.register(
+            AgentCollector(self._open_agent_ages, namespace=self.operations.namespace)
         )
         # SQLite calls run here, a whole transaction per call; the thread count is bounded
         # whatever the number of agents.
@@ -172,9 +177,7 @@ class ActorRegistry:
         )
         # Weak: an actor leaves memory once nothing uses it (see the module doc). Strong
         # references: ``_open`` (open stores), ``_closing``, calls and subscriptions.
-        self._actors: weakref.WeakValueDictionary[str, AgentActor] = (
-            weakref.WeakValueDictionary()
-        )
+        self._actors: weakref.WeakValueDictionary[str, AgentActor] = weakref.WeakValueDictionary()
         # Agents folders counted at the first creation, and those created since.
         self._agent_count: int | None = None
         self._created: set[str] = set()
@@ -278,6 +281,14 @@ class ActorRegistry:
         """Wait until the open agents' mirror writes are done (the folders then reflect
         every commit answered so far; closed agents have nothing pending)."""
         await asyncio.gather(*(a.mirror.drain() for a in list(self._open.values())))
+
+    def open_agents(self) -> list[str]:
+        """Ids of the agents whose store is open, least recently used first."""
+        return list(self._open)
+
+    def _open_agent_ages(self) -> list[tuple[str, float]]:
+        now = time.monotonic()
+        return [(a.agent_id, max(0.0, now - a.last_used)) for a in list(self._open.values())]
 
     # -- the actors' host (``ActorHost``): the open-store bound ------------------------------
 

@@ -14,6 +14,7 @@ from them.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 from typing import BinaryIO, Final
@@ -70,10 +71,8 @@ def make_dir(path: Path) -> None:
         missing.append(folder)
         folder = folder.parent
     for folder in reversed(missing):
-        try:
+        with contextlib.suppress(FileExistsError):  # made meanwhile by another thread
             folder.mkdir(mode=dir_mode())
-        except FileExistsError:  # made meanwhile by another thread or process
-            pass
 
 
 def create_file(path: Path) -> None:

@@ -30,22 +30,23 @@ def under_umask(proc: ServerProcess, umask: str) -> ServerProcess:
     return proc
 
 
-def modes(*roots: Path) -> dict[str, int]:
-    """``{path: permission bits}`` of every folder and file under ``roots`` (roots too)."""
-    found: dict[str, int] = {}
+def modes(*roots: Path) -> dict[str, tuple[bool, int]]:
+    """``{path: (is a folder, permission bits)}`` of every entry under ``roots`` (and
+    the roots)."""
+    found: dict[str, tuple[bool, int]] = {}
     for root in roots:
-        found[str(root)] = stat.S_IMODE(root.stat().st_mode)
-        for folder, dirs, files in os.walk(root):
-            for name in dirs + files:
-                path = Path(folder) / name
-                found[str(path)] = stat.S_IMODE(path.lstat().st_mode)
+        for folder, _dirs, files in os.walk(root):
+            found[folder] = (True, stat.S_IMODE(os.stat(folder).st_mode))
+            for name in files:
+                path = os.path.join(folder, name)
+                found[path] = (False, stat.S_IMODE(os.lstat(path).st_mode))
     return found
 
 
 def cli(*args: str, memory: Path) -> None:
+    umask = ["sh", "-c", 'umask 022 && exec "$@"', "sh"]
     done = subprocess.run(
-        ["sh", "-c", 'umask 022 && exec "$@"', "sh", sys.executable, "-m", "session_server"]
-        + [*args, "--memory-dir", str(memory)],
+        [*umask, sys.executable, "-m", "session_server", *args, "--memory-dir", str(memory)],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -102,13 +103,8 @@ async def test_every_file_and_folder_gets_the_private_mode(
     assert any(n.endswith(".json") for n in names), sorted(names)  # snapshots, manifests
     wrong = {
         path: oct(mode)
-        for path, mode in {**running, **stopped}.items()
-        if mode
-        != (
-            dir_mode
-            if Path(path).is_dir() or path.endswith(("/memory", "/export", "/backup"))
-            else file_mode
-        )
+        for path, (is_dir, mode) in {**running, **stopped}.items()
+        if mode != (dir_mode if is_dir else file_mode)
     }
     assert not wrong, wrong
 
