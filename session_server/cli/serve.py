@@ -120,6 +120,28 @@ def serve_arguments(p: argparse.ArgumentParser) -> None:
         "(env SESSION_SERVER_CONTEXT_LIMIT; default 200)",
     )
     p.add_argument(
+        "--max-agents",
+        type=positive_int,
+        default=positive_int(env("MAX_AGENTS", "100000") or "100000"),
+        help="agents the memory dir may hold; a write that would create one more is "
+        "refused with -32004 (reads never create agents) "
+        "(env SESSION_SERVER_MAX_AGENTS; default 100000)",
+    )
+    p.add_argument(
+        "--idempotency-retention",
+        type=positive_seconds,
+        default=positive_seconds(env("IDEMPOTENCY_RETENTION", "86400") or "86400"),
+        help="seconds a write's idempotency key can be replayed "
+        "(env SESSION_SERVER_IDEMPOTENCY_RETENTION; default 86400)",
+    )
+    p.add_argument(
+        "--idempotency-keys",
+        type=positive_int,
+        default=positive_int(env("IDEMPOTENCY_KEYS", "1000") or "1000"),
+        help="idempotency keys kept per session (the newest) "
+        "(env SESSION_SERVER_IDEMPOTENCY_KEYS; default 1000)",
+    )
+    p.add_argument(
         "--loop",
         choices=("auto", "asyncio", "uvloop"),
         default=(env("LOOP", "auto") or "auto").lower(),
@@ -220,6 +242,7 @@ async def _serve(args: argparse.Namespace, sources: AuthSources, auth: Authentic
     from ..rpc.table import BUILTIN_METHODS
     from ..runtime.registry import ActorRegistry
     from ..server import SessionServer, quiet_accept_errors
+    from ..storage.sqlite_ops import IdempotencyRetention
 
     # Descriptors bound both open agents and connections: take what the system allows.
     limits = derive_limits(raise_nofile_limit())
@@ -262,6 +285,8 @@ async def _serve(args: argparse.Namespace, sources: AuthSources, auth: Authentic
         max_open=limits.max_open_agents,
         compaction_wait=args.compaction_wait,
         compaction_timeout=args.compaction_timeout,
+        max_agents=args.max_agents,
+        idempotency=IdempotencyRetention(args.idempotency_retention, args.idempotency_keys),
     ) as registry:
         server = SessionServer(
             registry,

@@ -85,6 +85,7 @@ from ..core.tokens import get_counter
 from ..core.validation import parse_event
 from ..mirror_io.snapshot_index import SnapshotIndex
 from ..mirror_io.writer import validate_session_id
+from ..storage.sqlite_ops import IdempotencyRetention
 from ..storage.store import AgentStore, Synchronous
 from .compaction_run import run_compaction
 from .metrics import CompactionMetrics
@@ -164,6 +165,11 @@ class ActorHost(Protocol):
     @property
     def readonly(self) -> bool:
         """Open stores read-only, without the agent lock (tools beside a server)."""
+        ...
+
+    @property
+    def idempotency(self) -> IdempotencyRetention:
+        """How long keyed writes can be replayed."""
         ...
 
     @property
@@ -301,6 +307,7 @@ class AgentActor:
                         executor=self.host.executor,
                         on_commit=self.host.operations.observe_commit,
                         readonly=self.host.readonly,
+                        idempotency=self.host.idempotency,
                     )
                     self.host.store_opened(self)
                 # Activation removes orphan folders and repairs mirrors left behind (or

@@ -42,7 +42,7 @@ from ..core.errors import (
 )
 from ..limits import derive_limits
 from ..mirror_io.snapshot_index import SnapshotIndex
-from ..storage.sqlite_ops import SKIPPED_RECORDS
+from ..storage.sqlite_ops import DEFAULT_RETENTION, SKIPPED_RECORDS, IdempotencyRetention
 from ..storage.store import Synchronous
 from .actor import AgentActor
 from .metrics import CompactionMetrics
@@ -81,6 +81,8 @@ class ActorRegistry:
     120), ``summary_backoff`` (seconds before a failed summary is retried, doubling, 1).
     ``max_agents`` (agents that may exist in the memory dir, ``DEFAULT_MAX_AGENTS``): a
     write that would create one more is refused with ``TooLargeError``.
+    ``idempotency`` (``IdempotencyRetention``: keys kept 24 h, at most 1000 per session):
+    how long a keyed write can be replayed.
     """
 
     def __init__(
@@ -103,6 +105,7 @@ class ActorRegistry:
         summary_backoff: float = 1.0,
         index_owner: bool = True,
         max_agents: int = DEFAULT_MAX_AGENTS,
+        idempotency: IdempotencyRetention = DEFAULT_RETENTION,
     ) -> None:
         if synchronous not in ("FULL", "NORMAL"):
             raise ValueError(f"synchronous: must be 'FULL' or 'NORMAL', got {synchronous!r}")
@@ -140,6 +143,7 @@ class ActorRegistry:
         self.idle_timeout = idle_timeout
         self.max_open = max_open
         self.max_agents = max_agents
+        self.idempotency = idempotency
         self.busy_timeout_ms = busy_timeout_ms
         self.context_limit = context_limit
         self.readonly = readonly

@@ -38,11 +38,14 @@ from .schema import SCHEMA_VERSION, schema_sql
 log = logging.getLogger(__name__)
 
 __all__ = [
+    "DEFAULT_RETENTION",
     "EVENT_COLUMNS",
+    "PRUNE_EVERY_SEQS",
     "SESSION_STATE_COLUMNS",
     "SKIPPED_RECORDS",
     "STALE_MIRROR_SEQ",
     "AppendResult",
+    "IdempotencyRetention",
     "SkippedRecords",
     "append",
     "append_group",
@@ -51,6 +54,7 @@ __all__ = [
     "insert_session",
     "invalidate_mirror",
     "migrate",
+    "prune_idempotency",
     "read_session_state",
     "request_digest",
     "rows_to_events",
@@ -260,6 +264,44 @@ class SkippedRecords:
 SKIPPED_RECORDS: Final = SkippedRecords()
 
 
+class IdempotencyRetention(msgspec.Struct, frozen=True):
+    """How long the results of keyed writes are kept for replay.
+
+    A key is kept while it is among the ``max_per_session`` newest of its session and
+    younger than ``max_age_seconds``. Pruning runs in the write path, inside the keyed
+    write's own transaction, each time a session's seq crosses a multiple of
+    ``PRUNE_EVERY_SEQS`` (so a session holds at most ``max_per_session`` +
+    ``PRUNE_EVERY_SEQS`` keys, and the cost is amortised over that many events). A retry
+    after its key was pruned is a new write.
+    """
+
+    max_age_seconds: float = 86_400.0
+    max_per_session: int = 1000
+
+    def __post_init__(self) -> None:
+        if not self.max_age_seconds > 0:
+            raise ValueError(f"max_age_seconds: must be positive, got {self.max_age_seconds}")
+        if self.max_per_session < 1:
+            raise ValueError(f"max_per_session: must be at least 1, got {self.max_per_session}")
+
+
+DEFAULT_RETENTION: Final = IdempotencyRetention()
+PRUNE_EVERY_SEQS: Final = 64
+
+
+def prune_idempotency(
+    conn: sqlite3.Connection, session_id: str, now: int, retention: IdempotencyRetention
+) -> int:
+    """Drop the keys of ``session_id`` beyond ``retention`` (``now`` in ms); the count."""
+    cursor = conn.execute(
+        "DELETE FROM idempotency WHERE session_id = ?1 AND (created_at < ?2 OR key IN ("
+        " SELECT key FROM idempotency WHERE session_id = ?1"
+        " ORDER BY created_at DESC, key DESC LIMIT -1 OFFSET ?3))",
+        (session_id, now - int(retention.max_age_seconds * 1000), retention.max_per_session),
+    )
+    return int(cursor.rowcount)
+
+
 def hydrate_or_skip(row: sqlite3.Row) -> SessionEvent | None:
     """The event of ``row``, or ``None`` (logged and counted) when it cannot be read."""
     try:
@@ -316,7 +358,11 @@ def read_session_state(conn: sqlite3.Connection, session_id: str) -> SessionStat
     )
 
 
-def append(conn: sqlite3.Connection, batch: AppendBatch) -> AppendOutcome:
+def append(
+    conn: sqlite3.Connection,
+    batch: AppendBatch,
+    retention: IdempotencyRetention = DEFAULT_RETENTION,
+) -> AppendOutcome:
     """The body of an append transaction (run inside ``write_txn``).
 
     Returns the answer, the stored events (seq, turn, session_id filled in) and whether it
@@ -430,6 +476,8 @@ def append(conn: sqlite3.Connection, batch: AppendBatch) -> AppendOutcome:
             "INSERT INTO idempotency (session_id, key, result, created_at) VALUES (?, ?, ?, ?)",
             (session_id, batch.idempotency_key, encode_json(saved), now),
         )
+        if seq // PRUNE_EVERY_SEQS != last_seq // PRUNE_EVERY_SEQS:
+            prune_idempotency(conn, session_id, now, retention)
     return AppendOutcome(result, stored)
 
 
@@ -456,7 +504,9 @@ def _replay(raw: str | bytes, digest: str | None, session_id: str, key: str) -> 
 
 
 def append_group(
-    conn: sqlite3.Connection, batches: Sequence[AppendBatch]
+    conn: sqlite3.Connection,
+    batches: Sequence[AppendBatch],
+    retention: IdempotencyRetention = DEFAULT_RETENTION,
 ) -> list[AppendOutcome | SessionServerError]:
     """The body of a group commit (run inside ``write_txn``): each batch in order, in its
     own savepoint, so a refused batch (conflict, unknown session, an id that exists)
@@ -470,7 +520,7 @@ def append_group(
     for batch in batches:
         conn.execute("SAVEPOINT batch")
         try:
-            outcome = append(conn, batch)
+            outcome = append(conn, batch, retention)
         except Exception as exc:
             mapped = _project_error(exc, "append_events")
             if not conn.in_transaction or not isinstance(mapped, SessionServerError):

@@ -127,8 +127,10 @@ class AgentStore:
         executor: Executor | None,
         on_commit: Callable[[float, int], None] | None = None,
         readonly: bool = False,
+        idempotency: ops.IdempotencyRetention = ops.DEFAULT_RETENTION,
     ) -> None:
         self.path = path
+        self.idempotency = idempotency
         self.readonly = readonly
         self.agent_id = agent_id
         self.synchronous = synchronous
@@ -202,6 +204,7 @@ class AgentStore:
         executor: Executor | None = None,
         on_commit: Callable[[float, int], None] | None = None,
         readonly: bool = False,
+        idempotency: ops.IdempotencyRetention = ops.DEFAULT_RETENTION,
     ) -> AgentStore:
         """Open (creating and migrating if needed) the agent file.
 
@@ -211,8 +214,11 @@ class AgentStore:
         Raises ``AgentUnavailableError`` when the file is not a usable SQLite database.
         ``on_commit(seconds, writes)`` is called after each write transaction that
         committed (``writes``: how many appends a group commit held, else 1).
+        ``idempotency``: how long keyed writes can be replayed (``IdempotencyRetention``).
         """
-        store = cls(path, agent_id, synchronous, busy_timeout_ms, executor, on_commit, readonly)
+        store = cls(
+            path, agent_id, synchronous, busy_timeout_ms, executor, on_commit, readonly, idempotency
+        )
         if readonly:
             await store._read(lambda conn: conn.execute("SELECT 1 FROM sessions LIMIT 1"))
             return store
@@ -384,7 +390,7 @@ class AgentStore:
         stored cursor lags by at most one append and a crash is always detected on
         activation).
         """
-        return await self._write("append_events", ops.append, batch)
+        return await self._write("append_events", ops.append, batch, self.idempotency)
 
     async def append_group(
         self, batches: Sequence[AppendBatch]
@@ -399,7 +405,7 @@ class AgentStore:
             except SessionServerError as exc:
                 return [exc]
         return await self._write(
-            "append_events", ops.append_group, batches, batch_size=len(batches)
+            "append_events", ops.append_group, batches, self.idempotency, batch_size=len(batches)
         )
 
     async def load_events(
