@@ -25,11 +25,13 @@ def _set(**params: Any) -> dict[str, Any]:
 
 
 class SessionPage(msgspec.Struct):
-    """One page of ``session.list``; ``next_offset`` is ``None`` on the last page."""
+    """One page of ``session.list``; ``next_offset`` and ``next_cursor`` are ``None`` on
+    the last page."""
 
     sessions: list[dict[str, Any]]
     total: int
     next_offset: int | None = None
+    next_cursor: str | None = None
 
 
 class SessionClient(RpcConnection):
@@ -78,8 +80,11 @@ class SessionClient(RpcConnection):
         limit: int | None = None,
         offset: int = 0,
     ) -> list[dict[str, Any]]:
-        """Sessions, most recently updated first (one page with ``limit``/``offset``),
-        keeping those whose metadata has every key of ``metadata`` with that exact value."""
+        """Sessions, most recently updated first (one page with ``limit``/``offset``; every
+        one, page after page, without them), keeping those whose metadata has every key of
+        ``metadata`` with that exact value."""
+        if limit is None and not offset:
+            return [s async for s in self.iter_sessions(metadata=metadata, page_size=1000)]
         return (await self.session_page(metadata=metadata, limit=limit, offset=offset)).sessions
 
     async def session_page(
@@ -88,24 +93,30 @@ class SessionClient(RpcConnection):
         metadata: dict[str, Any] | None = None,
         limit: int | None = None,
         offset: int = 0,
+        cursor: str | None = None,
     ) -> SessionPage:
-        """One page of ``session.list``: sessions, the total matching, the next offset."""
-        params = _set(metadata=metadata, limit=limit, offset=offset or None)
+        """One page of ``session.list`` (the server's default size without ``limit``):
+        sessions, the total matching, the next offset and the next cursor."""
+        params = _set(metadata=metadata, limit=limit, offset=offset or None, cursor=cursor)
         result = await self.call("session.list", params)
         sessions = list(result["sessions"])
         total = int(result.get("total", offset + len(sessions)))
-        return SessionPage(sessions, total, result.get("next_offset"))
+        return SessionPage(sessions, total, result.get("next_offset"), result.get("next_cursor"))
 
     async def iter_sessions(
         self, *, metadata: dict[str, Any] | None = None, page_size: int = 100
     ) -> AsyncIterator[dict[str, Any]]:
-        """Every matching session, fetched ``page_size`` at a time."""
-        offset: int | None = 0
-        while offset is not None:
-            page = await self.session_page(metadata=metadata, limit=page_size, offset=offset)
+        """Every matching session, fetched ``page_size`` at a time (by cursor: sessions
+        created meanwhile shift nothing)."""
+        page = await self.session_page(metadata=metadata, limit=page_size)
+        while True:
             for session in page.sessions:
                 yield session
-            offset = page.next_offset
+            if page.next_cursor is None:
+                return
+            page = await self.session_page(
+                metadata=metadata, limit=page_size, cursor=page.next_cursor
+            )
 
     async def update_session(
         self, session_id: str, metadata: dict[str, Any] | None

@@ -8,15 +8,21 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+import base64
+import binascii
+from typing import Annotated, Any, Final
 
+import msgspec
 from pydantic import Field, PlainValidator
 
+from ..core.errors import InvalidParamsError
 from ..core.events import SessionEvent
 from ..core.validation import parse_event
 from .methods import CallContext, JsonObject, RpcParams, SessionId
 
 __all__ = [
+    "DEFAULT_PAGE",
+    "MAX_PAGE",
     "ClearParams",
     "ListParams",
     "PopParams",
@@ -27,13 +33,15 @@ __all__ = [
     "session_update",
 ]
 
-MAX_PAGE = 1000
+MAX_PAGE: Final = 1000
+DEFAULT_PAGE: Final = 100
 
 
 class ListParams(RpcParams):
     metadata: JsonObject | None = None
-    limit: Annotated[int, Field(ge=1, le=MAX_PAGE)] | None = None
+    limit: Annotated[int, Field(ge=1, le=MAX_PAGE)] = DEFAULT_PAGE
     offset: Annotated[int, Field(ge=0)] = 0
+    cursor: Annotated[str, Field(min_length=1, max_length=1024)] | None = None
 
 
 class UpdateParams(RpcParams):
@@ -54,22 +62,54 @@ class ClearParams(RpcParams):
 
 
 async def session_list(ctx: CallContext, p: ListParams) -> dict[str, Any]:
-    """Sessions, most recently updated first: ``{sessions}``, and with ``limit`` also
-    ``total`` (sessions matching) and ``next_offset`` (``null`` on the last page).
+    """One page of sessions, most recently updated first: ``{sessions, total,
+    next_offset, next_cursor}`` (``total``: sessions matching; the next fields are
+    ``null`` on the last page).
 
     ``metadata`` keeps the sessions whose metadata has each given key with exactly that
-    value (strings, numbers, booleans, null); ``limit``/``offset`` page through them. A
-    token limited to sessions sees (and counts) only its own. Without params: every
-    session.
+    value (strings, numbers, booleans, null). A page holds ``limit`` sessions (default
+    ``DEFAULT_PAGE``, at most ``MAX_PAGE``): the next one is asked with ``cursor:
+    next_cursor`` (it resumes after the last session shown, so sessions created meanwhile
+    shift nothing) or ``offset: next_offset``, not both. A token limited to sessions sees
+    (and counts) only its own.
     """
+    if p.cursor is not None and p.offset:
+        raise InvalidParamsError(
+            "cursor: give either cursor or offset, not both", data={"field": "cursor"}
+        )
     only = None if ctx.grant is None else ctx.grant.sessions
+    after = None if p.cursor is None else _decode_cursor(p.cursor)
+    # One more than the page: whether a next page exists, without a second query.
     sessions, total = await (await ctx.actor()).list_sessions_page(
-        metadata=p.metadata, limit=p.limit, offset=p.offset, only=only
+        metadata=p.metadata, limit=p.limit + 1, offset=p.offset, only=only, after=after
     )
-    if p.limit is None:
-        return {"sessions": sessions}
+    more = len(sessions) > p.limit
+    del sessions[p.limit :]
     end = p.offset + len(sessions)
-    return {"sessions": sessions, "total": total, "next_offset": end if end < total else None}
+    last = sessions[-1] if sessions else None
+    return {
+        "sessions": sessions,
+        "total": total,
+        "next_offset": end if p.cursor is None and end < total else None,
+        "next_cursor": _encode_cursor(last) if more and last is not None else None,
+    }
+
+
+def _encode_cursor(row: dict[str, Any]) -> str:
+    """An opaque cursor naming the place of ``row`` in the order of ``session.list``."""
+    raw = msgspec.json.encode([row["updated_at"], row["created_at"], row["id"]])
+    return base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
+
+
+def _decode_cursor(cursor: str) -> tuple[int, int, str]:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        return msgspec.json.decode(raw, type=tuple[int, int, str])
+    except (binascii.Error, ValueError, msgspec.DecodeError):
+        raise InvalidParamsError(
+            "cursor: not a cursor this server gave (pass next_cursor unchanged)",
+            data={"field": "cursor"},
+        ) from None
 
 
 async def session_update(ctx: CallContext, p: UpdateParams) -> dict[str, Any]:

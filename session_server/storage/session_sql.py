@@ -78,10 +78,12 @@ def list_sessions_page(
     limit: int | None,
     offset: int,
     only: Collection[str] | None = None,
+    after: tuple[int, int, str] | None = None,
 ) -> tuple[list[dict[str, Any]], int]:
     """Sessions whose metadata has every key of ``metadata`` with that exact value (and
     whose id is in ``only``, when given), most recently updated first, from ``offset`` (at
-    most ``limit``); and how many match."""
+    most ``limit``); and how many match. ``after`` (``updated_at, created_at, id`` of the
+    last session of the previous page) starts after that session in the same order."""
     where: list[str] = []
     args: list[Any] = []
     if only is not None:
@@ -94,6 +96,10 @@ def list_sessions_page(
         args.extend(values)
     clause = f" WHERE {' AND '.join(where)}" if where else ""
     total = int(conn.execute(f"SELECT COUNT(*) FROM sessions{clause}", args).fetchone()[0])
+    if after is not None:
+        where.append("(-updated_at, -created_at, id) > (?, ?, ?)")
+        args.extend((-after[0], -after[1], after[2]))
+        clause = f" WHERE {' AND '.join(where)}"
     sql = (
         f"SELECT {_SESSION_COLUMNS} FROM sessions{clause}"
         " ORDER BY updated_at DESC, created_at DESC, id LIMIT ? OFFSET ?"

@@ -548,10 +548,11 @@ class AgentStore:
         limit: int | None,
         offset: int,
         only: Collection[str] | None,
+        after: tuple[int, int, str] | None = None,
     ) -> tuple[list[dict[str, Any]], int]:
         return await self._read(
             lambda conn: session_sql.list_sessions_page(
-                conn, metadata=metadata, limit=limit, offset=offset, only=only
+                conn, metadata=metadata, limit=limit, offset=offset, only=only, after=after
             )
         )
 

@@ -391,7 +391,14 @@ async function openAgent(agentId, preferSession) {
   };
   let sessions;
   try {
-    sessions = (await rpc.call("session.list")).sessions;
+    // session.list answers pages (100 by default); follow next_cursor to the end.
+    sessions = [];
+    let cursor = null;
+    do {
+      const page = await rpc.call("session.list", cursor ? { limit: 1000, cursor } : { limit: 1000 });
+      sessions.push(...page.sessions);
+      cursor = page.next_cursor;
+    } while (cursor);
   } catch (err) {
     $("agent-summary").textContent = "Cannot list the sessions: " + err.message;
     return;
