@@ -9,7 +9,8 @@ Each connection subscribes first (``events.subscribe`` answers the session's ``l
 and notifications carry only later seqs), then loads what lies between the caller's
 cursor and that ``last_seq`` with ``events.load {after_seq}``, in pages; notifications
 that arrive meanwhile are buffered by the subscription. When the connection drops, or the
-server restarts, the helper reconnects (exponential backoff) and resumes after the last
+server restarts or refuses it for now (HTTP 503, or a retryable -32005), the helper
+reconnects (exponential backoff, capped at ``max_delay``) and resumes after the last
 seq it yielded, so it works against any server, with or without the ``after_seq``
 parameter of ``events.subscribe``. Events deleted while disconnected are simply not seen.
 When the session is deleted the iteration ends (the server's ``session.deleted``); an
@@ -24,6 +25,7 @@ from collections.abc import AsyncIterator, Callable
 from websockets.exceptions import WebSocketException
 
 from .client import ConnectionLostError, SessionClient
+from .core.errors import UnavailableError
 from .core.events import SessionEvent
 
 __all__ = ["follow"]
@@ -73,7 +75,7 @@ async def follow(
                             yield event
                             cursor = event.seq
                     return  # the session was deleted (or the subscription closed)
-        except (ConnectionLostError, OSError, WebSocketException):
+        except (ConnectionLostError, OSError, WebSocketException, UnavailableError):
             failures += 1
             if max_attempts is not None and failures >= max_attempts:
                 raise

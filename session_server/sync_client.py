@@ -14,8 +14,9 @@ from plain code, from any event loop and from loops that come and go (``asyncio.
 per call, as ``Runner.run_sync`` does); ``await client.acall("build_context", sid)`` runs
 a call from async code without blocking its loop.
 
-Reconnection: a call that fails because the connection is lost (or cannot be opened) is
-retried on a new connection, ``retries`` times with a doubling delay. Writes are safe to
+Reconnection: a call that fails because the connection is lost or cannot be opened (also
+a 503 at the handshake, or a retryable -32005 answer) is retried on a new connection,
+``retries`` times with a doubling delay (capped at 2 s). Writes are safe to
 retry: ``append_events``, ``persist_turn`` and ``persist_context`` get an idempotency key
 before the first attempt, so a retried write happens once. A ``pop_event`` without
 ``event_id`` is not retried (it could pop twice); pass the id of the event you read.
@@ -34,6 +35,7 @@ from typing import Any, Final
 from websockets.exceptions import WebSocketException
 
 from .client import ConnectionLostError, SessionClient
+from .core.errors import UnavailableError
 
 __all__ = ["SyncSessionClient"]
 
@@ -98,7 +100,7 @@ class SyncSessionClient:
             try:
                 client = await self._connected()
                 return await getattr(client, name)(*args, **kwargs)
-            except (ConnectionLostError, OSError, WebSocketException):
+            except (ConnectionLostError, OSError, WebSocketException, UnavailableError):
                 # The next attempt opens a new connection (``_connected`` sees the loss).
                 if not retry or attempt == self.retries:
                     raise

@@ -20,6 +20,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from ..core.agent_ids import validate_agent_id
+from ..core.errors import UnavailableError
 from ..core.events import SessionEvent
 from ..log_redact import redacting_logger
 from ..rpc.protocol import DEFAULT_MAX_FRAME_BYTES
@@ -43,6 +44,8 @@ class RpcConnection:
         token: str | None = None,
         max_size: int | None = DEFAULT_MAX_FRAME_BYTES,
         open_timeout: float | None = 10.0,
+        connect_retries: int = 3,
+        retry_delay: float = 0.05,
     ) -> None:
         base = url.rstrip("/")
         if agent_id is not None:
@@ -54,6 +57,8 @@ class RpcConnection:
         self._token = token
         self._max_size = max_size
         self._open_timeout = open_timeout
+        self._connect_retries = connect_retries
+        self._retry_delay = retry_delay
         self._ws: ClientConnection | None = None
         self._reader: asyncio.Task[None] | None = None
         self._ids = itertools.count(1)
@@ -70,7 +75,23 @@ class RpcConnection:
     async def connect(self) -> Self:
         """Open the connection. A refused handshake raises ``ForbiddenError`` (401/403),
         ``InvalidParamsError`` (400, e.g. an invalid agent id), ``NotFoundError`` (404) or
-        ``UnavailableError`` (503: too many connections or stopping; retry later)."""
+        ``UnavailableError`` (503: too many connections or stopping).
+
+        A 503 or a refused TCP connection (a server starting or restarting) is retried
+        ``connect_retries`` times (default 3) after ``retry_delay`` seconds, doubling up to
+        2 s; then the last error is raised."""
+        delay = self._retry_delay
+        for attempt in itertools.count():
+            try:
+                return await self._open()
+            except (UnavailableError, ConnectionRefusedError):
+                if attempt >= self._connect_retries:
+                    raise
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 2.0)
+        raise AssertionError("unreachable")
+
+    async def _open(self) -> Self:
         headers = {"Authorization": f"Bearer {self._token}"} if self._token else None
         try:
             self._ws = await connect(

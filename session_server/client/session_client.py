@@ -37,7 +37,8 @@ class SessionPage(msgspec.Struct):
 class SessionClient(RpcConnection):
     """A connection to one agent (or to ``/v1`` with ``agent_id=None``).
 
-    ``SessionClient(url, agent_id, *, token=None, max_size=16 MiB, open_timeout=10.0)``;
+    ``SessionClient(url, agent_id, *, token=None, max_size=16 MiB, open_timeout=10.0,
+    connect_retries=3, retry_delay=0.05)``;
     the connection itself is ``RpcConnection``'s (``connect``, ``close``, ``call``).
     """
 
