@@ -36,7 +36,7 @@ from urllib.parse import unquote, urlsplit
 from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.datastructures import Headers
 from websockets.exceptions import ConnectionClosed
-from websockets.http11 import Request, Response
+from websockets.http11 import MAX_LINE_LENGTH, Request, Response
 from websockets.typing import Subprotocol
 
 from .auth import (
@@ -59,6 +59,7 @@ from .core.errors import (
     TooLargeError,
 )
 from .core.events import SessionEvent
+from .handshake_guard import guarded
 from .http_routes import HttpRoutes
 from .intake import FramePermits, IntakeConnection, intake_connection
 from .limits import derive_limits
@@ -908,8 +909,13 @@ class SessionServer:
             # keeps zlib buffers; the server's peers are local or on a fast network.
             compression=None,
             logger=redacting_logger("websockets.server"),
-            create_connection=intake_connection(
-                self.permits, threshold=self.large_frame_threshold, max_frame=self.max_frame_bytes
+            # Over-long header lines get a 401/431 answer (handshake_guard), not a drop.
+            create_connection=guarded(
+                intake_connection(
+                    self.permits,
+                    threshold=self.large_frame_threshold,
+                    max_frame=self.max_frame_bytes,
+                )
             ),
         )
         sockets = self._ws.sockets
@@ -989,6 +995,9 @@ class SessionServer:
 
     # -- handshake ---------------------------------------------------------------------
     def _process_request(self, connection: ServerConnection, request: Request) -> Response | None:
+        oversized = getattr(connection, "oversized_header", None)
+        if oversized is not None:
+            return _oversized(connection, oversized)
         public = self.http.public(connection, request)  # the page and /healthz: no token
         if public is not None:
             return public
@@ -1129,6 +1138,19 @@ def quiet_accept_errors(loop: asyncio.AbstractEventLoop) -> None:
 
 def _refuse(connection: ServerConnection, status: http.HTTPStatus, text: str) -> Response:
     return connection.respond(status, f"{status.value} {status.phrase}: {text}\n")
+
+
+def _oversized(connection: ServerConnection, header: str) -> Response:
+    """The answer to a request with a header line over websockets' line limit."""
+    if header == "authorization":
+        return _unauthorized(
+            connection, f"token too long (the Authorization header is over {MAX_LINE_LENGTH} bytes)"
+        )
+    return _refuse(
+        connection,
+        http.HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE,
+        f"header {header!r} is over {MAX_LINE_LENGTH} bytes",
+    )
 
 
 def _unauthorized(connection: ServerConnection, reason: str) -> Response:

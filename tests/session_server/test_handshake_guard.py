@@ -1,0 +1,102 @@
+"""A header line over websockets' 8 KiB limit gets an answer (issue 13, item 8 follow-up):
+an over-long ``Authorization`` is refused with 401 ``token too long``, another header with
+431, and nothing is logged as a traceback. Before, the connection was dropped without an
+answer. Real server, real sockets; ``HeadFilter`` is checked on every way of cutting the
+bytes into chunks."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from websockets.asyncio.client import connect
+from websockets.exceptions import InvalidStatus
+from websockets.http11 import MAX_LINE_LENGTH
+
+from session_server.handshake_guard import HeadFilter
+from tests.support.plain_http import parse_answer
+from tests.support.server import RunningServer, make_agents, running_server
+
+HANDSHAKE = (
+    "GET /v1/agents/a HTTP/1.1\r\nHost: test\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+    "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+)
+
+
+@pytest.fixture
+async def server(tmp_path: Path) -> AsyncIterator[RunningServer]:
+    async with running_server(tmp_path / "memory", tokens=["tok"]) as running:
+        await make_agents(running.registry, "a")
+        yield running
+
+
+async def raw_handshake(url: str, extra: str) -> tuple[int, str]:
+    host, port = url.removeprefix("ws://").rsplit(":", 1)
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        writer.write((HANDSHAKE + extra + "\r\n").encode())
+        await writer.drain()
+        raw = await asyncio.wait_for(reader.read(), 30)
+    finally:
+        writer.close()
+    answer = parse_answer(raw)
+    return answer.status, answer.body
+
+
+@pytest.mark.parametrize("size", [MAX_LINE_LENGTH, 20_000, 300_000])
+async def test_an_over_long_token_is_401(
+    server: RunningServer, size: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    status, body = await raw_handshake(server.url, f"Authorization: Bearer {'x' * size}\r\n")
+    assert status == 401
+    assert (
+        body
+        == f"401 Unauthorized: token too long (the Authorization header is over {MAX_LINE_LENGTH} bytes)\n"
+    )
+    assert not [r for r in caplog.records if r.exc_info], "no traceback"
+    with pytest.raises(InvalidStatus) as refused:
+        await connect(
+            f"{server.url}/v1/agents/a",
+            additional_headers={"Authorization": "Bearer " + "y" * size},
+        )
+    assert refused.value.response.status_code == 401
+
+
+async def test_another_over_long_header_is_431(server: RunningServer) -> None:
+    status, body = await raw_handshake(
+        server.url, f"X-Padding: {'p' * 10_000}\r\nAuthorization: Bearer tok\r\n"
+    )
+    assert status == 431
+    assert "'x-padding' is over" in body
+
+
+async def test_headers_under_the_limit_pass_untouched(server: RunningServer) -> None:
+    padding = "p" * (MAX_LINE_LENGTH - 100)
+    async with connect(
+        f"{server.url}/v1/agents/a",
+        additional_headers={"Authorization": "Bearer tok", "X-Padding": padding},
+    ) as ws:
+        await ws.send('{"jsonrpc":"2.0","id":1,"method":"session.list"}')
+        assert '"sessions":[]' in str(await ws.recv())
+
+
+def test_head_filter_gives_the_same_bytes_however_they_are_cut() -> None:
+    long_line = b"Authorization: Bearer " + b"z" * 50
+    head = b"GET / HTTP/1.1\r\nHost: h\r\n" + long_line + b"\r\nX-A: 1\r\n\r\n"
+    after = b"\x81\x05hello"
+    expected = b"GET / HTTP/1.1\r\nHost: h\r\nX-A: 1\r\n\r\n" + after
+    data = head + after
+    for size in (1, 2, 3, 7, 16, 64, len(data)):
+        head_filter = HeadFilter(limit=40)
+        out = b"".join(head_filter.feed(data[i : i + size]) for i in range(0, len(data), size))
+        assert out == expected, size
+        assert head_filter.oversized == "authorization" and head_filter.done
+    untouched = HeadFilter(limit=40)
+    assert (
+        untouched.feed(b"GET / HTTP/1.1\r\nHost: h\r\n\r\n") == b"GET / HTTP/1.1\r\nHost: h\r\n\r\n"
+    )
+    assert untouched.oversized is None
