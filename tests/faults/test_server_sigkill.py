@@ -52,9 +52,7 @@ async def write_until_killed(url: str, writer: Writer, acks: asyncio.Queue[str])
     try:
         async with SessionClient(url, writer.agent_id) as client:
             if writer.acked == 0 and writer.pending is None:
-                sessions = await client.list_sessions()
-                if not sessions:
-                    await client.create_session(session_id=SESSION)
+                await client.create_session(session_id=SESSION, if_exists="return")
             while True:
                 turn, key = writer.next_turn()
                 writer.pending = (turn, key)

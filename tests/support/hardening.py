@@ -225,8 +225,7 @@ async def non_reading_subscriber(
     """``subscribers`` connections subscribe to session ``sub`` and never read (or read,
     with ``reading``) while one writer appends ``megabytes`` MB in ``chunk``-byte events."""
     async with SessionClient(url, agent) as setup:
-        if not any(s["id"] == "sub" for s in await setup.list_sessions()):
-            await setup.create_session(session_id="sub")
+        await setup.create_session(session_id="sub", if_exists="return")
     conns: list[ClientConnection] = []
     readers: list[asyncio.Task[None]] = []
     for _ in range(subscribers):
