@@ -15,7 +15,7 @@ from websockets.exceptions import ConnectionClosed
 
 from session_server.rpc.methods import CallContext, MethodSpec, NoParams, method_table
 from session_server.rpc.table import ROWS
-from tests.support.server import RunningServer, make_agents, running_server
+from tests.support.server import EMPTY_PAGE, RunningServer, make_agents, running_server
 
 
 @pytest.fixture
@@ -58,7 +58,7 @@ async def test_parse_errors_keep_the_connection(ws: ClientConnection) -> None:
     assert answer["error"]["code"] == -32700
     assert "UTF-8" in answer["error"]["message"]
     answer = await ask(ws, b'{"jsonrpc":"2.0","id":5,"method":"session.list"}')  # binary, valid
-    assert answer == {"jsonrpc": "2.0", "id": 5, "result": {"sessions": []}}
+    assert answer == {"jsonrpc": "2.0", "id": 5, "result": EMPTY_PAGE}
 
 
 @pytest.mark.parametrize(
@@ -215,7 +215,7 @@ async def test_oversized_frame_closes_with_1009_and_spares_others(
             await ws.recv()
         assert info.value.rcvd is not None and info.value.rcvd.code == 1009
         answer = await ask(other, '{"jsonrpc":"2.0","id":3,"method":"session.list"}')
-        assert answer == {"jsonrpc": "2.0", "id": 3, "result": {"sessions": []}}
+        assert answer == {"jsonrpc": "2.0", "id": 3, "result": EMPTY_PAGE}
     async with connect(f"{server.url}/v1/agents/err-agent") as again:
         answer = await ask(again, '{"jsonrpc":"2.0","id":4,"method":"session.list"}')
-        assert answer["result"] == {"sessions": []}
+        assert answer["result"] == EMPTY_PAGE

@@ -23,7 +23,13 @@ from websockets.typing import Subprotocol
 from session_server.auth import Authenticator, mint_token, parse_token_specs
 from session_server.client import SessionClient
 from session_server.core.errors import NotFoundError
-from tests.support.server import RunningServer, make_agents, running_server, turn_messages
+from tests.support.server import (
+    EMPTY_PAGE,
+    RunningServer,
+    make_agents,
+    running_server,
+    turn_messages,
+)
 
 SECRET = "test-secret-" + "s" * 32
 OTHER_SECRET = "other-secret-" + "o" * 32
@@ -392,7 +398,7 @@ async def test_the_next_call_after_expiry_is_refused_and_the_connection_closed(
     token = signed(clock, scope="write", ttl=60)
     async with connect(agent_url(server), **bearer(token)) as ws:
         page = Browser(ws)
-        assert await page.result("session.list") == {"sessions": []}
+        assert await page.result("session.list") == EMPTY_PAGE
         clock.now += 61
         answer = await page.call("session.list")
         assert answer["error"]["code"] == -32003
@@ -441,7 +447,7 @@ async def test_reload_closes_connections_whose_token_is_no_longer_valid(
         await asyncio.wait_for(by_reader.wait_closed(), 10)
         assert by_reader.close_code == 1008
         assert by_reader.close_reason == "token no longer valid: unknown token"
-        assert await pages[0].result("session.list") == {"sessions": []}
+        assert await pages[0].result("session.list") == EMPTY_PAGE
         await pages[1].refused("session.create", {})  # now read-only
         assert "session_id" in await pages[2].result("session.create", {})
 

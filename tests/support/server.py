@@ -11,6 +11,7 @@
 - ``RestartableServer(memory_dir)``: an in-process server on a fixed 127.0.0.1 port that
   ``await start()``, ``await stop()`` (graceful, registry closed: state is re-read from
   disk) and ``await restart()`` keep reachable at the same ``url``.
+- ``EMPTY_PAGE``: the ``session.list`` answer of an agent without sessions.
 - ``make_agents(registry, *agent_ids)``: create empty agents (their store), as a first
   write would; reads of an agent that has none answer -32001.
 - ``turn_messages(n)``: the 4-message turn (user, assistant tool call, tool result,
@@ -45,6 +46,7 @@ from session_server.runtime.registry import ActorRegistry
 from session_server.server import SessionServer
 
 __all__ = [
+    "EMPTY_PAGE",
     "RestartableServer",
     "RunningServer",
     "ServerProcess",
@@ -55,6 +57,8 @@ __all__ = [
 ]
 
 ROOT = Path(__file__).resolve().parents[2]
+EMPTY_PAGE: dict[str, Any] = {"sessions": [], "total": 0, "next_offset": None, "next_cursor": None}
+"""The ``session.list`` answer of an agent that has no session."""
 _LISTENING = re.compile(r"^session-server listening on (ws://\S+) ")
 
 
