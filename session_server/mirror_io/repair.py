@@ -37,6 +37,7 @@ from ..core.events import SessionEvent
 from ..mirror.checkpoint import FileStamps
 from ..mirror.model import MirrorModel
 from ..mirror.streaming import ArchivePlan, StreamRender, item_lines
+from ..storage.file_modes import file_mode, make_dir
 from .jsonl import _fsync_dir
 
 __all__ = [
@@ -146,8 +147,9 @@ class _StreamFile:
         if not self._pending:
             return
         if self._f is None:
-            self.folder.mkdir(parents=True, exist_ok=True)
+            make_dir(self.folder)
             fd, self.tmp = tempfile.mkstemp(prefix=f".{self.name}.", suffix=".tmp", dir=self.folder)
+            os.fchmod(fd, file_mode())
             self._f = os.fdopen(fd, "wb")
         self._f.write(b"".join(self._pending))
         self._pending = []
@@ -284,7 +286,7 @@ def remove_session_folder(agent_dir: Path, folder: Path) -> None:
     atomic step: it is gone from ``sessions/`` at once), then deleted."""
     trash = agent_dir / TRASH_DIR
     if folder.is_dir():
-        trash.mkdir(parents=True, exist_ok=True)
+        make_dir(trash)
         target = Path(tempfile.mkdtemp(prefix=f"{folder.name}.", dir=trash))
         with contextlib.suppress(FileNotFoundError):  # no folder: nothing was mirrored
             os.replace(folder, target / "session")
