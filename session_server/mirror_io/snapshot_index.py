@@ -42,6 +42,7 @@ from typing import Final
 from ..core.agent_ids import validate_agent_id
 from ..core.errors import InvalidParamsError
 from ..mirror.view import SnapshotSummary
+from ..storage.file_modes import create_file, make_dir
 from .view_files import list_snapshot_summaries, summarize_folder
 from .writer import validate_session_id
 
@@ -224,7 +225,8 @@ class SnapshotIndex:
         if self._conn is not None or self._closed:
             return self._conn
         try:
-            self.memory_dir.mkdir(parents=True, exist_ok=True)
+            make_dir(self.memory_dir)
+            create_file(self.path)  # its mode, and so its -wal and -shm (file_modes)
             # Implicit transactions for writes; ``with conn`` commits them.
             conn = sqlite3.connect(self.path, check_same_thread=False)
             conn.execute("PRAGMA journal_mode=WAL")
