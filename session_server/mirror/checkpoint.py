@@ -43,6 +43,7 @@ __all__ = [
     "model_from_checkpoint",
     "orphan_folders",
     "plan_activation",
+    "repair_reason",
     "stamps_match",
 ]
 
@@ -166,6 +167,21 @@ class Repair:
     reason: str
 
 
+def repair_reason(
+    *, last_seq: int, mirror_seq: int, has_checkpoint: bool, files: str | None, observed: FileStamps
+) -> str | None:
+    """Why a session's mirror needs a repair, or ``None`` when its files are as recorded
+    at the last clean close (the check activation runs for every session: no decoding
+    of the checkpoint itself)."""
+    if mirror_seq != last_seq:
+        return "the mirror cursor is behind (a crash or a delete)"
+    if not has_checkpoint:
+        return "no checkpoint of the mirror"
+    if not stamps_match(decode_stamps(files), observed):
+        return "the files differ from their recorded sizes and times"
+    return None
+
+
 def plan_activation(
     *,
     last_seq: int,
@@ -175,15 +191,20 @@ def plan_activation(
     observed: FileStamps,
 ) -> Resume | Repair:
     """How to activate a session's mirror (see the module doc)."""
-    if mirror_seq != last_seq:
-        return Repair("the mirror cursor is behind (a crash or a delete)")
+    reason = repair_reason(
+        last_seq=last_seq,
+        mirror_seq=mirror_seq,
+        has_checkpoint=bool(state),
+        files=files,
+        observed=observed,
+    )
+    if reason is not None:
+        return Repair(reason)
     model = model_from_checkpoint(state)
     if model is None:
-        return Repair("no checkpoint of the mirror")
+        return Repair("the checkpoint of the mirror is not readable")
     if model.last_seq > last_seq:
         return Repair("the checkpoint is ahead of SQLite")
-    if not stamps_match(decode_stamps(files), observed):
-        return Repair("the files differ from their recorded sizes and times")
     return Resume(model)
 
 

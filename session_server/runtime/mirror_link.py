@@ -42,13 +42,13 @@ from typing import Any, TypeVar
 from ..core.errors import InvalidParamsError, SessionServerError
 from ..core.events import ContextMessage, SessionEvent
 from ..core.plans import SnapshotDue
-from ..mirror.checkpoint import Resume, plan_activation
+from ..mirror.checkpoint import Resume, plan_activation, repair_reason
 from ..mirror.snapshot import SNAPSHOT_FILE, RestoredSnapshot
 from ..mirror_io.snapshot_files import load_snapshot_cache
 from ..mirror_io.snapshot_index import SnapshotIndex
 from ..mirror_io.writer import MirrorWriter, validate_session_id
 from ..storage.event_pages import SessionEventReader
-from ..storage.store import AgentStore, MirrorCheckpoint, MirrorRow
+from ..storage.store import AgentStore, MirrorCheckpoint, MirrorRow, MirrorStatus
 
 __all__ = ["MirrorLink"]
 
@@ -146,7 +146,7 @@ class MirrorLink:
         session whose files are not as its checkpoint says; the others resume lazily."""
         if not self.enabled or store.readonly:
             return
-        rows = await store.mirror_rows()
+        rows = await store.mirror_statuses()
         loop = asyncio.get_running_loop()
         ids = {row.session_id for row in rows}
         # Before anything else touches the files: nothing is scheduled for this agent yet.
@@ -155,20 +155,20 @@ class MirrorLink:
         for session_id in stale:
             await self.ensure_active(store, session_id)
 
-    def _stale(self, rows: Sequence[MirrorRow]) -> list[str]:
+    def _stale(self, rows: Sequence[MirrorStatus]) -> list[str]:
         """Sessions whose files need a repair (a few ``stat`` calls each; a worker thread)."""
         out = []
         for row in rows:
-            if not _names_a_folder(row.session_id):
-                continue
-            decision = plan_activation(
+            if not row.last_seq or not _names_a_folder(row.session_id):
+                continue  # never written: nothing to repair
+            reason = repair_reason(
                 last_seq=row.last_seq,
                 mirror_seq=row.mirror_seq,
-                state=row.mirror_state,
+                has_checkpoint=row.has_checkpoint,
                 files=row.mirror_files,
                 observed=self.writer.stamps(row.session_id),
             )
-            if not isinstance(decision, Resume) and row.last_seq:
+            if reason is not None:
                 out.append(row.session_id)
         return out
 

@@ -63,6 +63,7 @@ __all__ = [
     "ContextWindow",
     "MirrorCheckpoint",
     "MirrorRow",
+    "MirrorStatus",
     "Synchronous",
 ]
 
@@ -81,6 +82,16 @@ class MirrorRow(msgspec.Struct, frozen=True):
     last_seq: int
     mirror_seq: int
     mirror_state: str | None
+    mirror_files: str | None
+
+
+class MirrorStatus(msgspec.Struct, frozen=True):
+    """A session's mirror columns as activation checks them (the checkpoint not read)."""
+
+    session_id: str
+    last_seq: int
+    mirror_seq: int
+    has_checkpoint: bool
     mirror_files: str | None
 
 
@@ -341,12 +352,15 @@ class AgentStore:
         """Write a whole session as it is (ids, seqs, columns); ``ConflictError`` on a clash."""
         await self._write("import session", write_session_rows, rows)
 
-    async def mirror_rows(self) -> list[MirrorRow]:
-        """Every session's mirror columns (activation checks them against the files)."""
+    async def mirror_statuses(self) -> list[MirrorStatus]:
+        """Every session's mirror status (activation checks it against the files)."""
 
-        def fn(conn: sqlite3.Connection) -> list[MirrorRow]:
-            rows = conn.execute(f"SELECT {_MIRROR_COLUMNS} FROM sessions")
-            return [_mirror_row(r) for r in rows]
+        def fn(conn: sqlite3.Connection) -> list[MirrorStatus]:
+            rows = conn.execute(
+                "SELECT id, last_seq, mirror_seq, mirror_state IS NOT NULL, mirror_files"
+                " FROM sessions"
+            )
+            return [MirrorStatus(str(r[0]), int(r[1]), int(r[2]), bool(r[3]), r[4]) for r in rows]
 
         return await self._read(fn)
 
@@ -373,12 +387,6 @@ class AgentStore:
     async def set_session_strategy(self, session_id: str, strategy: str | None) -> None:
         """Store a session's strategy (JSON text; ``None`` clears it)."""
         await self._write("set strategy", _update_session, session_id, "strategy", strategy)
-
-    async def set_mirror_seq(self, session_id: str, mirror_seq: int) -> None:
-        """Store a session's mirror cursor."""
-        await self._write(
-            "set mirror cursor", _update_session, session_id, "mirror_seq", mirror_seq
-        )
 
     # -- events ------------------------------------------------------------------------
 
@@ -605,9 +613,6 @@ class AgentStore:
             return int(row[0])
 
         return await self._read(fn)
-
-    async def all_events(self, session_id: str) -> list[SessionEvent]:
-        return await self.load_events(session_id, limit=None, tail=False)
 
     async def get_setting(self, key: str) -> str | None:
         def fn(conn: sqlite3.Connection) -> str | None:
