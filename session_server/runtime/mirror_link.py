@@ -149,8 +149,10 @@ class MirrorLink:
         rows = await store.mirror_statuses()
         loop = asyncio.get_running_loop()
         ids = {row.session_id for row in rows}
-        # Before anything else touches the files: nothing is scheduled for this agent yet.
-        await loop.run_in_executor(self._executor, self.writer.sweep_orphans, ids)
+        if not store.created:
+            # Before anything else touches the files: nothing is scheduled for this agent
+            # yet. (A new file never had a session: folders beside it are not ours.)
+            await loop.run_in_executor(self._executor, self.writer.sweep_orphans, ids)
         stale = await loop.run_in_executor(self._executor, self._stale, rows)
         for session_id in stale:
             await self.ensure_active(store, session_id)

@@ -143,6 +143,9 @@ class AgentStore:
         self.path = path
         self.idempotency = idempotency
         self.readonly = readonly
+        # True when ``open`` made a new file: no session was ever in it (activation then
+        # leaves any folder beside it alone: the server wrote none of them).
+        self.created = False
         self.agent_id = agent_id
         self.synchronous = synchronous
         self.busy_timeout_ms = busy_timeout_ms
@@ -235,6 +238,7 @@ class AgentStore:
             return store
 
         def open_writer() -> sqlite3.Connection:
+            store.created = not path.exists()
             make_dir(path.parent)
             store._lock_fd = _lock_agent_dir(path.parent, agent_id)
             try:

@@ -130,3 +130,17 @@ async def test_files_written_by_schema_1_are_migrated(tmp_path: Path) -> None:
     with sqlite3.connect(db(tmp_path)) as conn:
         assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
     assert mirror_files(tmp_path, AGENT, sid) == expected_mirror(events)
+
+
+async def test_folders_beside_a_new_agent_file_are_left_alone(tmp_path: Path) -> None:
+    """Reference folders placed by hand for an agent the server never wrote are not
+    orphans of its sessions: only an existing file's missing sessions make orphans."""
+    placed = tmp_path / "agents" / AGENT / "sessions" / "reference"
+    placed.mkdir(parents=True)
+    (placed / "raw_traces.jsonl").write_text("{}\n")
+    async with ActorRegistry(tmp_path, idle_timeout=None) as reg:
+        assert await (await reg.get(AGENT)).list_sessions() == []
+    assert (placed / "raw_traces.jsonl").exists()
+    async with ActorRegistry(tmp_path, idle_timeout=None) as reg:  # now the file exists
+        assert await (await reg.get(AGENT)).list_sessions() == []
+    assert not placed.exists()
