@@ -19,7 +19,7 @@ from session_server.client import SessionClient
 from session_server.core.errors import UnavailableError
 from session_server.follow import follow
 from session_server.sync_client import SyncSessionClient
-from tests.support.server import RunningServer, running_server
+from tests.support.server import RestartableServer, RunningServer, running_server
 
 AGENT = "retrying"
 
@@ -102,3 +102,17 @@ async def test_follow_retries_a_503(server: RunningServer, refusals: _Refusals) 
         assert (await first).content == "first"
     finally:
         await events.aclose()
+
+
+async def test_session_client_retries_a_refused_connection(tmp_path: Path) -> None:
+    server = RestartableServer(tmp_path / "memory")  # its port is chosen, nothing listens
+    client = SessionClient(server.url, AGENT, connect_retries=10, retry_delay=0.05)
+    connecting = asyncio.create_task(client.connect())
+    try:
+        await server.start()  # the first attempt was made before: connect() began first
+        await connecting
+        await client.create_session(session_id="s")
+        assert [s["id"] for s in await client.list_sessions()] == ["s"]
+    finally:
+        await client.close()
+        await server.stop()
