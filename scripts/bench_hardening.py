@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime
-import re
 import statistics
 import sys
 import tempfile
@@ -39,11 +38,11 @@ from tests.support.hardening import (  # noqa: E402
     prepare_agent,
 )
 from tests.support.load import rss_kib  # noqa: E402
+from tests.support.report import markers, write_section  # noqa: E402
 from tests.support.server import ServerProcess  # noqa: E402
 
 AGENT = "bench-hardening"
-START = "<!-- bench_hardening:start -->"
-END = "<!-- bench_hardening:end -->"
+START, END = markers("bench_hardening")
 # The bounds documented in docs/server.md ("Bounds"), checked here.
 RSS_BOUND_MIB = 200
 P99_BOUND_MS = 50.0
@@ -194,16 +193,6 @@ def render(rows: list[dict[str, Any]], fanout: dict[str, float], args: argparse.
     return "\n".join(lines) + "\n"
 
 
-def write_section(path: Path, section: str) -> None:
-    text = path.read_text() if path.exists() else "# Benchmarks\n"
-    pattern = re.compile(re.escape(START) + ".*?" + re.escape(END) + "\n?", re.S)
-    if pattern.search(text):
-        text = pattern.sub(lambda _m: section, text)
-    else:
-        text = text.rstrip("\n") + "\n\n" + section
-    path.write_text(text)
-
-
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pipelined", type=int, default=5000)
@@ -215,4 +204,4 @@ if __name__ == "__main__":
     section = asyncio.run(main(args))
     print(section)
     if args.write:
-        write_section(args.write, section)
+        write_section(args.write, "bench_hardening", section)

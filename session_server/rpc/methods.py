@@ -506,34 +506,23 @@ async def events_load(ctx: CallContext, p: LoadParams) -> dict[str, Any]:
     refused (-32004) before its rows are read.
     """
     actor = await ctx.actor()
-    if ctx.max_answer_bytes is None:
-        events = await actor.load_events(
-            p.session_id,
-            limit=p.limit,
-            tail=p.tail,
-            since=p.since,
-            after_seq=p.after_seq,
-            actions=p.actions,
+    events, complete = await actor.load_events_bounded(
+        p.session_id,
+        max_bytes=ctx.max_answer_bytes,
+        partial=False,
+        limit=p.limit,
+        tail=p.tail,
+        since=p.since,
+        after_seq=p.after_seq,
+        actions=p.actions,
+    )
+    if not complete:  # no rows were read
+        raise TooLargeError(
+            f"limit: the events asked for are more than the {ctx.max_answer_bytes} bytes "
+            "an answer may hold (max_answer_bytes); ask for fewer with limit, or page "
+            "with after_seq",
+            data={"field": "limit", "max_answer_bytes": ctx.max_answer_bytes},
         )
-    else:
-        events, complete = await actor.load_events_bounded(
-            p.session_id,
-            max_bytes=ctx.max_answer_bytes,
-            partial=False,
-            limit=p.limit,
-            tail=p.tail,
-            since=p.since,
-            after_seq=p.after_seq,
-            actions=p.actions,
-        )
-        if not complete:
-            del events
-            raise TooLargeError(
-                f"limit: the events asked for are more than the {ctx.max_answer_bytes} bytes "
-                "an answer may hold (max_answer_bytes); ask for fewer with limit, or page "
-                "with after_seq",
-                data={"field": "limit", "max_answer_bytes": ctx.max_answer_bytes},
-            )
     if not events:
         await _session_row(actor, p.session_id)  # only an empty answer needs the check
     return {"events": events}

@@ -698,7 +698,7 @@ class AgentActor:
         self,
         session_id: str,
         *,
-        max_bytes: int,
+        max_bytes: int | None,
         partial: bool = True,
         limit: int | None = 50,
         tail: bool = True,
@@ -706,8 +706,8 @@ class AgentActor:
         after_seq: int | None = None,
         actions: Iterable[str] | None = None,
     ) -> tuple[list[SessionEvent], bool]:
-        """``load_events`` within about ``max_bytes`` (``AgentStore.load_events_bounded``):
-        ``(events, complete)``."""
+        """``load_events`` within about ``max_bytes`` (``AgentStore.load_events_bounded``;
+        ``None``: no bound): ``(events, complete)``."""
         return await self._read(
             lambda s: s.load_events_bounded(
                 session_id,
