@@ -100,6 +100,7 @@ async def measure(
         "call": name,
         "duration": 1000 * statistics.median(durations),
         "p50": stats["p50_ms"],
+        "p99": stats["p99_ms"],
         "max": stats["max_ms"],
         "calls": int(stats["calls"]),
         "note": notes[-1],
@@ -107,10 +108,15 @@ async def measure(
     }
     print(
         f"{name}: call {row['duration']:.0f} ms; probe p50 {row['p50']:.2f} ms, "
-        f"max {row['max']:.1f} ms over {row['calls']} calls; load {load_before}; {row['note']}",
+        f"p99 {row['p99']:.1f} ms, max {row['max']:.1f} ms over {row['calls']} calls; load {load_before}; {row['note']}",
         flush=True,
     )
     return row
+
+
+async def idle() -> str:
+    await asyncio.sleep(2.0)
+    return "-"
 
 
 async def answer(client: SessionClient, method: str, params: dict[str, Any]) -> str:
@@ -214,6 +220,8 @@ async def main(args: argparse.Namespace) -> str:
                         ),
                     ),
                 ]
+                # The noise floor: the probe alone, while the server does nothing else.
+                rows.append(await measure(url, "nothing (the probe alone, 2 s)", idle, 1))
                 for name, call in calls:
                     repeat = 1 if "first" in name else args.repeat
                     rows.append(await measure(url, name, call, repeat))
@@ -256,14 +264,15 @@ def render(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
         f"Command: `scripts/bench_stalls.py --events {args.events} --mid {args.mid} "
         f"--agents {args.agents} --repeat {args.repeat} --write BENCHMARKS.md`",
         "",
-        "| call | call ms (median) | probe p50 ms | stall (probe max) ms | under 50 ms "
-        "| load avg | answer |",
-        "|---|---:|---:|---:|:---:|---|---|",
+        "| call | call ms (median) | probe p50 ms | probe p99 ms | stall (probe max) ms "
+        "| under 50 ms | load avg | answer |",
+        "|---|---:|---:|---:|---:|:---:|---|---|",
     ]
     for r in rows:
         ok = r["max"] < STALL_BOUND_MS
         lines.append(
-            f"| {r['call']} | {r['duration']:.0f} | {r['p50']:.2f} | {r['max']:.1f} | "
+            f"| {r['call']} | {r['duration']:.0f} | {r['p50']:.2f} | {r['p99']:.1f} | "
+            f"{r['max']:.1f} | "
             f"{'yes' if ok else '**no**'} | {r['load']} | {r['note']} |"
         )
     lines += [

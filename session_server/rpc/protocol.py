@@ -201,6 +201,20 @@ ENCODE_CHUNK: Final = 256
 """Items of a list encoded in one call by ``encode_pieces``."""
 
 
+def _small(value: Any, depth: int = 0) -> bool:
+    """True for a value that one encoding call handles in well under a millisecond: few
+    containers of few items, no long string (a struct or a number counts as small, as
+    it would be one piece anyway)."""
+    kind = type(value)
+    if kind is str:
+        return len(value) <= 65_536
+    if kind is dict:
+        return depth < 4 and len(value) <= 32 and all(_small(v, depth + 1) for v in value.values())
+    if kind is list or kind is tuple:
+        return depth < 4 and len(value) <= 16 and all(_small(v, depth + 1) for v in value)
+    return True
+
+
 def encode_pieces(message: Any) -> Iterator[bytes]:
     """``encode_message(message)`` in pieces whose concatenation is exactly its bytes.
 
@@ -210,7 +224,9 @@ def encode_pieces(message: Any) -> Iterator[bytes]:
     other work (the event loop) running. Anything but a plain object or list (a
     struct, a string) is one piece.
     """
-    if type(message) is dict and all(type(k) is str for k in message):
+    if _small(message):  # most answers: one call, no walk of pieces
+        yield _ENCODER.encode(message)
+    elif type(message) is dict and all(type(k) is str for k in message):
         yield b"{"
         for i, (key, value) in enumerate(message.items()):
             yield (b"," if i else b"") + _ENCODER.encode(key) + b":"
