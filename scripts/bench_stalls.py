@@ -40,6 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT)]
 
 from session_server.client import SessionClient  # noqa: E402
+from session_server.core.errors import SessionServerError  # noqa: E402
 from tests.support.hardening import Probe, noise  # noqa: E402
 from tests.support.report import markers, write_section  # noqa: E402
 from tests.support.server import ServerProcess  # noqa: E402
@@ -122,10 +123,11 @@ async def idle() -> str:
 async def answer(client: SessionClient, method: str, params: dict[str, Any]) -> str:
     try:
         result = await client.call(method, params)
-    except Exception as exc:
-        return f"answered {type(exc).__name__}: {str(exc)[:90]}"
+    except SessionServerError as exc:
+        field = (exc.data or {}).get("field") if isinstance(exc.data, dict) else None
+        return f"refused {exc.code}" + (f" (field {field})" if field else "")
     size = len(json.dumps(result))
-    return f"answered {size / 1e6:.2f} MB"
+    return f"{size / 1e6:.2f} MB"
 
 
 async def main(args: argparse.Namespace) -> str:
@@ -277,11 +279,13 @@ def render(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
         )
     lines += [
         "",
-        "A stall over 50 ms is, in every case profiled (a watchdog thread sampling the "
-        "stacks when the loop's heartbeat was late), the loop waiting for the GIL while a "
-        "worker thread is inside one long C call (msgspec encoding or decoding a string of "
-        "several MiB, SQLite binding it), made longer when the OS runs other processes on "
-        "the 2 cores (load average above 2): see docs/server.md, Bounds.",
+        "A stall over 50 ms is, in every case profiled (a watchdog thread sampling every "
+        "thread's stack when the loop's 5 ms heartbeat was late), the loop waiting for the "
+        "GIL: a worker thread inside one long C call (msgspec encoding or decoding a string "
+        "of several MiB, SQLite binding it), or a worker running Python (building a 14 MB "
+        "view, rendering an export) while the OS, with more runnable threads than the 2 "
+        "cores, is late to run the loop thread that asked for the GIL. The first row is "
+        "the noise floor under the same load. See docs/server.md, Bounds.",
         "",
         "Before (issue 13's trial): `memory.view` of 200k events stalled others 6.5 s (2.6 s "
         "with a limit of 10); `memory.list_snapshots` over 10k agents 1.4 s; "
