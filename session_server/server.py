@@ -560,7 +560,13 @@ class _Connection:
             parts.append(part)
         if not parts:
             return None, contexts
-        return b"[" + b",".join(parts) + b"]", contexts
+        # One copy of what may be max_answer_bytes (joining, then adding the brackets,
+        # would copy it three times on the event loop).
+        pieces = [b"["]
+        for part in parts:
+            pieces += (part, b",")
+        pieces[-1] = b"]"
+        return b"".join(pieces), contexts
 
     async def _handle(self, data: bytes, text: bool, token: int, permit: bool) -> None:
         answer: bytes | None = None
