@@ -31,6 +31,7 @@ asks for it.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable, Generator
 from typing import Any, ClassVar
 
@@ -40,6 +41,8 @@ from websockets.protocol import Event
 from websockets.streams import StreamReader
 
 __all__ = ["HANDOVER_BYTES", "FramePermits", "IntakeConnection", "intake_connection"]
+
+log = logging.getLogger("session_server.intake")
 
 
 class FramePermits:
@@ -132,6 +135,7 @@ class IntakeConnection(ServerConnection):
     pool: ClassVar[FramePermits]
     threshold: ClassVar[int]
     holder_limit: ClassVar[int]
+    hold_timeout: ClassVar[float | None]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -148,6 +152,7 @@ class IntakeConnection(ServerConnection):
         self._queue_paused = False  # websockets' frame queue asks for a pause
         self._intake_paused = False  # the intake rule asks for a pause
         self._grant: asyncio.Future[None] | None = None
+        self._stall: asyncio.TimerHandle | None = None
 
     # -- websockets hooks -------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -206,6 +211,7 @@ class IntakeConnection(ServerConnection):
             return
         self.ended = True
         self._withdraw()
+        self._disarm()
         if self.permit:
             self.permit = False
             self.pool.release()
@@ -246,6 +252,31 @@ class IntakeConnection(ServerConnection):
                 self._withdraw()
             pause = not self.permit
         self._set_intake_paused(pause)
+        self._watch_stall()
+
+    def _watch_stall(self) -> None:
+        # A permit held while the reader does not take messages (the client's own unread
+        # answers fill its window) serves nobody; a few such clients would keep every
+        # permit. After ``hold_timeout`` the connection is dropped and the permit freed.
+        stalled = self.permit and not self.receiving
+        if not stalled:
+            self._disarm()
+        elif self._stall is None and self.hold_timeout is not None:
+            self._stall = self.loop.call_later(self.hold_timeout, self._stalled)
+
+    def _disarm(self) -> None:
+        if self._stall is not None:
+            self._stall.cancel()
+            self._stall = None
+
+    def _stalled(self) -> None:
+        self._stall = None
+        log.warning(
+            "dropping a connection that held a large-frame permit for %s s without its "
+            "reader taking a message (it does not read its answers)",
+            self.hold_timeout,
+        )
+        self.transport.abort()
 
     def _queue_for_permit(self) -> None:
         if not self.waiting:
@@ -287,7 +318,7 @@ class IntakeConnection(ServerConnection):
 
 
 def intake_connection(
-    pool: FramePermits, *, threshold: int, max_frame: int
+    pool: FramePermits, *, threshold: int, max_frame: int, hold_timeout: float | None = None
 ) -> type[IntakeConnection]:
     """An ``IntakeConnection`` class bound to ``pool`` (pass it to ``serve`` as
     ``create_connection``)."""
@@ -298,4 +329,5 @@ def intake_connection(
     BoundIntakeConnection.pool = pool
     BoundIntakeConnection.threshold = threshold
     BoundIntakeConnection.holder_limit = max_frame + threshold
+    BoundIntakeConnection.hold_timeout = hold_timeout
     return BoundIntakeConnection

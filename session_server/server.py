@@ -787,7 +787,9 @@ class SessionServer:
     - ``max_request_bytes``: frames being handled, all connections together;
     - ``large_frame_threshold`` bytes a connection may have received and not yet handed
       to a handler; beyond, it needs one of ``large_frame_permits`` (default: as many
-      maximal frames as half of ``max_request_bytes``) or is not read (``intake``);
+      maximal frames as half of ``max_request_bytes``) or is not read (``intake``); a
+      permit held ``large_frame_hold_timeout`` while the connection's reader takes no
+      message (its own answers are unread) drops the connection;
     - ``max_subscriber_bytes`` of notifications queued per subscription (then a gap);
     - ``max_subscriptions`` per connection;
     - ``max_connections`` (default derived from ``RLIMIT_NOFILE``): more get HTTP 503;
@@ -814,6 +816,7 @@ class SessionServer:
         max_request_bytes: int | None = None,
         large_frame_threshold: int = 1024 * 1024,
         large_frame_permits: int | None = None,
+        large_frame_hold_timeout: float | None = 30.0,
         max_subscriber_bytes: int = 1024 * 1024,
         max_subscriptions: int = 256,
         max_connections: int | None = None,
@@ -840,6 +843,7 @@ class SessionServer:
         # maximal frames as the budget's large share holds, so a permit holder never
         # waits for the large share.
         self.large_frame_threshold = max(1, min(large_frame_threshold, max_frame_bytes))
+        self.large_frame_hold_timeout = large_frame_hold_timeout
         self.permits = FramePermits(
             large_frame_permits or max(1, self.budget.large_limit // max(1, max_frame_bytes))
         )
@@ -921,6 +925,7 @@ class SessionServer:
                     self.permits,
                     threshold=self.large_frame_threshold,
                     max_frame=self.max_frame_bytes,
+                    hold_timeout=self.large_frame_hold_timeout,
                 )
             ),
         )

@@ -147,3 +147,35 @@ async def test_small_frames_need_no_permit(tmp_path: Path) -> None:
             )
         assert running.server.permits.peak == 0
         assert running.server.permits.waits == 0
+
+
+async def test_a_permit_holder_whose_reader_takes_nothing_is_dropped(tmp_path: Path) -> None:
+    """A connection that got a permit mid-frame and then stops taking messages (what a
+    client that does not read its answers causes once its window is full) would keep
+    the permit for good: it is dropped after ``large_frame_hold_timeout``."""
+    async with running_server(
+        tmp_path / "memory",
+        max_frame_bytes=MAX_FRAME,
+        large_frame_threshold=THRESHOLD,
+        large_frame_permits=1,
+        large_frame_hold_timeout=0.2,
+    ) as running:
+        permits = running.server.permits
+        async with SessionClient(running.url, AGENT) as setup:
+            await setup.create_session(session_id="s0")
+        frame = _append_frame("s0", 900_000)
+        holder = await connect(f"{running.url}/v1/agents/{AGENT}", max_size=None)
+        holder.transport.write(frame[: len(frame) // 2])
+        await _until(lambda: permits.in_use == 1)
+        # The reader stops taking messages, as when the window is full of unread answers.
+        holding = next(c for c in running.server._connections if c.ws.permit)
+        holding.ws.ready(False)
+        async with asyncio.timeout(10):
+            await holder.wait_closed()
+        await _until(lambda: permits.in_use == 0 and permits.held == 0)
+        other = await connect(f"{running.url}/v1/agents/{AGENT}", max_size=None)
+        other.transport.write(frame)
+        async with asyncio.timeout(30):
+            answer = msgspec.json.decode(await other.recv(decode=False))
+        await other.close()
+        assert "result" in answer, answer
