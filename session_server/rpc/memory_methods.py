@@ -121,7 +121,11 @@ async def memory_get_strategy(ctx: CallContext, p: StrategyQuery) -> dict[str, A
 
 
 async def memory_set_strategy(ctx: CallContext, p: SetStrategyParams) -> dict[str, Any]:
-    """Persist a session's strategy (or the agent default without ``session_id``)."""
+    """Persist a session's strategy (or the agent default without ``session_id``).
+
+    Only the agent default may make a new agent: an agent without a store has no
+    session, so a session's strategy there is -32001 and creates nothing."""
+    ctx.creates_agent = ctx.creates_agent and p.session_id is None
     return await (await ctx.actor()).set_strategy(p.strategy, p.session_id)
 
 

@@ -219,7 +219,9 @@ class ActorRegistry:
         if self._is_closed:
             raise AgentUnavailableError("the registry is closed", data={"agent_id": agent_id})
         actor = self._actors.get(agent_id)
-        if actor is None:
+        if actor is None or not actor.is_open:
+            # An actor in memory without a store may be what a refused create left (held
+            # until the collector runs): its agent exists only if its file does.
             path = self.agent_dir(agent_id) / "agent.sqlite"
             if not path.exists():  # one stat, only when no actor is in memory
                 if not create:
@@ -250,12 +252,28 @@ class ActorRegistry:
             if agent_id in self._created:
                 return
             if self._agent_count + len(self._created) >= self.max_agents:
+                await self._recount()
+            if self._agent_count + len(self._created) >= self.max_agents:
                 raise TooLargeError(
                     f"agent_id: this server already holds {self.max_agents} agents (its "
                     f"max_agents); agent {agent_id!r} cannot be created",
                     data={"field": "agent_id", "max_agents": self.max_agents},
                 )
             self._created.add(agent_id)
+
+    async def _recount(self) -> None:
+        """At the bound: count the folders again, and keep as created only the agents
+        still being created (a create refused before its store opened made nothing, so
+        it must not hold a place). The count gate is held."""
+        folders = set(await self.list_agents_async())
+        self._agent_count = len(folders)
+        self._created = {
+            agent_id
+            for agent_id in self._created
+            if agent_id not in folders
+            and (actor := self._actors.get(agent_id)) is not None
+            and (actor.busy or actor.is_open)
+        }
 
     def has_actor(self, agent_id: str) -> bool:
         """Whether an actor object of ``agent_id`` is in memory (tests, diagnostics)."""

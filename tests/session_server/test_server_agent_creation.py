@@ -155,6 +155,45 @@ async def test_agents_are_bounded_by_max_agents(tmp_path: Path) -> None:
             assert len(await client.list_sessions()) == 1
 
 
+async def test_a_refused_create_leaves_nothing_a_read_could_open(server: RunningServer) -> None:
+    """A create refused before its write keeps no agent a later read would make."""
+    async with connect(agent_url(server.url, "refused")) as ws:
+        answer = await ask(ws, "session.create", {"session_id": "a/b"})
+        assert answer["error"]["code"] == -32602
+        for method, params in READS:
+            answer = await ask(ws, method, params)
+            assert answer["error"]["code"] == -32001, (method, answer)
+    assert not (server.registry.memory_dir / "agents").exists()
+
+
+async def test_a_session_strategy_of_an_unknown_agent_creates_nothing(
+    server: RunningServer,
+) -> None:
+    async with connect(agent_url(server.url, "ghost")) as ws:
+        params = {"session_id": "s", "strategy": {"mode": "compact"}}
+        answer = await ask(ws, "memory.set_strategy", params)
+        assert answer["error"]["code"] == -32001, answer
+        assert answer["error"]["data"]["field"] == "agent_id"
+    assert not (server.registry.memory_dir / "agents").exists()
+
+
+async def test_refused_creates_do_not_use_up_max_agents(tmp_path: Path) -> None:
+    memory = tmp_path / "memory"
+    async with running_server(memory, registry_options={"max_agents": 2}) as running:
+        async with SessionClient(running.url, "a1") as client:
+            await client.create_session(session_id="s")
+        for n in range(5):
+            async with connect(agent_url(running.url, f"refused-{n}")) as ws:
+                answer = await ask(ws, "session.create", {"session_id": "../x"})
+                assert answer["error"]["code"] == -32602, answer
+        async with SessionClient(running.url, "a2") as client:
+            await client.create_session(session_id="s")
+        async with SessionClient(running.url, "a3") as client:
+            with pytest.raises(TooLargeError):
+                await client.create_session(session_id="s")
+    assert sorted(p.name for p in (memory / "agents").iterdir()) == ["a1", "a2"]
+
+
 async def test_nfc_and_nfd_spellings_are_one_agent(server: RunningServer) -> None:
     nfd = unicodedata.normalize("NFD", "café-agent")
     nfc = unicodedata.normalize("NFC", "café-agent")
