@@ -11,9 +11,10 @@ in memory and on disk, in ``<memory_dir>/snapshot_index.sqlite``, which only the
 - A session delete calls ``forget`` *before* its SQLite transaction: the entry leaves
   the index and a tombstone row is committed (fsync) to the file, so no listing, not
   even one rebuilt after a SIGKILL that left the folder behind, shows the session. A
-  delete that fails calls ``unforget``. A tombstoned folder written again (a new
-  session with the same id) loses its tombstone on the first ``touch`` that finds the
-  folder there; a tombstone whose folder is gone is dropped at a clean stop.
+  delete that fails calls ``unforget``. Until the folder is removed, a ``touch`` (a
+  write scheduled before the delete, landing in the doomed folder) changes nothing. A
+  tombstoned folder written again after the removal (a new session with the same id)
+  loses its tombstone on the first ``touch`` that finds the folder there; a tombstone whose folder is gone is dropped at a clean stop.
 - ``close`` (a clean stop) writes every entry and marks the file clean. Opening marks it
   unclean first; so after a crash, or when the file is missing, unreadable, of another
   version, or holds a row that fails validation, the index is rebuilt by one scan of the
@@ -119,6 +120,9 @@ class SnapshotIndex:
         self._entries: dict[Key, SnapshotSummary] | None = None  # None: not loaded yet
         self._dirty: set[Key] = set()
         self._tombstones: set[Key] = set()
+        # Sessions whose delete began and whose folder is not removed yet: a touch then is
+        # a write scheduled before the delete, never a new session under the same id.
+        self._deleting: set[Key] = set()
         self._closed = False
         self._was_clean = False  # read from the file when it is first opened
         self.rebuilds = 0  # how many times the folders were scanned (tests, metrics)
@@ -131,10 +135,17 @@ class SnapshotIndex:
             conn = self._connect()  # loads the tombstones on first use
             if not self.owner:
                 return
+            present = self._folder(key).is_dir()
+            if key in self._deleting:
+                if present:
+                    # A write scheduled before the delete landed in the doomed folder:
+                    # the tombstone holds (a crash before the removal must not list it).
+                    return
+                self._deleting.discard(key)  # the removal: a later write is a new session
             self._dirty.add(key)
             # Written again (a new session under the id): listed again. The removal of
             # the deleted folder touches it too, and leaves the tombstone in place.
-            if key in self._tombstones and self._folder(key).is_dir():
+            if key in self._tombstones and present:
                 self._tombstones.discard(key)
                 if conn is not None:
                     with conn:
@@ -147,6 +158,7 @@ class SnapshotIndex:
         key = (agent_id, session_id)
         with self._lock:
             self._tombstones.add(key)
+            self._deleting.add(key)
             self._dirty.discard(key)
             if self._entries is not None:
                 self._entries.pop(key, None)
@@ -157,6 +169,8 @@ class SnapshotIndex:
 
     def unforget(self, agent_id: str, session_id: str) -> None:
         """The delete did not happen: list the folder again if it is there."""
+        with self._lock:
+            self._deleting.discard((agent_id, session_id))
         self.touch(agent_id, session_id)
 
     # -- the listing side --------------------------------------------------------------

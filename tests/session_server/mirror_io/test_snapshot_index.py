@@ -147,3 +147,35 @@ async def test_memory_list_snapshots_over_the_wire(tmp_path: Path) -> None:
             page = await admin.call("memory.list_snapshots", {})
         assert [(e["agent_id"], e["session_id"]) for e in page["entries"]] == [("agent", "s2")]
         assert page["total"] == 1
+
+
+def test_a_write_landing_during_a_delete_keeps_the_tombstone(tmp_path: Path) -> None:
+    """A mirror write scheduled before a session delete may land in the folder after the
+    delete tombstoned it (the chain runs beside ``forget``): the tombstone must hold, so
+    an index rebuilt after a SIGKILL between the commit and the folder's removal never
+    lists the deleted session. A folder written after the removal is a new session."""
+    folder = tmp_path / "agents" / "a" / "sessions" / "s"
+    folder.mkdir(parents=True)
+    (folder / "raw_traces.jsonl").write_text('{"id": "t1"}\n')
+    index = SnapshotIndex(tmp_path)
+    index.touch("a", "s")
+    assert ("a", "s") in listed(index)
+    index.forget("a", "s")  # the delete begins
+    index.touch("a", "s")  # the write in flight lands in the folder
+    assert ("a", "s") not in listed(index)
+    # SIGKILL now (the delete committed, the folder not removed yet): the file is left
+    # unclean, the next server rebuilds the index from the folders.
+    after = SnapshotIndex(tmp_path)
+    assert ("a", "s") not in listed(after)
+    after.close()
+    # The removal, then a new session under the same id: listed again.
+    (folder / "raw_traces.jsonl").unlink()
+    folder.rmdir()
+    index.touch("a", "s")
+    assert ("a", "s") not in listed(index)
+    folder.mkdir()
+    (folder / "raw_traces.jsonl").write_text('{"id": "t2"}\n')
+    index.touch("a", "s")
+    assert ("a", "s") in listed(index)
+    index.close()
+    assert ("a", "s") in listed(SnapshotIndex(tmp_path))
