@@ -34,6 +34,7 @@ __all__ = [
     "MirrorOp",
     "RenderedMirror",
     "render_mirror",
+    "turn_ids_of",
 ]
 
 _ENCODER: Final = msgspec.json.Encoder()
@@ -76,7 +77,9 @@ def _item_key(item: dict[str, Any]) -> str:
     return "json:" + _ENCODER.encode(item).decode("utf-8")
 
 
-def _turn_ids(raw: object) -> frozenset[str]:
+def turn_ids_of(raw: object) -> frozenset[str]:
+    """The turn ids an episodic item's ``turn_ids`` names (strings, or turn numbers);
+    anything else in the list is ignored (readers are lenient)."""
     out: set[str] = set()
     if isinstance(raw, list):
         for t in raw:
@@ -136,7 +139,7 @@ class MirrorModel:
         if record.get("strategy") != "summarize":
             return []
         ops: list[MirrorOp] = []
-        turns = _turn_ids(record.get("turn_ids"))
+        turns = turn_ids_of(record.get("turn_ids"))
         if turns:
             ops.append(ArchiveTurns(turns))
         for kind in ("episodic", "semantic"):

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.events import SessionEvent
-from .model import AppendItems, AppendTraces, MirrorModel, _turn_ids
+from .model import AppendItems, AppendTraces, MirrorModel, turn_ids_of
 
 __all__ = ["ArchivePlan", "StreamRender", "item_lines"]
 
@@ -50,7 +50,7 @@ class ArchivePlan:
             record = event.compaction or {}
             if record.get("strategy") != "summarize":
                 continue
-            turns = _turn_ids(record.get("turn_ids"))
+            turns = turn_ids_of(record.get("turn_ids"))
             if not turns:
                 continue  # the model emits no archive step for it
             for turn_id in turns:

@@ -30,6 +30,7 @@ __all__ = [
     "atomic_write_json",
     "encode_line",
     "encode_lines",
+    "fsync_dir",
     "iter_jsonl_bytes",
     "read_bytes_or_empty",
     "read_json",
@@ -143,7 +144,9 @@ def append_bytes(path: Path, data: bytes, *, fsync: bool = False) -> None:
             os.fsync(f.fileno())
 
 
-def _fsync_dir(directory: Path) -> None:
+def fsync_dir(directory: Path) -> None:
+    """fsync a directory, so a rename or a new entry in it is durable (best effort: a
+    platform that cannot open or sync a directory is left as it is)."""
     try:
         fd = os.open(directory, os.O_RDONLY)
     except OSError:
@@ -177,7 +180,7 @@ def atomic_write_bytes(path: Path, data: bytes, *, fsync: bool = True) -> None:
             os.unlink(tmp)
         raise
     if fsync:
-        _fsync_dir(path.parent)
+        fsync_dir(path.parent)
 
 
 def atomic_write_json(path: Path, obj: Any, *, fsync: bool = True) -> None:

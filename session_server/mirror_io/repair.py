@@ -38,7 +38,7 @@ from ..mirror.checkpoint import FileStamps
 from ..mirror.model import MirrorModel
 from ..mirror.streaming import ArchivePlan, StreamRender, item_lines
 from ..storage.file_modes import file_mode, make_dir
-from .jsonl import _fsync_dir
+from .jsonl import fsync_dir
 
 __all__ = [
     "ACTIVE_FILE",
@@ -178,7 +178,7 @@ class _StreamFile:
         os.replace(self.tmp, path)
         self.tmp = None
         if fsync:
-            _fsync_dir(self.folder)
+            fsync_dir(self.folder)
         return True
 
     def discard(self) -> None:
@@ -290,7 +290,7 @@ def remove_session_folder(agent_dir: Path, folder: Path) -> None:
         target = Path(tempfile.mkdtemp(prefix=f"{folder.name}.", dir=trash))
         with contextlib.suppress(FileNotFoundError):  # no folder: nothing was mirrored
             os.replace(folder, target / "session")
-            _fsync_dir(folder.parent)
+            fsync_dir(folder.parent)
     shutil.rmtree(trash, ignore_errors=True)
 
 
