@@ -30,6 +30,8 @@ from ..core.errors import (
 __all__ = [
     "DEFAULT_MAX_FRAME_BYTES",
     "ENCODE_CHUNK",
+    "INT64_MAX",
+    "INT64_MIN",
     "Frame",
     "Invalid",
     "Request",

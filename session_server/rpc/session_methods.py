@@ -19,6 +19,7 @@ from ..core.errors import InvalidParamsError
 from ..core.events import SessionEvent
 from ..core.validation import parse_event
 from .methods import CallContext, JsonObject, RpcParams, SessionId
+from .protocol import INT64_MAX, INT64_MIN
 
 __all__ = [
     "DEFAULT_PAGE",
@@ -104,7 +105,11 @@ def _encode_cursor(row: dict[str, Any]) -> str:
 def _decode_cursor(cursor: str) -> tuple[int, int, str]:
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        return msgspec.json.decode(raw, type=tuple[int, int, str])
+        updated, created, session_id = msgspec.json.decode(raw, type=tuple[int, int, str])
+        # A forged cursor's numbers must still bind as SQLite integers.
+        if not (INT64_MIN <= updated <= INT64_MAX and INT64_MIN <= created <= INT64_MAX):
+            raise ValueError("out of range")
+        return updated, created, session_id
     except (binascii.Error, ValueError, msgspec.DecodeError):
         raise InvalidParamsError(
             "cursor: not a cursor this server gave (pass next_cursor unchanged)",

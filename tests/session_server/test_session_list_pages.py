@@ -4,6 +4,7 @@ that resumes after the last session shown. Real server, real sockets."""
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -73,6 +74,11 @@ async def test_bad_cursors_are_refused_naming_the_field(server: RunningServer) -
         assert both["error"]["data"] == {"field": "cursor"}
         too_big = await ask(ws, {"limit": 5000})
         assert too_big["error"]["code"] == -32602
+        # A forged cursor whose numbers do not fit SQLite's integers is refused, not -32603.
+        for forged in ([2**70, 0, "x"], [0, -(2**64), "x"]):
+            raw = base64.urlsafe_b64encode(json.dumps(forged).encode()).decode().rstrip("=")
+            error = (await ask(ws, {"cursor": raw}))["error"]
+            assert error["code"] == -32602 and error["data"] == {"field": "cursor"}, error
 
 
 async def test_the_client_still_lists_every_session(server: RunningServer) -> None:
