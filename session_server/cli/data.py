@@ -57,6 +57,7 @@ def inspect_arguments(p: argparse.ArgumentParser) -> None:
 
 def run_export(args: argparse.Namespace) -> int:
     from ..runtime import transfer
+    from ..storage.backup import agent_held
 
     if args.url:
 
@@ -84,7 +85,10 @@ def run_export(args: argparse.Namespace) -> int:
         info = await transfer.export_session(actor, args.session, args.out, name=args.name)
         return f"exported {info['event_count']} events to {info['folder']}"
 
-    return run_offline(args, job, readonly=True)
+    # Read-only beside a server that holds the agent; otherwise opened as a server would
+    # (a file of an older schema is migrated, a mirror a crash left behind repaired).
+    held = agent_held(args.memory_dir / "agents" / args.agent_id)
+    return run_offline(args, job, readonly=held)
 
 
 def _imported(info: dict[str, Any]) -> str:

@@ -44,6 +44,7 @@ from . import session_sql
 from . import sqlite_ops as ops
 from .file_lock import try_exclusive_lock
 from .file_modes import make_dir
+from .schema import SCHEMA_VERSION
 from .session_rows import read_session_rows, write_session_rows
 from .sqlite_ops import EVENT_COLUMNS
 
@@ -234,6 +235,18 @@ class AgentStore:
             path, agent_id, synchronous, busy_timeout_ms, executor, on_commit, readonly, idempotency
         )
         if readonly:
+            version = await store._read(
+                lambda conn: int(conn.execute("PRAGMA user_version").fetchone()[0])
+            )
+            if version < SCHEMA_VERSION:
+                # A reader cannot migrate it (a server started on it, or any command
+                # that opens it read-write, does).
+                raise AgentUnavailableError(
+                    f"agent {agent_id!r}: its file has schema version {version}, older than "
+                    f"this program's ({SCHEMA_VERSION}); open it read-write once (start the "
+                    "server on it) to migrate it",
+                    data={"agent_id": agent_id},
+                )
             await store._read(lambda conn: conn.execute("SELECT 1 FROM sessions LIMIT 1"))
             return store
 

@@ -4,13 +4,17 @@ brings older files to it (real SQLite files and mirror folders in a tmp dir)."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from session_server.core.errors import AgentUnavailableError
 from session_server.core.events import ContextMessage, SessionEvent
 from session_server.runtime.registry import ActorRegistry
 from session_server.storage.schema import SCHEMA_VERSION
@@ -130,6 +134,31 @@ async def test_files_written_by_schema_1_are_migrated(tmp_path: Path) -> None:
     with sqlite3.connect(db(tmp_path)) as conn:
         assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
     assert mirror_files(tmp_path, AGENT, sid) == expected_mirror(events)
+
+
+async def test_the_cli_exports_a_file_of_schema_1(tmp_path: Path) -> None:
+    """The first command after an upgrade may be an offline ``export``: it reads (and so
+    migrates) a file no server opened since, and a read-only store of an older schema
+    says what to do instead of failing on a missing column."""
+    async with ActorRegistry(tmp_path, idle_timeout=None) as reg:
+        sid = await two_turns(reg)
+    with sqlite3.connect(db(tmp_path)) as conn:
+        conn.executescript(V1_SESSIONS)
+        conn.execute("PRAGMA user_version=1")
+    async with ActorRegistry(tmp_path, idle_timeout=None, readonly=True) as reg:
+        with pytest.raises(AgentUnavailableError, match="schema version 1"):
+            await (await reg.get(AGENT)).list_sessions()
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "session_server", "export", AGENT, "--session", sid]
+    command += ["--out", str(out), "--memory-dir", str(tmp_path)]
+    done = await asyncio.to_thread(
+        subprocess.run, command, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    traces = (out / "agents" / AGENT / "raw_traces.jsonl").read_text().splitlines()
+    assert len(traces) == 4
+    with sqlite3.connect(db(tmp_path)) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
 
 
 async def test_folders_beside_a_new_agent_file_are_left_alone(tmp_path: Path) -> None:
