@@ -62,8 +62,13 @@ class MemoryFiles:
     raw_archive: list[dict[str, Any]] = field(default_factory=list)
 
 
-def read_memory_folder(folder: Path, options: MemoryViewOptions | None = None) -> MemoryFiles:
-    """Parse the files of ``folder`` that ``options`` need (all by default)."""
+def read_memory_folder(
+    folder: Path, options: MemoryViewOptions | None = None, *, max_bytes: int | None = None
+) -> MemoryFiles:
+    """Parse the files of ``folder`` that ``options`` need (all by default).
+
+    ``max_bytes`` (the answer bound): a limited view whose newest lines to show take more
+    than twice that is refused (-32004) as soon as they are read (``read_trace_tail``)."""
     opts = options or MemoryViewOptions()
     files = MemoryFiles()
     if opts.include_working_context:
@@ -77,7 +82,7 @@ def read_memory_folder(folder: Path, options: MemoryViewOptions | None = None) -
         if need is not None:
             # Limited: only the newest lines, read from the end (the archive's only when
             # the active file has too few); the window holds both files' lines in order.
-            files.raw_active = read_trace_tail(folder, opts, need)
+            files.raw_active = read_trace_tail(folder, opts, need, max_bytes=max_bytes)
             return files
         files.raw_active = read_jsonl(folder / ACTIVE_FILE)
         if opts.include_archive:
@@ -86,13 +91,23 @@ def read_memory_folder(folder: Path, options: MemoryViewOptions | None = None) -
 
 
 def read_trace_tail(
-    folder: Path, options: MemoryViewOptions, need: int, *, block: int | None = None
+    folder: Path,
+    options: MemoryViewOptions,
+    need: int,
+    *,
+    block: int | None = None,
+    max_bytes: int | None = None,
 ) -> list[dict[str, Any]]:
     """The newest trace lines of ``folder`` (archive lines before active ones) that the
     limited view ``options`` needs (``mirror.view.window_shows_tail``), oldest first.
 
     Starts with ``need`` lines and doubles the window until it suffices or both files are
     read whole; what is read is about what is shown, however long the history.
+
+    With ``max_bytes``: the ``need`` newest lines are shown, each as an entry about as
+    large as its line at least; once they took more than twice ``max_bytes`` the answer
+    could not be sent, so the view is refused (-32004) without reading further (a limit
+    larger than the history would otherwise read the files whole).
     """
     names = [ACTIVE_FILE, ARCHIVE_FILE] if options.include_archive else [ACTIVE_FILE]
     newest_first: list[dict[str, Any]] = []
@@ -105,12 +120,26 @@ def read_trace_tail(
         while True:
             for line in lines:
                 newest_first.append(line)
+                if max_bytes is not None and len(newest_first) <= need:
+                    read = sum(r.bytes_read for r in readers)
+                    if read > 2 * max_bytes + (block or BLOCK) * len(readers):
+                        raise _too_large(read, max_bytes, limited=True)
                 if len(newest_first) >= want:
                     break
             window = newest_first[::-1]
             if all(r.exhausted for r in readers) or window_shows_tail(window, options):
                 return window
             want *= 2
+
+
+def _too_large(size: int, max_bytes: int, *, limited: bool) -> TooLargeError:
+    what = "the traces to show take more than" if limited else "the traces take"
+    give = "smaller limits" if limited else "raw_trace_limit and conversation_limit"
+    return TooLargeError(
+        f"raw_trace_limit: {what} {size} bytes, more than the answer could hold "
+        f"({max_bytes} bytes, max_answer_bytes); give {give} (or leave those parts out)",
+        data={"field": "raw_trace_limit", "bytes": size, "max_answer_bytes": max_bytes},
+    )
 
 
 def _mtime(folder: Path) -> float | None:
@@ -171,13 +200,8 @@ def read_memory_view(
         names = [ACTIVE_FILE, ARCHIVE_FILE] if opts.include_archive else [ACTIVE_FILE]
         size = sum(_size(folder / name) for name in names)
         if size > 2 * max_bytes:
-            raise TooLargeError(
-                f"raw_trace_limit: the traces take {size} bytes, more than the answer could "
-                f"hold ({max_bytes} bytes, max_answer_bytes); give raw_trace_limit and "
-                "conversation_limit (or leave those parts out)",
-                data={"field": "raw_trace_limit", "bytes": size, "max_answer_bytes": max_bytes},
-            )
-    files = read_memory_folder(folder, options)
+            raise _too_large(size, max_bytes, limited=False)
+    files = read_memory_folder(folder, options, max_bytes=max_bytes)
     is_session = folder.parent.name == "sessions" and folder.parent.parent.name == agent_id
     return build_memory_view(
         agent_id,

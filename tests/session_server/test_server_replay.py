@@ -153,3 +153,10 @@ async def test_events_load_stops_at_the_answer_bound(tmp_path: Path) -> None:
             {"session_id": sid, "raw_trace_limit": 5, "conversation_limit": 5},
         )
         assert len(view["raw_traces"]) == 5 and len(view["conversation"]) == 5
+        # A limit larger than the history is no limit: refused once the newest lines it
+        # would show exceed twice the bound, before the rest of the files is read.
+        huge = {"session_id": sid, "raw_trace_limit": 10**12, "conversation_limit": 10**12}
+        with pytest.raises(SessionServerError) as info:
+            await client.call("memory.view", huge)
+        assert info.value.code == -32004
+        assert info.value.data["field"] == "raw_trace_limit"
