@@ -240,6 +240,9 @@ class AgentActor:
             snapshots=host.mirror,
         )
         self._store: AgentStore | None = None
+        # The store whose activation (``MirrorLink.activate_agent``) finished: calls use a
+        # store only once it is activated.
+        self._activated: AgentStore | None = None
         self._open_lock = asyncio.Lock()
         self._write_lock = asyncio.Lock()
         self._inflight = 0
@@ -294,8 +297,9 @@ class AgentActor:
         return set(self._pending)
 
     async def _ensure_store(self) -> AgentStore:
-        if self._store is not None:
-            return self._store
+        store = self._store
+        if store is not None and self._activated is store:
+            return store
         async with self._open_lock:
             if self._store is None:
                 async with self.host.open_slot():
@@ -310,9 +314,13 @@ class AgentActor:
                         idempotency=self.host.idempotency,
                     )
                     self.host.store_opened(self)
+            if self._activated is not self._store:
                 # Activation removes orphan folders and repairs mirrors left behind (or
                 # ahead) by a crash, a delete or a hand: see ``MirrorLink.activate_agent``.
+                # Every other call waits for it (the open lock): a session created while
+                # the sweep runs would be taken for an orphan and its folder removed.
                 await self.mirror.activate_agent(self._store)
+                self._activated = self._store
             return self._store
 
     async def hibernate(self) -> None:
@@ -337,6 +345,7 @@ class AgentActor:
                     self.host.store_used(self)
                     return
                 store, self._store = self._store, None
+                self._activated = None
                 if store is not None:
                     await store.close()
                     self.host.store_closed(self)
@@ -356,6 +365,7 @@ class AgentActor:
                     if self._inflight:  # a read started while the mirror was flushed
                         continue
                     store, self._store = self._store, None
+                    self._activated = None
                     if store is not None:
                         await store.close()
                         self.host.store_closed(self)

@@ -10,6 +10,8 @@ import logging
 import sqlite3
 import subprocess
 import sys
+import threading
+from collections.abc import Collection
 from pathlib import Path
 
 import pytest
@@ -173,3 +175,40 @@ async def test_folders_beside_a_new_agent_file_are_left_alone(tmp_path: Path) ->
     async with ActorRegistry(tmp_path, idle_timeout=None) as reg:  # now the file exists
         assert await (await reg.get(AGENT)).list_sessions() == []
     assert not placed.exists()
+
+
+async def test_a_session_made_while_activation_sweeps_keeps_its_folder(tmp_path: Path) -> None:
+    """Activation lists the sessions, then removes the folders of the others (orphans).
+    A call arriving meanwhile waits for the activation: a session it creates and
+    mirrors is never taken for an orphan (its files would be gone for good, since the
+    checkpoint at close trusts what is on disk)."""
+    async with ActorRegistry(tmp_path, idle_timeout=None) as reg:
+        await two_turns(reg)
+    entered, release = threading.Event(), threading.Event()
+    async with ActorRegistry(tmp_path, idle_timeout=None, io_threads=4) as reg:
+        actor = await reg.get(AGENT)
+        sweep = actor.mirror.writer.sweep_orphans
+
+        def gated(ids: Collection[str]) -> list[str]:
+            entered.set()
+            release.wait(30)
+            return sweep(ids)
+
+        actor.mirror.writer.sweep_orphans = gated  # type: ignore[method-assign,assignment]
+
+        async def newcomer() -> list[SessionEvent]:
+            sid = await actor.create_session(session_id="new")
+            await actor.append_events(sid, [SessionEvent(content="hello")])
+            await actor.mirror.drain()
+            return await actor.load_events(sid, limit=None, tail=False)
+
+        first = asyncio.ensure_future(actor.list_sessions())  # activates the agent
+        assert await asyncio.to_thread(entered.wait, 30)
+        second = asyncio.ensure_future(newcomer())
+        # Give the newcomer every chance to run ahead of the sweep (a bound, not a sync).
+        await asyncio.wait({second}, timeout=1.0)
+        release.set()
+        assert [s["id"] for s in await first] == ["s"]
+        events = await second
+        await actor.mirror.drain()
+        assert mirror_files(tmp_path, AGENT, "new") == expected_mirror(events)
