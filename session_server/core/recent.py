@@ -48,12 +48,24 @@ class SessionView(msgspec.Struct):
         )
 
 
+# Windows memoised per entry (one per distinct ``limit`` asked since the last change).
+_MAX_VIEWS = 4
+
+
 def _seq(event: SessionEvent) -> int:
     return event.seq
 
 
 class _Entry:
-    __slots__ = ("compaction_required", "complete", "events", "last_seq", "record", "strategy")
+    __slots__ = (
+        "compaction_required",
+        "complete",
+        "events",
+        "last_seq",
+        "record",
+        "strategy",
+        "views",
+    )
 
     def __init__(self, events: list[SessionEvent], complete: bool, view: SessionView) -> None:
         self.events = events
@@ -62,6 +74,10 @@ class _Entry:
         self.record = view.record
         self.compaction_required = view.compaction_required
         self.strategy = view.strategy
+        # The window per limit, computed once per change of the entry: a turn asks for
+        # the same window several times (build, pressure check, snapshot) between commits.
+        # Every mutation of the entry clears it.
+        self.views: dict[int, SessionView | None] = {}
 
 
 class RecentCache:
@@ -125,6 +141,7 @@ class RecentCache:
         entry = self._entries.get(session_id)
         if entry is None:
             return
+        entry.views.clear()
         entry.events.extend(stored)
         entry.last_seq = last_seq
         entry.compaction_required = compaction_required
@@ -141,20 +158,35 @@ class RecentCache:
         self._bump(session_id)  # a seed read before this change must not be kept
         entry = self._entries.get(session_id)
         if entry is not None:
+            entry.views.clear()
             entry.compaction_required = compaction_required
 
     def strategy_changed(self, session_id: str, strategy: dict[str, Any] | None) -> None:
         self._bump(session_id)
         entry = self._entries.get(session_id)
         if entry is not None:
+            entry.views.clear()
             entry.strategy = strategy
 
     def window(self, session_id: str, limit: int) -> SessionView | None:
-        """The view ``store.context_window`` would give, or ``None`` when unsure."""
+        """The view ``store.context_window`` would give, or ``None`` when unsure.
+
+        The same object until the entry changes: callers must not modify it.
+        """
         entry = self._entries.get(session_id)
         if entry is None:
             return None
         self._entries.move_to_end(session_id)
+        if limit in entry.views:
+            return entry.views[limit]
+        view = self._window(entry, limit)
+        if len(entry.views) >= _MAX_VIEWS:
+            entry.views.clear()  # limits are client-chosen: bound the memo
+        entry.views[limit] = view
+        return view
+
+    @staticmethod
+    def _window(entry: _Entry, limit: int) -> SessionView | None:
         from_seq = None if entry.record is None else entry.record.from_seq
         events: list[SessionEvent] | None
         if from_seq is None:
