@@ -28,7 +28,7 @@ from typing import Any
 from ..core.codec import event_to_message
 from ..core.context import WorkingContext
 from ..core.events import ContextMessage, SessionEvent
-from ..core.repair import repair_tool_pairing
+from ..core.repair import needs_repair, repair_tool_pairing
 from ..core.tokens import MESSAGE_OVERHEAD, count_messages, get_counter
 from ..core.turns import drop_orphan_results
 from .config import StrategyConfig
@@ -102,12 +102,16 @@ def build_parts(
                 tail_start_turn=memory["tail_start_turn"],
             )
         )
-    evs = drop_orphan_results(evs)
     params = (
         PlaceholderParams.from_record(record)
         if record is not None and record.get("strategy") == "compact"
         else None
     )
+    if params is None:
+        clean = _clean_messages(evs)
+        if clean is not None:
+            return BuiltContext(extra, clean[0], 0, clean[1])
+    evs = drop_orphan_results(evs)
     names = call_name_index(evs) if params is not None else {}
     messages: list[ContextMessage] = []
     turns: list[int | None] = []  # the stored turn of each message's event
@@ -147,6 +151,27 @@ def build_parts(
             return BuiltContext(extra, repaired, removed, None)
         total += tokens
     return BuiltContext(extra, repaired, removed, total)
+
+
+def _clean_messages(
+    events: Sequence[SessionEvent],
+) -> tuple[list[ContextMessage], int | None] | None:
+    """The messages of ``events`` and their stored token total, when they need neither
+    the orphan filter nor any repair (``needs_repair``: every result follows its call in
+    its group, so none is an orphan either); ``None`` otherwise. The common case, in
+    one pass over the events and one over the messages."""
+    messages: list[ContextMessage] = []
+    total: int | None = 0
+    for ev in events:
+        msg = event_to_message(ev)
+        if msg is None:
+            continue
+        messages.append(msg)
+        if total is not None:
+            total = None if ev.token_count is None else total + ev.token_count
+    if needs_repair(messages):
+        return None
+    return messages, total
 
 
 def build_compacted_context(

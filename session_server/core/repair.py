@@ -29,6 +29,10 @@ never rewritten, so the context builder repairs the *messages* it builds:
 
 The output passes :func:`adapters.checks.check_tool_pairing` for every input. Messages
 that need no repair are returned as the same objects, so callers can tell what changed.
+
+Most contexts need no repair at all: :func:`needs_repair` tells so in one pass, and then
+the messages are returned as they are without the attribution and placement passes (the
+output is the same list either way: ``tests/adapters/test_repair_property.py``).
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ import msgspec
 
 from .events import ContextMessage, ToolCall
 
-__all__ = ["missing_result_text", "repair_tool_pairing"]
+__all__ = ["missing_result_text", "needs_repair", "repair_tool_pairing"]
 
 
 def missing_result_text(tool_name: str, call_id: str) -> str:
@@ -174,6 +178,48 @@ def _next_in_group(
     return k if k in slots_of else None
 
 
+def needs_repair(messages: Sequence[ContextMessage]) -> bool:
+    """Whether :func:`repair_tool_pairing` could change ``messages``; ``False`` only when
+    it returns them as they are (one pass, no allocation per message).
+
+    ``False`` exactly for histories in the shape a well-behaved agent writes: every call
+    id is non-empty and used once; every result answers a call of the current call group
+    (the assistant messages with calls since the last other message, up to the first
+    call message after one of their results) that has no result yet; and every call of a
+    group is answered before the next message that is neither a result nor a call of the
+    group; only the last group, with nothing but its results after it, may stay open.
+    Anything else (a reused id, a late, duplicate or orphan result, a missing one) is
+    left to the full repair, which also decides attribution by turns.
+    """
+    seen: set[str] = set()
+    pending: set[str] = set()  # calls of the current group without a result yet
+    answered = False  # a result of the current group was seen
+    for msg in messages:
+        role = msg.role
+        if role == "tool":
+            call_id = msg.tool_call_id
+            if not call_id or call_id not in pending:
+                return True
+            pending.discard(call_id)
+            answered = True
+        elif role == "assistant" and msg.tool_calls:
+            if answered:
+                if pending:
+                    return True  # an earlier call of the group gets a synthetic result
+                answered = False  # a new group begins
+            for call in msg.tool_calls:
+                call_id = call.id
+                if not call_id or call_id in seen:
+                    return True
+                seen.add(call_id)
+                pending.add(call_id)
+        else:
+            if pending:
+                return True  # a call left unanswered before another message
+            answered = False
+    return False
+
+
 def repair_tool_pairing(
     messages: Sequence[ContextMessage], *, turns: Sequence[int | None] | None = None
 ) -> list[ContextMessage]:
@@ -182,6 +228,15 @@ def repair_tool_pairing(
     ``turns`` holds the stored turn of each message (the turn of the event it was built
     from); without it (or with a ``None`` in it) a user message starts a turn.
     """
+    if not needs_repair(messages):
+        return list(messages)
+    return _repair(messages, turns)
+
+
+def _repair(
+    messages: Sequence[ContextMessage], turns: Sequence[int | None] | None
+) -> list[ContextMessage]:
+    """The full repair (attribution, placement, synthetic results, renaming)."""
     if not any(m.role == "tool" or m.tool_calls for m in messages):
         return list(messages)
     turn_of = _message_turns(messages, turns)

@@ -20,12 +20,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import adapters
-from session_server.compaction import build_compacted_context
-from session_server.core.codec import encode_json
+from session_server.compaction import build_compacted_context, build_parts
+from session_server.core.codec import encode_json, event_to_message
 from session_server.core.context import build_working_context
-from session_server.core.events import SessionEvent, ToolCall
-from session_server.core.repair import missing_result_text
-from session_server.core.turns import assign_turns, tail_window
+from session_server.core.events import ContextMessage, SessionEvent, ToolCall
+from session_server.core.repair import _repair as _full_repair
+from session_server.core.repair import missing_result_text, needs_repair, repair_tool_pairing
+from session_server.core.turns import assign_turns, drop_orphan_results, tail_window
 
 from .test_sdk_types import _check_all
 
@@ -184,3 +185,144 @@ def test_windows_give_each_result_to_its_own_call(events: list[SessionEvent]) ->
         ctx = build_compacted_context(window, record=None, system_instructions=["Be brief."])
         _check_all(ctx.system_instructions, ctx.messages)
         assert _answers(window) <= truth, limit
+
+
+# -- the one-pass shortcut (``needs_repair``) against the full repair ------------------------
+
+_pool = st.sampled_from(["c1", "c2", "c3", "c1_2", ""])
+
+
+@st.composite
+def message_lists(draw: st.DrawFn) -> list[ContextMessage]:
+    """Histories as agents write them (each call group answered in order, ids fresh),
+    then up to three edits of the kinds that need repair: a reused id, a dropped, moved,
+    duplicated or orphan result, a message between a call and its result."""
+    messages: list[ContextMessage] = []
+    fresh = 0
+    for _ in range(draw(st.integers(0, 8))):
+        kind = draw(st.sampled_from(["user", "assistant", "system", "group", "responses"]))
+        if kind == "user":
+            messages.append(ContextMessage(role="user", content=draw(_text)))
+            continue
+        if kind == "assistant":
+            messages.append(ContextMessage(role="assistant", content=draw(_text)))
+            continue
+        if kind == "system":
+            messages.append(ContextMessage(role="system", content=draw(_text)))
+            continue
+        ids = []
+        for _ in range(draw(st.integers(1, 3))):
+            fresh += 1
+            ids.append(f"f{fresh}")
+        if kind == "group":
+            calls = [ToolCall(id=i, name="t") for i in ids]
+            messages.append(ContextMessage(role="assistant", content="", tool_calls=calls))
+        else:  # one call per assistant message
+            messages.extend(
+                ContextMessage(role="assistant", content="", tool_calls=[ToolCall(id=i, name="t")])
+                for i in ids
+            )
+        order = draw(st.permutations(ids))
+        answered = draw(st.integers(0, len(ids))) if draw(st.booleans()) else len(ids)
+        messages.extend(
+            ContextMessage(role="tool", content=draw(_text), tool_call_id=i, name="t")
+            for i in order[:answered]
+        )
+    for _ in range(draw(st.integers(0, 3))):
+        if not messages:
+            break
+        k = draw(st.integers(0, len(messages) - 1))
+        edit = draw(st.sampled_from(["drop", "move", "dup", "orphan", "reuse", "insert"]))
+        if edit == "drop":
+            del messages[k]
+        elif edit == "move":
+            messages.insert(draw(st.integers(0, len(messages))), messages.pop(k))
+        elif edit == "dup":
+            messages.insert(draw(st.integers(0, len(messages))), messages[k])
+        elif edit == "orphan":
+            orphan = ContextMessage(role="tool", content="o", tool_call_id=draw(_pool), name="t")
+            messages.insert(k, orphan)
+        elif edit == "reuse":
+            call = ToolCall(id=draw(_pool), name="t")
+            messages.insert(k, ContextMessage(role="assistant", content="", tool_calls=[call]))
+        else:
+            messages.insert(k, ContextMessage(role="user", content="between"))
+    return messages
+
+
+@settings(max_examples=400, deadline=None)
+@given(message_lists(), st.booleans())
+def test_the_shortcut_gives_exactly_what_the_full_repair_gives(
+    messages: list[ContextMessage], with_turns: bool
+) -> None:
+    turns: list[int | None] | None = None
+    if with_turns:
+        turns, turn = [], 0
+        for m in messages:
+            turn += m.role == "user"
+            turns.append(turn)
+    full = _full_repair(messages, turns)
+    out = repair_tool_pairing(messages, turns=turns)
+    # Byte-identical output, and the same objects where the full repair kept them.
+    assert encode_json(out) == encode_json(full)
+    assert [id(m) for m in out if any(m is k for k in messages)] == [
+        id(m) for m in full if any(m is k for k in messages)
+    ]
+    if not needs_repair(messages):
+        # The shortcut's claim: the full repair changes nothing at all.
+        assert len(full) == len(messages)
+        assert all(a is b for a, b in zip(full, messages, strict=True))
+
+
+def test_the_shortcut_takes_the_shapes_agents_write() -> None:
+    def call(*ids: str) -> ContextMessage:
+        return ContextMessage(
+            role="assistant", content="", tool_calls=[ToolCall(id=i, name="t") for i in ids]
+        )
+
+    def res(call_id: str) -> ContextMessage:
+        return ContextMessage(role="tool", content="r", tool_call_id=call_id, name="t")
+
+    user = ContextMessage(role="user", content="q")
+    answer = ContextMessage(role="assistant", content="a")
+    clean = [
+        [],
+        [user, answer],
+        [user, call("a"), res("a"), answer],
+        [user, call("a", "b"), res("b"), res("a"), answer],
+        [user, call("a"), call("b"), res("a"), res("b"), call("c"), res("c"), answer],
+        [user, call("a", "b"), res("a")],  # the last group stays pending
+        [user, call("a")],
+    ]
+    for messages in clean:
+        assert not needs_repair(messages), messages
+    dirty = [
+        [user, call("a"), user],  # missing result
+        [user, call("a"), res("a"), user, call("a"), res("a")],  # reused id
+        [user, res("a"), call("a")],  # result before its call
+        [user, call("a"), res("a"), res("a")],  # second result
+        [user, call("a", "b"), res("a"), call("c"), res("b"), res("c")],  # late result
+        [user, call(""), res("")],  # empty id
+        [user, res("nowhere")],  # orphan
+    ]
+    for messages in dirty:
+        assert needs_repair(messages), messages
+
+
+@settings(max_examples=300, deadline=None)
+@given(logs())
+def test_the_builders_clean_path_gives_what_the_full_path_gives(
+    events: list[SessionEvent],
+) -> None:
+    """``build_parts`` skips the orphan filter and the repair when nothing needs them:
+    its messages are those of the full path (orphans dropped, then repaired), and the
+    stored counts make the total of a history that needed nothing."""
+    stored = [SessionEvent(**{**_fields(e), "token_count": 3}) for e in _stored(events)]
+    kept = drop_orphan_results(stored)
+    mapped = [m for m in map(event_to_message, kept) if m is not None]
+    full = _full_repair(mapped, [e.turn for e in kept])
+    parts = build_parts(stored, None)
+    assert encode_json(parts.messages) == encode_json(full)
+    if not needs_repair([m for m in map(event_to_message, stored) if m is not None]):
+        assert len(parts.messages) == len(stored)
+        assert parts.stored_tokens == 3 * len(stored)
