@@ -543,10 +543,10 @@ class AgentCore:
         sid = turn.session_id
         if not turn.events and turn.usage is None:
             return None  # nothing new to measure
-        cached = self._recent.window(sid, self.context_limit)
-        if cached is not None:
-            stored_strategy = cached.strategy
-        else:
+        # The strategy alone decides whether the window is needed: computing one of
+        # ``context_limit`` events for every persist cost more than the rest of the check.
+        hit, stored_strategy = self._recent.cached_strategy(sid)
+        if not hit:
             state = _state(known, sid)
             if isinstance(state, Need):
                 return state
@@ -559,7 +559,7 @@ class AgentCore:
         reported = None if turn.usage is None else usage_prompt_tokens(turn.usage)
         own: int | None = None
         if reported is None and config.mode != "none":
-            view = cached if cached is not None else self.view(sid, self.context_limit, known)
+            view = self.view(sid, self.context_limit, known)
             if isinstance(view, Need):
                 return view
             own = _context_tokens(view, turn, config)
@@ -567,7 +567,7 @@ class AgentCore:
         if not pressure.required:
             return None
         if config.mode == "summarize":
-            view = cached if cached is not None else self.view(sid, self.context_limit, known)
+            view = self.view(sid, self.context_limit, known)
             if isinstance(view, Need):
                 return view
             new_turns = sum(1 for e in turn.events if e.action == "user_message")

@@ -104,6 +104,13 @@ class RecentCache:
         self._entries.pop(session_id, None)
         self._bump(session_id)
 
+    def cached_strategy(self, session_id: str) -> tuple[bool, dict[str, Any] | None]:
+        """``(True, strategy)`` with the persisted strategy of a cached session (kept
+        current by ``strategy_changed``), without computing a window; ``(False, None)``
+        when the session is not cached."""
+        entry = self._entries.get(session_id)
+        return (False, None) if entry is None else (True, entry.strategy)
+
     def count_between(self, session_id: str, low: int, high: int) -> int | None:
         """Non-compaction events with ``low <= seq < high``, when the cached run holds
         that whole range (``None``: the cache cannot say)."""

@@ -1180,8 +1180,11 @@ class AgentActor:
         if isinstance(step, AppendResult):
             return step
         result = await self._commit(step)
-        cold = self.core.cached_view(session_id, self.context_limit) is None
-        if step.snapshot is not None and self.mirror.enabled and cold:
+        if (
+            step.snapshot is not None
+            and self.mirror.enabled
+            and self.core.cached_view(session_id, self.context_limit) is None
+        ):
             # The snapshot renders from the cache: read the window once (it stays warm
             # from now on), then ask for the snapshot again.
             await self._decide(lambda k: self.core.view(session_id, self.context_limit, k))
