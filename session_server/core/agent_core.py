@@ -33,7 +33,7 @@ from ..compaction.memory import memory_block
 from ..compaction.records import CompactionPlan, make_compaction_event
 from ..compaction.triggers import token_pressure, usage_prompt_tokens
 from ..mirror.snapshot import RestoredSnapshot
-from .codec import encode_json, event_to_message, message_to_event, new_event_id
+from .codec import encode_json, message_to_event, new_event_id
 from .context import WorkingContext
 from .errors import InvalidParamsError, NotFoundError
 from .events import ContextMessage, SessionEvent
@@ -134,6 +134,8 @@ class Known:
         self.full: dict[str, ContextWindow] = {}
         self.snapshots: dict[str, RestoredSnapshot | None] = {}
         self.compacted = False
+        # The token counts of the turn being planned, once a pressure check counted them.
+        self.tokens: list[int] | None = None
 
     def forget_views(self, session_id: str) -> None:
         """Drop the windows read for ``session_id`` (a commit since made them stale)."""
@@ -191,11 +193,16 @@ class StrategyWrite(msgspec.Struct, frozen=True):
 
 
 class PreparedTurn(msgspec.Struct, frozen=True):
-    """A persist request with its new messages validated, turned into events, counted."""
+    """A persist request with its new messages validated and turned into events.
+
+    ``tokens`` is ``None``: the events are counted where it costs least, on the commit's
+    worker thread (``sqlite_ops.append``), or on the loop by a pressure check that needs
+    the count first (``Known.tokens`` then carries it into the batch).
+    """
 
     session_id: str
     events: list[SessionEvent]
-    tokens: list[int]
+    tokens: list[int] | None
     instructions: list[str]
     base_seq: int
     usage: Mapping[str, Any] | None
@@ -231,7 +238,19 @@ def _summarizable(view: SessionView, config: StrategyConfig, new_turns: int) -> 
     return last_turn + new_turns - summarised > config.raw_tail_turns
 
 
-def _context_tokens(view: SessionView, turn: PreparedTurn, config: StrategyConfig) -> int:
+def _turn_tokens(turn: PreparedTurn, known: Known) -> list[int]:
+    """The counts of the turn's events (counted once per request, on first need)."""
+    if turn.tokens is not None:
+        return turn.tokens
+    if known.tokens is None:
+        counter = get_counter()
+        known.tokens = [counter.count_event(e) for e in turn.events]
+    return known.tokens
+
+
+def _context_tokens(
+    view: SessionView, turn: PreparedTurn, config: StrategyConfig, known: Known
+) -> int:
     """The server's count of the default context once ``turn`` is added: the stored
     counts of the window's events (from the record's summary on), the memory block, the
     turn's messages and its instructions."""
@@ -255,12 +274,7 @@ def _context_tokens(view: SessionView, turn: PreparedTurn, config: StrategyConfi
             )
         )
     instructions = sum(MESSAGE_OVERHEAD + counter.count(text) for text in system)
-    return stored + sum(turn.tokens) + instructions
-
-
-def _event_tokens(counter: Any, event: SessionEvent) -> int:
-    message = event_to_message(event)
-    return 0 if message is None else int(counter.count_message(message))
+    return stored + sum(_turn_tokens(turn, known)) + instructions
 
 
 def trusted_snapshot_digest(state: SessionState) -> str | None:
@@ -437,14 +451,12 @@ class AgentCore:
         checked = [
             parse_event(msgspec.to_builtins(e), f"events[{i}]") for i, e in enumerate(events)
         ]
-        counter = get_counter()
-        tokens = [_event_tokens(counter, e) for e in checked]
         prepared = [e if e.id else msgspec.structs.replace(e, id=new_event_id()) for e in checked]
         return AppendPlan(
             AppendBatch(
                 session_id,
                 prepared,
-                tokens,
+                None,  # counted on the commit's worker thread
                 expected_last_seq=expected_last_seq,
                 idempotency_key=idempotency_key,
                 create=create,
@@ -489,11 +501,10 @@ class AgentCore:
                 parse_message(msgspec.to_builtins(m), f"messages[{i}]") for i, m in enumerate(new)
             ]
         )
-        counter = get_counter()
         return PreparedTurn(
             session_id=session_id,
             events=[message_to_event(session_id, m) for m in checked],
-            tokens=[int(counter.count_message(m)) for m in checked],
+            tokens=None,
             instructions=list(ctx.system_instructions),
             base_seq=ctx.base_seq,
             usage=usage,
@@ -522,7 +533,7 @@ class AgentCore:
         batch = AppendBatch(
             sid,
             turn.events,
-            turn.tokens,
+            turn.tokens if turn.tokens is not None else known.tokens,
             expected_last_seq=expected,
             idempotency_key=turn.idempotency_key,
             compaction_required=flag,
@@ -562,7 +573,7 @@ class AgentCore:
             view = self.view(sid, self.context_limit, known)
             if isinstance(view, Need):
                 return view
-            own = _context_tokens(view, turn, config)
+            own = _context_tokens(view, turn, config, known)
         pressure = token_pressure(turn.usage, config, context_tokens=own)
         if not pressure.required:
             return None

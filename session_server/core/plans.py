@@ -123,7 +123,8 @@ class AppendBatch(msgspec.Struct, frozen=True):
 
     session_id: str
     events: list[SessionEvent] = msgspec.field(default_factory=list)
-    token_counts: list[int] = msgspec.field(default_factory=list)
+    # ``None``: counted when written (on the commit's worker thread), one per event.
+    token_counts: list[int] | None = msgspec.field(default_factory=list)
     expected_last_seq: int | None = None
     idempotency_key: str | None = None
     compaction_required: bool | None = None
@@ -133,7 +134,7 @@ class AppendBatch(msgspec.Struct, frozen=True):
     def __post_init__(self) -> None:
         if not isinstance(self.session_id, str):
             raise TypeError("session_id: must be a str")
-        if len(self.events) != len(self.token_counts):
+        if self.token_counts is not None and len(self.events) != len(self.token_counts):
             raise ValueError(
                 f"token_counts: {len(self.token_counts)} counts for {len(self.events)} events"
             )

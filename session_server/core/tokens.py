@@ -14,8 +14,8 @@ import math
 from collections.abc import Iterable
 from typing import Any, Final, NamedTuple
 
-from .codec import arguments_text
-from .events import ContextMessage
+from .codec import arguments_text, event_to_message
+from .events import ContextMessage, SessionEvent
 
 __all__ = [
     "DEFAULT_ENCODING",
@@ -112,6 +112,11 @@ class TokenCounter:
         for call in message.tool_calls or ():
             total += self.count(call.name) + self.count(arguments_text(call.arguments)) + 3
         return total
+
+    def count_event(self, event: SessionEvent) -> int:
+        """The stored count of an event: its message as a build shows it (0 for none)."""
+        message = event_to_message(event)
+        return 0 if message is None else self.count_message(message)
 
     def count_messages(
         self, messages: Iterable[ContextMessage], system_instructions: Iterable[str] = ()

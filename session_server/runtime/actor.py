@@ -68,7 +68,6 @@ from ..core.agent_core import (
     StrategyWrite,
     compaction_report,
 )
-from ..core.codec import event_to_message
 from ..core.context import WorkingContext
 from ..core.errors import (
     ConflictError,
@@ -795,9 +794,7 @@ class AgentActor:
                     "replace_with.action: a popped event cannot become a compaction record",
                     data={"field": "replace_with.action"},
                 )
-            message = event_to_message(checked)
-            tokens = 0 if message is None else int(get_counter().count_message(message))
-            replacement = (checked, tokens)
+            replacement = (checked, get_counter().count_event(checked))
 
         async def write(store: AgentStore) -> SessionEvent | None:
             popped = await store.pop_event(session_id, event_id, replacement)

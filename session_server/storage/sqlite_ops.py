@@ -31,6 +31,7 @@ from ..core.errors import (
 )
 from ..core.events import SessionEvent
 from ..core.plans import AppendBatch, AppendOutcome, AppendResult, SessionState
+from ..core.tokens import get_counter
 from ..core.turns import TurnPosition, number_turns
 from .file_modes import create_file
 from .schema import SCHEMA_VERSION, schema_sql
@@ -418,7 +419,11 @@ def append(
     stored: list[SessionEvent] = []
     rows_out: list[tuple[Any, ...]] = []
     seq = last_seq
-    for ev, tokens, pos in zip(events, batch.token_counts, positions, strict=True):
+    counts = batch.token_counts
+    if counts is None:  # counted here, off the event loop (tiktoken releases the GIL)
+        counter = get_counter()
+        counts = [counter.count_event(e) for e in events]
+    for ev, tokens, pos in zip(events, counts, positions, strict=True):
         seq += 1
         if ev.action == "user_message":
             last = pos

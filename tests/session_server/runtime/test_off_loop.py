@@ -16,7 +16,8 @@ import pytest
 
 from session_server import ActorRegistry
 from session_server.client import SessionClient
-from session_server.core.events import ContextMessage
+from session_server.core.events import ContextMessage, SessionEvent, ToolCall
+from session_server.core.tokens import TokenCounter, get_counter
 from session_server.mirror.rows_file import ROWS_FILE
 from session_server.mirror_io.snapshot_index import SnapshotIndex
 from session_server.rpc import memory_methods
@@ -114,3 +115,30 @@ async def test_agents_list_reads_the_folders_on_a_worker(
         async with SessionClient(server.url, None) as admin:
             assert await admin.list_agents() == ["agent"]
     assert on_workers(threads["list_agents"]), threads
+
+
+async def test_turn_tokens_are_counted_on_the_commit_worker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, threads: dict[str, list[str]]
+) -> None:
+    """tiktoken releases the GIL: a persist's and an append's events are counted on the
+    worker thread that commits them, and the stored counts are those of each event."""
+    recording(monkeypatch, TokenCounter, "count_event", threads)
+    async with ActorRegistry(tmp_path, idle_timeout=None, mirror=False) as reg:
+        actor = await reg.get("agent")
+        sid = await actor.create_session()
+        ctx = await actor.build_working_context(sid)
+        ctx.add_messages(
+            [
+                ContextMessage(role="user", content="how many tokens is this?"),
+                ContextMessage(role="assistant", content="", tool_calls=[ToolCall("c1", "t")]),
+                ContextMessage(role="tool", content="a result", tool_call_id="c1", name="t"),
+            ]
+        )
+        await actor.persist_working_context(sid, ctx)
+        await actor.append_events(sid, [SessionEvent(action="agent_message", content="done")])
+        stored = await actor.load_events(sid, limit=None)
+    assert len(threads["count_event"]) == 4
+    assert on_workers(threads["count_event"]), threads
+    counter = get_counter()
+    assert [e.token_count for e in stored] == [counter.count_event(e) for e in stored]
+    assert all(e.token_count for e in stored)
