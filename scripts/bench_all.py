@@ -190,6 +190,8 @@ async def run(quick: bool, root: Path) -> str:
         await load_section(quick, root, full_commit),
     ]
     now = datetime.datetime.now(datetime.UTC)
+    loop = type(asyncio.get_running_loop()).__module__.split(".")[0]
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     header = [
         "# Benchmarks",
         "",
@@ -200,6 +202,9 @@ async def run(quick: bool, root: Path) -> str:
         "",
         "Every ratio is against a baseline measured in the same run on the same machine;"
         " absolute numbers depend on the disk (fsync cost) and are only comparable within a run.",
+        "",
+        f"Event loop of the in-process sections: {loop} (the server's default when installed;"
+        f" `--loop`). Load average at the end of the run (1, 5, 15 min): {load}.",
     ]
     if quick:
         header += ["", "**Quick run: short measurements, not the reference figures.**"]
@@ -225,10 +230,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="a short run (not the figures)")
     parser.add_argument("--out", type=Path, default=ROOT / "BENCHMARKS.md")
     parser.add_argument("--dir", type=Path, default=None, help="where the temporary files go")
+    parser.add_argument(
+        "--loop",
+        choices=["auto", "asyncio", "uvloop"],
+        default="auto",
+        help="event loop of the in-process sections: auto (uvloop when installed, as the server)",
+    )
     args = parser.parse_args(argv)
     root = Path(tempfile.mkdtemp(prefix="bench_all_", dir=args.dir))
     try:
-        report = asyncio.run(run(args.quick, root))
+        report = bench_rpc.run_with_loop(args.loop, run(args.quick, root))
     finally:
         shutil.rmtree(root, ignore_errors=True)
     args.out.write_text(report + kept_sections(args.out))

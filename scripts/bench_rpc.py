@@ -18,8 +18,8 @@ In one run, on 127.0.0.1 (server and client in this process, one event loop), at
 (c) ``--agents`` connections on as many agents, each doing sequential calls.
 
 Two diagnostics split (b): the RPC stack alone (framing and params validation of the same
-request, no actor) and the local actor call alone (no RPC). ``--loop uvloop`` runs it all
-on uvloop (when installed).
+request, no actor) and the local actor call alone (no RPC). ``--loop`` picks the event loop
+as ``session-server serve --loop`` does (default auto: uvloop when installed).
 
 Run: ``.venv/bin/python scripts/bench_rpc.py [--calls 2000] [--synchronous NORMAL]``
 """
@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from websockets.asyncio.client import connect
 from websockets.asyncio.server import ServerConnection, serve
 
+from session_server.cli import _loop_factory
 from session_server.client import SessionClient
 from session_server.core.codec import dehydrate_event, message_to_event
 from session_server.core.context import WorkingContext
@@ -314,17 +315,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--writers", type=int, default=32, help="connections on one agent")
     parser.add_argument("--pipeline", type=int, default=16, help="requests in flight")
     parser.add_argument("--synchronous", choices=["FULL", "NORMAL"], default="NORMAL")
-    parser.add_argument("--loop", choices=["asyncio", "uvloop"], default="asyncio")
+    parser.add_argument(
+        "--loop",
+        choices=["auto", "asyncio", "uvloop"],
+        default="auto",
+        help="event loop: auto (uvloop when installed, as `session-server serve`)",
+    )
     return parser.parse_args(argv)
 
 
 def run_with_loop(loop: str, coro: Any) -> Any:
-    """``asyncio.run``, or ``uvloop.run`` when asked for (and installed)."""
-    if loop == "uvloop":
-        import uvloop
-
-        return uvloop.run(coro)
-    return asyncio.run(coro)
+    """Run ``coro`` on the event loop ``session-server serve --loop LOOP`` would use:
+    uvloop for ``uvloop`` and for ``auto`` when it is installed, else asyncio's own."""
+    factory = _loop_factory(loop)
+    with asyncio.Runner(loop_factory=factory) as runner:
+        return runner.run(coro)
 
 
 def main(argv: list[str] | None = None) -> None:

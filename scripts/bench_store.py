@@ -47,6 +47,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from bench_rpc import run_with_loop
 from tqdm import tqdm
 
 from session_server.core.codec import message_to_event
@@ -667,9 +668,11 @@ async def concurrent_section(
 
 async def run(args: argparse.Namespace, root: Path) -> str:
     levels: list[str] = args.synchronous
+    loop = type(asyncio.get_running_loop()).__module__.split(".")[0]
     lines = [
         f"Store benchmark: WAL, turns of 4 events, window {WINDOW}; SQLite"
-        f" {sqlite3.sqlite_version}, Python {platform.python_version()}, {os.cpu_count()} CPUs",
+        f" {sqlite3.sqlite_version}, Python {platform.python_version()}, {os.cpu_count()} CPUs,"
+        f" event loop {loop} (every system runs on it)",
     ]
     for sync in levels:
         lines += ["", *await sequential_section(args, root, sync)]
@@ -801,6 +804,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--dir", type=Path, default=None, help="where the temporary files go")
     p.add_argument("--keep", action="store_true", help="keep the temporary files")
     p.add_argument("--profile", type=Path, default=None, help="cProfile (b) into this file")
+    p.add_argument(
+        "--loop",
+        choices=["auto", "asyncio", "uvloop"],
+        default="auto",
+        help="event loop for every system: auto (uvloop when installed, as the server)",
+    )
     return p.parse_args(argv)
 
 
@@ -810,7 +819,7 @@ def main(argv: list[str] | None = None) -> None:
         args.dir.mkdir(parents=True, exist_ok=True)
     root = Path(tempfile.mkdtemp(prefix="bench_store_", dir=args.dir))
     try:
-        table = asyncio.run(run(args, root))
+        table = run_with_loop(args.loop, run(args, root))
     finally:
         if args.keep:
             print(f"files kept in {root}", file=sys.stderr)
