@@ -213,11 +213,17 @@ def safe_window_start(events: Sequence[SessionEvent], start: int) -> int:
     user message, or 0) that splits nothing and leaves the window non-empty. Ties go to
     the earlier boundary.
     """
-    n = len(events)
-    start = max(0, min(start, n))
+    start = max(0, min(start, len(events)))
     if start == 0:
         return start
-    cut = _cut_starts(_spans(events), n)
+    return _safe_start(events, start, _pairs(events))
+
+
+def _safe_start(events: Sequence[SessionEvent], start: int, pairs: list[tuple[int, int]]) -> int:
+    """``safe_window_start`` with the ``_pairs`` of ``events`` given (``0 < start``)."""
+    n = len(events)
+    start = min(start, n)
+    cut = _cut_starts([(min(c, r), max(c, r)) for c, r in pairs], n)
     if not cut[start]:
         return start
     candidates = [i for i, ev in enumerate(events) if ev.action == "user_message" and not cut[i]]
@@ -328,8 +334,15 @@ def widening_turns(window: Sequence[SessionEvent]) -> set[int]:
     """
     # Only a call *before* a result settles it: a result whose call comes after it in
     # its turn may have an earlier call with its id before the cut, the one it answers.
-    settled = {result for call, result in _pairs(window) if call < result}
-    if all(i in settled for i, e in enumerate(window) if e.action == "tool_result"):
+    # (A result is settled exactly when a call with its id precedes it in the window:
+    # ``_pairs`` gives it the latest such call. One pass, no turn lookup.)
+    calls: set[str] = set()
+    for e in window:
+        if e.action == "tool_call_request":
+            calls.update(c.id for c in e.tool_calls or ())
+        elif e.action == "tool_result" and (e.tool_call_id is None or e.tool_call_id not in calls):
+            break
+    else:
         return set()
     needed = {window[0].turn or 0}
     needed.update(e.turn or 0 for e in window if e.action == "tool_result")
@@ -340,8 +353,18 @@ def window_from(loaded: Sequence[SessionEvent], cut: int) -> list[SessionEvent]:
     """The window of ``loaded`` (widened as ``widening_turns`` says) whose nominal start
     is index ``cut``: moved to the nearest start that splits no pair, then without the
     results whose call is still outside."""
-    start = safe_window_start(loaded, cut) if cut > 0 else 0
-    return drop_orphan_results(loaded[start:])
+    pairs = _pairs(loaded)
+    start = _safe_start(loaded, cut, pairs) if cut > 0 else 0
+    if any(e.turn is None for e in loaded):
+        # Turns counted from the events themselves may differ on the shorter list.
+        return drop_orphan_results(loaded[start:])
+    # ``start`` splits no pair, so the pairs of ``loaded[start:]`` are those of ``loaded``
+    # after it (with stored turns, ``_pairs`` of the shorter list finds the same calls):
+    # one pass fewer than ``drop_orphan_results``.
+    answered = {result for _, result in pairs if result >= start}
+    return [
+        e for i, e in enumerate(loaded[start:], start) if e.action != "tool_result" or i in answered
+    ]
 
 
 def tail_window(

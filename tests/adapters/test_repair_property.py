@@ -26,7 +26,15 @@ from session_server.core.context import build_working_context
 from session_server.core.events import ContextMessage, SessionEvent, ToolCall
 from session_server.core.repair import _repair as _full_repair
 from session_server.core.repair import missing_result_text, needs_repair, repair_tool_pairing
-from session_server.core.turns import assign_turns, drop_orphan_results, tail_window
+from session_server.core.turns import (
+    _pairs,
+    assign_turns,
+    drop_orphan_results,
+    safe_window_start,
+    tail_window,
+    widening_turns,
+    window_from,
+)
 
 from .test_sdk_types import _check_all
 
@@ -326,3 +334,28 @@ def test_the_builders_clean_path_gives_what_the_full_path_gives(
     if not needs_repair([m for m in map(event_to_message, stored) if m is not None]):
         assert len(parts.messages) == len(stored)
         assert parts.stored_tokens == 3 * len(stored)
+
+
+def _reference_widening(window: list[SessionEvent]) -> set[int]:
+    """``widening_turns`` as first written: settled results from the full ``_pairs``."""
+    settled = {result for call, result in _pairs(window) if call < result}
+    if all(i in settled for i, e in enumerate(window) if e.action == "tool_result"):
+        return set()
+    return {window[0].turn or 0} | {e.turn or 0 for e in window if e.action == "tool_result"}
+
+
+@settings(max_examples=200, deadline=None)
+@given(logs(), st.booleans())
+def test_the_window_rule_gives_what_its_first_form_gave(
+    events: list[SessionEvent], with_turns: bool
+) -> None:
+    """``widening_turns`` (one pass) and ``window_from`` (pairs computed once) against the
+    rule as first written, on every window and nominal cut of every log, with stored
+    turns and without (then turns are counted from the events)."""
+    log = _stored(events) if with_turns else events
+    for start in range(len(log)):
+        window = log[start:]
+        assert widening_turns(window) == _reference_widening(window)
+        for cut in range(len(window) + 1):
+            first = safe_window_start(window, cut) if cut > 0 else 0
+            assert window_from(window, cut) == drop_orphan_results(window[first:])
