@@ -383,11 +383,10 @@ def append(
         raise NotFoundError.session(session_id)
     last_seq = int(row[0])
     last = TurnPosition(int(row[1]), int(row[2]))
-    digest = (
-        None
-        if batch.idempotency_key is None
-        else request_digest(batch.events, batch.expected_last_seq)
-    )
+    # Each event's row, once: its metadata is the digest's and the stored row's (the
+    # fields the append sets, seq, turn and session, are not part of it).
+    dehydrated = [dehydrate_event(e) for e in batch.events]
+    digest = None if batch.idempotency_key is None else _digest(dehydrated, batch.expected_last_seq)
     if batch.idempotency_key is not None:
         prev = conn.execute(
             "SELECT result FROM idempotency WHERE session_id = ? AND key = ?",
@@ -423,22 +422,18 @@ def append(
     if counts is None:  # counted here, off the event loop (tiktoken releases the GIL)
         counter = get_counter()
         counts = [counter.count_event(e) for e in events]
-    for ev, tokens, pos in zip(events, counts, positions, strict=True):
+    for ev, d, tokens, pos in zip(events, dehydrated, counts, positions, strict=True):
         seq += 1
         if ev.action == "user_message":
             last = pos
+        created = ev.timestamp or now
         new = msgspec.structs.replace(
-            ev,
-            session_id=session_id,
-            seq=seq,
-            timestamp=ev.timestamp or now,
-            turn=pos.turn,
+            ev, session_id=session_id, seq=seq, timestamp=created, turn=pos.turn,
             token_count=tokens,
-        )
-        d = dehydrate_event(new)
+        )  # fmt: skip
         rows_out.append(
-            (d["id"], session_id, seq, d["action"], d["content"], d["metadata"],
-             d["created_at"], pos.turn, pos.start_seq, tokens)
+            (ev.id, session_id, seq, d["action"], d["content"], d["metadata"], created,
+             pos.turn, pos.start_seq, tokens)
         )  # fmt: skip
         stored.append(new)
     if rows_out:
@@ -490,7 +485,10 @@ def request_digest(events: Sequence[SessionEvent], expected_last_seq: int | None
     """A digest of what a write asks for: each event's action, content and metadata (as
     stored) and the expected seq. Ids and timestamps are left out: a client retrying a
     persist does not resend them, the server makes fresh ones."""
-    rows = [dehydrate_event(e) for e in events]
+    return _digest([dehydrate_event(e) for e in events], expected_last_seq)
+
+
+def _digest(rows: Sequence[dict[str, Any]], expected_last_seq: int | None) -> str:
     body = [expected_last_seq, [[r["action"], r["content"], r["metadata"]] for r in rows]]
     return hashlib.sha256(encode_json(body).encode("utf-8")).hexdigest()
 
