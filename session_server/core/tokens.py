@@ -8,9 +8,9 @@ warning per encoding (per process, however many counters are built); it never ra
 
 from __future__ import annotations
 
-import functools
 import logging
 import math
+import threading
 from collections.abc import Iterable
 from typing import Any, Final, NamedTuple
 
@@ -126,9 +126,20 @@ class TokenCounter:
         return TokenCount(total, self.estimated)
 
 
-@functools.cache
+_COUNTERS: dict[str, TokenCounter] = {}
+_COUNTERS_LOCK = threading.Lock()
+
+
 def _counter_for_encoding(encoding_name: str) -> TokenCounter:
-    return TokenCounter(encoding_name)
+    # Turns are counted on worker threads: the first callers wait for one load of the
+    # encoding (a fraction of a second) instead of each loading it.
+    counter = _COUNTERS.get(encoding_name)
+    if counter is None:
+        with _COUNTERS_LOCK:
+            counter = _COUNTERS.get(encoding_name)
+            if counter is None:
+                counter = _COUNTERS[encoding_name] = TokenCounter(encoding_name)
+    return counter
 
 
 def get_counter(model: str | None = None) -> TokenCounter:

@@ -40,6 +40,7 @@ from ..core.errors import (
     NotFoundError,
     TooLargeError,
 )
+from ..core.tokens import get_counter
 from ..limits import derive_limits
 from ..mirror_io.snapshot_index import SnapshotIndex
 from ..storage.sqlite_ops import DEFAULT_RETENTION, SKIPPED_RECORDS, IdempotencyRetention
@@ -179,6 +180,9 @@ class ActorRegistry:
         self.executor = ThreadPoolExecutor(
             max_workers=max(1, io_threads), thread_name_prefix="session-server-sqlite"
         )
+        # Load the token encoding now, beside start-up: the first commit counts its turn
+        # and would otherwise wait for the load (and every caller queued behind it).
+        self.executor.submit(get_counter)
         # Weak: an actor leaves memory once nothing uses it (see the module doc). Strong
         # references: ``_open`` (open stores), ``_closing``, calls and subscriptions.
         self._actors: weakref.WeakValueDictionary[str, AgentActor] = weakref.WeakValueDictionary()
