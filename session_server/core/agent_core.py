@@ -33,7 +33,7 @@ from ..compaction.memory import memory_block
 from ..compaction.records import CompactionPlan, make_compaction_event
 from ..compaction.triggers import token_pressure, usage_prompt_tokens
 from ..mirror.snapshot import RestoredSnapshot
-from .codec import encode_json, message_to_event, new_event_id
+from .codec import encode_json, message_to_event, new_event_id, new_event_ids
 from .context import WorkingContext
 from .errors import InvalidParamsError, NotFoundError
 from .events import ContextMessage, SessionEvent
@@ -503,7 +503,10 @@ class AgentCore:
         )
         return PreparedTurn(
             session_id=session_id,
-            events=[message_to_event(session_id, m) for m in checked],
+            events=[
+                message_to_event(session_id, m, event_id)
+                for m, event_id in zip(checked, new_event_ids(len(checked)), strict=True)
+            ],
             tokens=None,
             instructions=list(ctx.system_instructions),
             base_seq=ctx.base_seq,

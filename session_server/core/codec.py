@@ -10,8 +10,8 @@ Our own keys sit beside them: ``compaction`` (the compaction record), ``reasonin
 
 from __future__ import annotations
 
+import os
 import time
-import uuid
 from typing import Any, Final
 
 import msgspec
@@ -29,6 +29,7 @@ __all__ = [
     "hydrate_event",
     "message_to_event",
     "new_event_id",
+    "new_event_ids",
     "now_ms",
 ]
 
@@ -86,7 +87,20 @@ def now_ms() -> int:
 
 
 def new_event_id() -> str:
-    return str(uuid.uuid4())
+    return new_event_ids(1)[0]
+
+
+def new_event_ids(count: int) -> list[str]:
+    """``count`` fresh random (version 4) UUIDs as strings, from one ``os.urandom`` call:
+    what ``str(uuid.uuid4())`` gives, at a fraction of its cost per id (a turn takes four)."""
+    raw = bytearray(os.urandom(16 * count))
+    out = []
+    for k in range(0, 16 * count, 16):
+        raw[k + 6] = (raw[k + 6] & 0x0F) | 0x40  # version 4
+        raw[k + 8] = (raw[k + 8] & 0x3F) | 0x80  # RFC 4122 variant
+        h = raw[k : k + 16].hex()
+        out.append(f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}")
+    return out
 
 
 def _decode_metadata(raw: Any, event_id: str) -> dict[str, Any]:
@@ -300,15 +314,18 @@ def event_to_message(event: SessionEvent) -> ContextMessage | None:
     return ContextMessage(role="system", content=event.content, metadata=meta)
 
 
-def message_to_event(session_id: str, message: ContextMessage) -> SessionEvent:
-    """Map a message to a new event with a fresh unique id and the current time.
+def message_to_event(
+    session_id: str, message: ContextMessage, event_id: str | None = None
+) -> SessionEvent:
+    """Map a message to a new event with a fresh unique id (``event_id`` when given) and
+    the current time.
 
     ``seq`` is a placeholder (0): the store assigns it. An assistant message with a
     non-empty ``tool_calls`` list becomes ``tool_call_request``; a ``tool`` message
     becomes ``tool_result`` with ``tool_name`` taken from ``name``.
     """
     common: dict[str, Any] = {
-        "id": new_event_id(),
+        "id": event_id or new_event_id(),
         "session_id": session_id,
         "seq": 0,
         "timestamp": now_ms(),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from typing import Any
 
 import msgspec
@@ -20,6 +21,7 @@ from session_server.core.codec import (
     hydrate_event,
     message_to_event,
     new_event_id,
+    new_event_ids,
     now_ms,
 )
 from session_server.core.errors import CorruptRecordError, InternalError, SessionServerError
@@ -658,3 +660,13 @@ def test_message_event_row_event_message_round_trip(message: ContextMessage) -> 
     back = hydrate_event(dehydrate_event(ev))
     assert back == ev
     assert event_to_message(back) == message
+
+
+def test_new_event_ids_are_distinct_random_uuid4_strings() -> None:
+    ids = new_event_ids(500) + [new_event_id() for _ in range(10)]
+    assert len(set(ids)) == len(ids)
+    for value in ids:
+        parsed = uuid.UUID(value)
+        assert str(parsed) == value  # the canonical lowercase 8-4-4-4-12 form
+        assert parsed.version == 4 and parsed.variant == uuid.RFC_4122
+    assert new_event_ids(0) == []
