@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from websockets.asyncio.client import connect
 from websockets.asyncio.server import ServerConnection, serve
 
-from session_server.cli import _loop_factory
+from session_server.cli.serve import _loop_factory
 from session_server.client import SessionClient
 from session_server.core.codec import dehydrate_event, message_to_event
 from session_server.core.context import WorkingContext
