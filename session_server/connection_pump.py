@@ -1,0 +1,439 @@
+"""One client connection: the reader, a task per frame, the ordered writer.
+
+``Connection`` reads frames within the connection bounds (the in-flight window, the
+outgoing bytes, the request budget and the large-frame permits), handles each frame in
+its own task (``rpc.methods.dispatch``), writes answers and notifications through one
+FIFO, holds the connection's subscriptions (``fanout``), watches its token's lifetime,
+and closes within the server's stop deadline. ``ConnectionHost`` is what it needs of
+the server (``SessionServer`` is one).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from typing import TYPE_CHECKING, Protocol
+
+from websockets.exceptions import ConnectionClosed
+
+from .answers import encode_bounded, is_utf8
+from .auth import REASON_EXPIRED, Grant, TokenRejectedError
+from .budget import ByteBudget
+from .core.errors import InvalidRequestError, NotFoundError, SessionServerError, TooLargeError
+from .fanout import SubscriberLimits, Subscription, Topic
+from .handshake import Route
+from .intake import FramePermits, IntakeConnection
+from .rpc.methods import CallContext, MethodSpec, dispatch
+from .rpc.protocol import Frame, encode_message, error_response, parse_frame
+
+if TYPE_CHECKING:
+    from .runtime.actor import AgentActor
+    from .runtime.registry import ActorRegistry
+
+__all__ = ["Connection", "ConnectionHost"]
+
+# The server's one logger name, whichever module logs: operators filter on it.
+log = logging.getLogger("session_server.server")
+
+
+class ConnectionHost(SubscriberLimits, Protocol):
+    """What a connection reads of its server (``SessionServer``): the bounds, the
+    method table, the shared budgets, the topics and the stop deadline."""
+
+    @property
+    def registry(self) -> ActorRegistry: ...
+    @property
+    def methods(self) -> Mapping[str, MethodSpec]: ...
+    @property
+    def clock(self) -> Callable[[], float]: ...
+    @property
+    def max_inflight(self) -> int: ...
+    @property
+    def max_outgoing_bytes(self) -> int: ...
+    @property
+    def max_batch(self) -> int: ...
+    @property
+    def max_answer_bytes(self) -> int: ...
+    @property
+    def max_subscriptions(self) -> int: ...
+    @property
+    def idle_timeout(self) -> float | None: ...
+    @property
+    def budget(self) -> ByteBudget: ...
+    @property
+    def permits(self) -> FramePermits: ...
+    @property
+    def stopping(self) -> bool: ...
+
+    def topic_for(self, actor: AgentActor, session_id: str) -> Topic: ...
+
+    def remaining_stop_time(self) -> float | None: ...
+
+
+class Connection:
+    """One client connection: reader, per-frame tasks, ordered writer, subscriptions.
+
+    Bounds (see ``SessionServer``): a frame takes a slot of the in-flight window before
+    it is read and gives it back only when its answer has been written, so a client that
+    does not read its answers stops being read after ``max_inflight`` frames; reading
+    also pauses while more than ``max_outgoing_bytes`` wait to be written.
+    """
+
+    def __init__(self, server: ConnectionHost, ws: IntakeConnection, route: Route) -> None:
+        self.server = server
+        self.ws = ws
+        self.route = route
+        self.outgoing: deque[tuple[bytes, Callable[[], None] | None]] = deque()
+        self.outgoing_bytes = 0
+        self.writable = asyncio.Event()
+        self.writable.set()
+        self.writing = False
+        self.flushers: set[asyncio.Task[None]] = set()
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.subscriptions: dict[str, Subscription] = {}
+        self.observe = server.registry.operations.observe_request
+        self.slots = asyncio.Semaphore(server.max_inflight)
+        self.reader: asyncio.Task[None] | None = None
+        self.stop_requested = False
+        self.closed = False
+        self.revoked: str | None = None  # why the token stopped being valid
+        self.expiry: asyncio.TimerHandle | None = None
+
+    # -- sending (everything goes through one FIFO, in order) -----------------------------
+    def send(self, data: bytes, on_written: Callable[[], None] | None = None) -> None:
+        """Queue ``data``; it is written after everything queued before it, then
+        ``on_written`` runs (also when the connection closed and it was dropped)."""
+        if self.closed:
+            if on_written is not None:
+                on_written()
+            return
+        self.outgoing.append((data, on_written))
+        self.outgoing_bytes += len(data)
+        if self.outgoing_bytes > self.server.max_outgoing_bytes:
+            self.writable.clear()
+        if not self.writing:
+            self._spawn_flush()
+
+    def _spawn_flush(self) -> None:
+        self.writing = True
+        task = asyncio.create_task(self._flush())
+        self.flushers.add(task)
+        task.add_done_callback(self.flushers.discard)
+
+    async def _flush(self) -> None:
+        try:
+            while self.outgoing:
+                data, on_written = self.outgoing[0]
+                try:
+                    if not self.closed:
+                        await self.ws.send(data, text=True)
+                except ConnectionClosed:
+                    self.closed = True
+                finally:
+                    self.outgoing.popleft()
+                    self.outgoing_bytes -= len(data)
+                    if self.outgoing_bytes <= self.server.max_outgoing_bytes:
+                        self.writable.set()
+                    if on_written is not None:
+                        on_written()
+        finally:
+            self.writing = False
+            if self.outgoing and not self.closed:
+                self._spawn_flush()
+
+    def _drop_outgoing(self) -> None:
+        """Forget unwritten messages (the connection is being aborted)."""
+        self.closed = True
+        while self.outgoing:
+            data, on_written = self.outgoing.popleft()
+            self.outgoing_bytes -= len(data)
+            if on_written is not None:
+                on_written()
+        self.writable.set()
+
+    # -- subscriptions (ConnectionLike) ------------------------------------------------
+    async def subscribe(
+        self, ctx: CallContext, actor: AgentActor, session_id: str, after_seq: int | None = None
+    ) -> int:
+        existing = self.subscriptions.get(session_id)
+        if existing is not None:
+            row = await actor.get_session(session_id)
+            if row is None:
+                raise NotFoundError.session(session_id)
+            return int(row["last_seq"])
+        if len(self.subscriptions) >= self.server.max_subscriptions:
+            raise TooLargeError(
+                f"session_id: this connection already has {len(self.subscriptions)} "
+                f"subscriptions (the maximum); unsubscribe first or use another connection",
+                data={"field": "session_id", "max_subscriptions": self.server.max_subscriptions},
+            )
+        sub = Subscription(self, session_id)
+        self.subscriptions[session_id] = sub
+        try:
+            # Registered before the reads: an append committed meanwhile is buffered, and
+            # the seq floor below drops what the reads already hold (no gap, no duplicate).
+            sub.topic = self.server.topic_for(actor, session_id)
+            sub.topic.subs.append(sub)
+            row = await actor.get_session(session_id)
+            if row is None:
+                raise NotFoundError.session(session_id)
+            last_seq = int(row["last_seq"])
+            if after_seq is not None and after_seq < last_seq:
+                sub.replay_from = after_seq  # read page by page once the answer is out
+                sub.actor = actor
+        except BaseException:
+            self._drop(sub)
+            raise
+        sub.floor = last_seq
+        ctx.after_response(sub.go_live)
+        return last_seq
+
+    def unsubscribe(self, session_id: str) -> bool:
+        sub = self.subscriptions.get(session_id)
+        if sub is None:
+            return False
+        self._drop(sub)
+        return True
+
+    def _drop(self, sub: Subscription) -> None:
+        if self.subscriptions.get(sub.session_id) is sub:
+            del self.subscriptions[sub.session_id]
+        sub.live = False
+        sub.buffer = []
+        if sub.pump is not None:
+            sub.pump.cancel()
+            sub.pump = None
+        if sub.topic is not None:
+            sub.topic.remove(sub)
+            sub.topic = None
+
+    # -- requests -----------------------------------------------------------------------
+    def _context(self) -> CallContext:
+        return CallContext(
+            self.server.registry,
+            self.route.agent_id,
+            self,
+            self.route.grant,
+            max_answer_bytes=self.server.max_answer_bytes,
+        )
+
+    def _parse(self, data: bytes, text: bool) -> Frame | bytes | None:
+        """The frame, or the encoded answer to a frame that does not parse (None: a text
+        frame that is not UTF-8, which fails the connection with 1007 as RFC 6455 asks)."""
+        try:
+            return parse_frame(data)
+        except SessionServerError as exc:
+            if text and not is_utf8(data):
+                self.stop_reading()
+                task = asyncio.create_task(self.ws.close(1007, "invalid UTF-8 in a text frame"))
+                self.flushers.add(task)
+                task.add_done_callback(self.flushers.discard)
+                return None
+            return encode_message(error_response(None, exc))
+
+    async def _answer(self, frame: Frame) -> tuple[bytes | None, list[CallContext]]:
+        """Run one parsed frame; return its encoded answer (None: nothing to send)."""
+        grant = self.route.grant
+        if self.revoked or (grant is not None and grant.expired(self.server.clock())):
+            return self._refuse_expired(frame), []
+        endpoint = self.route.endpoint
+        methods = self.server.methods
+        limit = self.server.max_answer_bytes
+        if not frame.batch:
+            ctx = self._context()
+            response = await dispatch(frame.items[0], ctx, endpoint, methods, self.observe)
+            if response is None:
+                return None, [ctx]
+            return await encode_bounded(response, frame.items[0], limit), [ctx]
+        if len(frame.items) > self.server.max_batch:
+            error = InvalidRequestError(
+                f"Invalid Request: a batch of {len(frame.items)} requests exceeds the "
+                f"maximum of {self.server.max_batch}; split it",
+                data={"max_batch": self.server.max_batch},
+            )
+            return encode_message(error_response(None, error)), []
+        # One request at a time: a batch holds one slot of the window and at most one
+        # result in memory besides its encoded answers, which stay under the bound.
+        contexts: list[CallContext] = []
+        parts: list[bytes] = []
+        size = 2
+        for item in frame.items:
+            ctx = self._context()
+            contexts.append(ctx)
+            response = await dispatch(item, ctx, endpoint, methods, self.observe)
+            if response is None:
+                continue
+            part = await encode_bounded(response, item, limit - size)
+            size += len(part) + 1
+            parts.append(part)
+        if not parts:
+            return None, contexts
+        # One copy of what may be max_answer_bytes (joining, then adding the brackets,
+        # would copy it three times on the event loop).
+        pieces = [b"["]
+        for part in parts:
+            pieces += (part, b",")
+        pieces[-1] = b"]"
+        return b"".join(pieces), contexts
+
+    async def _handle(self, data: bytes, text: bool, token: int, permit: bool) -> None:
+        answer: bytes | None = None
+        contexts: list[CallContext] = []
+        try:
+            try:
+                parsed = self._parse(data, text)
+                del data  # the raw bytes go now, not when the request is done
+                if isinstance(parsed, Frame):
+                    answer, contexts = await self._answer(parsed)
+                else:
+                    answer = parsed
+                del parsed
+            finally:
+                self.server.budget.release(token)
+                if permit:
+                    self.server.permits.release()
+        except Exception:  # dispatch answers every error; this is a last resort
+            log.exception("unexpected failure handling a frame")
+        finally:
+            if answer is None:
+                self.slots.release()
+            else:
+                self.send(answer, self.slots.release)
+            for ctx in contexts:
+                for callback in ctx.after:
+                    callback()
+
+    async def _read(self) -> None:
+        idle = self.server.idle_timeout
+        try:
+            while True:
+                await self.slots.acquire()
+                await self.writable.wait()
+                self.ws.ready(True)
+                try:
+                    data = await self._recv(idle)
+                    text, permit = await self.ws.claim(len(data))
+                except BaseException:
+                    self.slots.release()
+                    raise
+                finally:
+                    self.ws.ready(False)
+                try:
+                    token = await self.server.budget.acquire(len(data))
+                except BaseException:
+                    if permit:
+                        self.server.permits.release()
+                    raise
+                task = asyncio.create_task(self._handle(data, text, token, permit))
+                del data
+                self.tasks.add(task)
+                task.add_done_callback(self.tasks.discard)
+        except ConnectionClosed:
+            pass
+        finally:
+            self.ws.end()
+
+    async def _recv(self, idle: float | None) -> bytes:
+        """The next message as bytes, text frames too (parsed as UTF-8 JSON without a
+        decoded copy); close the connection when it stays idle (no frame, nothing in
+        flight, no subscription) for ``idle`` seconds."""
+        while True:
+            try:
+                async with asyncio.timeout(idle):
+                    return await self.ws.recv(decode=False)
+            except TimeoutError:
+                if self.subscriptions or self.tasks or self.outgoing:
+                    continue
+                log.info("closing a connection idle for %ss", idle)
+                await self.ws.close(1000, "idle timeout")
+                raise ConnectionClosed(None, None) from None
+
+    # -- token lifetime ----------------------------------------------------------------------
+    def set_grant(self, grant: Grant | None) -> None:
+        """Use ``grant`` from now on (a rotation may change the scope); re-arm the expiry."""
+        self.route = replace(self.route, grant=grant)
+        if self.expiry is not None:
+            self.expiry.cancel()
+            self.expiry = None
+        if grant is not None and grant.expires_at is not None:
+            delay = max(0.0, grant.expires_at - self.server.clock())
+            self.expiry = asyncio.get_running_loop().call_later(delay, self.revoke, REASON_EXPIRED)
+
+    def revoke(self, reason: str) -> None:
+        """The token is no longer valid: read no more, let requests in flight finish,
+        then close with 1008 and ``reason``."""
+        if self.revoked is None:
+            self.revoked = reason
+            self.stop_reading()
+
+    def _refuse_expired(self, frame: Frame) -> bytes | None:
+        """The answer to every request of ``frame``: -32003 (the token is no longer
+        valid); the connection is closed after it."""
+        error = TokenRejectedError(self.revoked or REASON_EXPIRED)
+        self.revoke(error.reason)
+        answers = [error_response(i.id, error) for i in frame.items if not i.notification]
+        if not answers:
+            return None
+        return encode_message(answers if frame.batch else answers[0])
+
+    async def run(self) -> None:
+        self.set_grant(self.route.grant)
+        self.reader = asyncio.create_task(self._read())
+        if self.stop_requested:
+            self.reader.cancel()
+        try:
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.reader
+        finally:
+            if self.expiry is not None:
+                self.expiry.cancel()
+            for sub in list(self.subscriptions.values()):
+                self._drop(sub)
+            await self._finish()
+
+    async def _finish(self) -> None:
+        """Let handlers finish and answers go out, within the server's stop deadline;
+        whatever is left then is cancelled and the connection aborted."""
+        if self.tasks:
+            _done, pending = await asyncio.wait(
+                set(self.tasks), timeout=self.server.remaining_stop_time()
+            )
+            for task in pending:
+                log.warning("cancelling a request still running at the stop deadline")
+                task.cancel()
+            if pending:
+                await asyncio.wait(pending)
+        if self.flushers:
+            _done, unwritten = await asyncio.wait(
+                set(self.flushers), timeout=self.server.remaining_stop_time()
+            )
+            if unwritten:
+                self.abort()
+                return
+        if self.server.stopping:
+            code, reason = 1001, "server shutting down"
+        elif self.revoked is not None:
+            code, reason = 1008, self.revoked
+        else:
+            return
+        try:
+            async with asyncio.timeout(self.server.remaining_stop_time()):
+                await self.ws.close(code, reason)
+        except TimeoutError:
+            self.abort()
+
+    def abort(self) -> None:
+        """Drop the TCP connection now (a client that does not read blocks a clean close)."""
+        self._drop_outgoing()
+        for task in list(self.flushers):
+            task.cancel()
+        self.ws.transport.abort()
+
+    def stop_reading(self) -> None:
+        self.stop_requested = True
+        if self.reader is not None:
+            self.reader.cancel()
