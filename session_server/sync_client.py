@@ -14,12 +14,16 @@ from plain code, from any event loop and from loops that come and go (``asyncio.
 per call, as ``Runner.run_sync`` does); ``await client.acall("build_context", sid)`` runs
 a call from async code without blocking its loop.
 
-Reconnection: a call that fails because the connection is lost or cannot be opened (also
-a 503 at the handshake, or a retryable -32005 answer) is retried on a new connection,
-``retries`` times with a doubling delay (capped at 2 s). Writes are safe to
-retry: ``append_events``, ``persist_turn`` and ``persist_context`` get an idempotency key
-before the first attempt, so a retried write happens once. A ``pop_event`` without
-``event_id`` is not retried (it could pop twice); pass the id of the event you read.
+Reconnection: a call whose connection cannot be opened (refused, or a 503 at the
+handshake) or that is refused for now (a retryable -32005 answer: nothing ran) is retried
+on a new connection, ``retries`` times with a doubling delay (capped at 2 s). A call whose
+connection is lost after it was sent may have run, so it is sent again only when running
+it twice does what running it once does: reads, and the keyed writes (``append_events``,
+``persist_turn`` and ``persist_context`` get an idempotency key before the first attempt,
+so a retried write happens once). The others raise ``ConnectionLostError`` at once:
+``create_session`` (use ``get_or_create_session``, which is safe), ``delete_session``,
+``clear_session``, ``delete_events``, ``import_session`` and ``pop_event`` without
+``event_id`` (pass the id of the event you read).
 """
 
 from __future__ import annotations
@@ -37,10 +41,24 @@ from websockets.exceptions import WebSocketException
 from .client import ConnectionLostError, SessionClient
 from .core.errors import UnavailableError
 
-__all__ = ["SyncSessionClient"]
+__all__ = ["SyncSessionClient", "replay_safe"]
 
 _KEYED_WRITES: Final = frozenset({"append_events", "persist_turn", "persist_context"})
+# Writes that may not be sent again once sent: a second run creates, deletes or clears
+# something else, or answers an error for what the first run did.
+_NOT_REPLAYED: Final = frozenset(
+    {"create_session", "delete_session", "clear_session", "delete_events", "import_session"}
+)
 _NOT_PROXIED: Final = frozenset({"subscribe", "connect", "close", "call"})
+
+
+def replay_safe(name: str, kwargs: dict[str, Any]) -> bool:
+    """Whether the ``SessionClient`` call ``name`` may be sent again after its connection
+    was lost once it was sent (it may have run): running it twice must do what running it
+    once does."""
+    if name == "pop_event":
+        return kwargs.get("event_id") is not None
+    return name not in _NOT_REPLAYED
 
 
 class SyncSessionClient:
@@ -94,18 +112,28 @@ class SyncSessionClient:
     async def _invoke(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if name in _KEYED_WRITES and not kwargs.get("idempotency_key"):
             kwargs = {**kwargs, "idempotency_key": str(uuid.uuid4())}
-        retry = not (name == "pop_event" and kwargs.get("event_id") is None)
+        replayable = replay_safe(name, kwargs)
         delay = self.retry_delay
         for attempt in range(self.retries + 1):
+            last = attempt == self.retries
             try:
                 client = await self._connected()
-                return await getattr(client, name)(*args, **kwargs)
             except (ConnectionLostError, OSError, WebSocketException, UnavailableError):
-                # The next attempt opens a new connection (``_connected`` sees the loss).
-                if not retry or attempt == self.retries:
+                if last:  # nothing was sent
                     raise
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 2.0)
+            else:
+                try:
+                    return await getattr(client, name)(*args, **kwargs)
+                except UnavailableError:
+                    if last:  # refused for now: nothing ran
+                        raise
+                except (ConnectionLostError, OSError, WebSocketException):
+                    # Sent, perhaps run: only a call safe to run twice goes again (on a
+                    # new connection: ``_connected`` sees the loss).
+                    if last or not replayable:
+                        raise
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 2.0)
         raise AssertionError("unreachable")
 
     def run(self, name: str, *args: Any, **kwargs: Any) -> Any:

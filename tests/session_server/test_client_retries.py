@@ -3,22 +3,26 @@
 A real server with ``max_connections=1`` answers HTTP 503 while one connection is held;
 ``SessionClient.connect``, ``SyncSessionClient`` and ``follow`` retry with backoff and get
 through once the connection is released (they used to raise at once). The refusal is
-observed through the server's own log line, not by timing.
+observed through the server's own log line, not by timing. A call whose connection is lost
+after it was sent is sent again only when running it twice is safe.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from websockets.asyncio.server import ServerConnection, serve
 
-from session_server.client import SessionClient
+from session_server.client import ConnectionLostError, SessionClient
 from session_server.core.errors import UnavailableError
 from session_server.follow import follow
-from session_server.sync_client import SyncSessionClient
+from session_server.sync_client import SyncSessionClient, replay_safe
 from tests.support.server import RestartableServer, RunningServer, running_server
 
 AGENT = "retrying"
@@ -116,3 +120,51 @@ async def test_session_client_retries_a_refused_connection(tmp_path: Path) -> No
     finally:
         await client.close()
         await server.stop()
+
+
+class _Dropper:
+    """A WebSocket peer on 127.0.0.1 that reads each request, records its method, and
+    drops the connection without answering: the call was sent and may have run."""
+
+    def __init__(self) -> None:
+        self.methods: list[str] = []
+
+    async def handler(self, ws: ServerConnection) -> None:
+        request = json.loads(await ws.recv())
+        self.methods.append(request["method"])
+        ws.transport.abort()
+
+
+@pytest.mark.parametrize(
+    ("call", "kwargs", "method", "sends"),
+    [
+        ("get_session", {"session_id": "s"}, "session.get", 3),
+        ("persist_turn", {"session_id": "s", "messages": []}, "turn.persist", 3),
+        ("pop_event", {"session_id": "s", "event_id": "e"}, "events.pop", 3),
+        ("create_session", {}, "session.create", 1),
+        ("delete_session", {"session_id": "s"}, "session.delete", 1),
+        ("clear_session", {"session_id": "s"}, "session.clear", 1),
+        ("delete_events", {"session_id": "s", "event_ids": ["e"]}, "events.delete", 1),
+        ("pop_event", {"session_id": "s"}, "events.pop", 1),
+    ],
+)
+async def test_a_call_lost_after_it_was_sent_is_sent_again_only_if_safe(
+    call: str, kwargs: dict[str, Any], method: str, sends: int
+) -> None:
+    dropper = _Dropper()
+    async with serve(dropper.handler, "127.0.0.1", 0) as server:
+        port = server.sockets[0].getsockname()[1]
+        client = SyncSessionClient(f"ws://127.0.0.1:{port}", AGENT, retries=2, retry_delay=0.01)
+        try:
+            with pytest.raises((ConnectionLostError, ConnectionError)):
+                await client.acall(call, **kwargs)
+        finally:
+            await asyncio.to_thread(client.close)
+    assert dropper.methods == [method] * sends
+
+
+def test_replay_safety_by_method() -> None:
+    assert replay_safe("build_context", {}) and replay_safe("append_events", {})
+    assert replay_safe("pop_event", {"event_id": "e"}) and not replay_safe("pop_event", {})
+    for name in ("create_session", "delete_session", "clear_session", "delete_events"):
+        assert not replay_safe(name, {}), name
