@@ -343,12 +343,16 @@ class AgentActor:
                 if self._inflight > 0:  # a read started while the mirror was flushed
                     self.host.store_used(self)
                     return
-                store, self._store = self._store, None
-                self._activated = None
-                if store is not None:
-                    await store.close()
-                    self.host.store_closed(self)
+                await self._drop_store()
             self.core.hibernated()
+
+    async def _drop_store(self) -> None:
+        """Under the open lock: close the store (if open) and forget its activation."""
+        store, self._store = self._store, None
+        self._activated = None
+        if store is not None:
+            await store.close()
+            self.host.store_closed(self)
 
     async def replace_file(self, fn: Callable[[], T]) -> T:
         """Close the store and run ``fn`` on a worker thread while no call can use or reopen
@@ -363,11 +367,7 @@ class AgentActor:
                 async with self._open_lock:
                     if self._inflight:  # a read started while the mirror was flushed
                         continue
-                    store, self._store = self._store, None
-                    self._activated = None
-                    if store is not None:
-                        await store.close()
-                        self.host.store_closed(self)
+                    await self._drop_store()
                     self.core.hibernated()
                     loop = asyncio.get_running_loop()
                     return await loop.run_in_executor(self.host.executor, fn)
