@@ -33,6 +33,7 @@ __all__ = [
     "fsync_dir",
     "iter_jsonl_bytes",
     "read_bytes_or_empty",
+    "read_bytes_or_none",
     "read_json",
     "read_jsonl",
     "read_jsonl_numbered",
@@ -108,14 +109,21 @@ def read_jsonl(path: Path, limit: int | None = None) -> list[dict[str, Any]]:
     return items
 
 
-def read_json(path: Path) -> dict[str, Any] | None:
-    """A JSON object file, or ``None`` when missing, unreadable, malformed or not an object."""
+def read_bytes_or_none(path: Path) -> bytes | None:
+    """The file's bytes, or ``None`` when it is missing or cannot be read (logged)."""
     try:
-        data = path.read_bytes()
+        return path.read_bytes()
     except FileNotFoundError:
         return None
     except OSError as exc:
         logger.warning("%s: cannot be read (%s)", path, exc)
+        return None
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    """A JSON object file, or ``None`` when missing, unreadable, malformed or not an object."""
+    data = read_bytes_or_none(path)
+    if data is None:
         return None
     try:
         value = _DECODER.decode(data)

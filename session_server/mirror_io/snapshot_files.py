@@ -17,7 +17,7 @@ from typing import Any, Final
 import msgspec
 
 from ..mirror.snapshot import SNAPSHOT_FILE, RestoredSnapshot, restore_snapshot, snapshot_problem
-from .jsonl import read_json
+from .jsonl import read_bytes_or_none, read_json
 
 __all__ = [
     "REJECTED_SNAPSHOTS",
@@ -75,12 +75,8 @@ def load_snapshot_cache(
     not match, or it is invalid or was taken at another seq. Never raises on file content.
     """
     path = session_dir / SNAPSHOT_FILE
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        logger.warning("%s: cannot be read (%s)", path, exc)
+    data = read_bytes_or_none(path)
+    if data is None:
         return None
     if snapshot_digest(data) != digest:
         REJECTED_SNAPSHOTS.note(path, "its bytes do not match the digest SQLite recorded")
