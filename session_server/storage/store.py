@@ -1,4 +1,4 @@
-"""The SQLite store of one agent (I/O shell).
+"""The SQLite store of one agent (I/O shell): ``AgentStore``, its operations.
 
 One file per agent (``<memory_dir>/agents/<agent_id>/agent.sqlite``) in WAL mode with two
 connections: a writer, used only under the actor's write lock, and a read-only reader,
@@ -7,6 +7,9 @@ snapshot isolation). Every operation is one synchronous function (``sqlite_ops``
 a worker thread of the registry's pool, the shape of aiosqlite (a worker thread fed a
 queue of calls) but with a whole transaction per call: aiosqlite's public API costs one
 thread hop per statement, which measured 3-6x slower per turn than raw ``sqlite3`` here.
+The connections, opening and closing are ``store_connections.StoreConnections``; the
+larger reads are ``event_queries`` and ``context_window``, the mirror columns
+``mirror_columns``.
 
 The store does not serialise writers itself: the caller (``AgentActor``) must hold its
 write lock around every writer method. Reads are serialised on the reader connection.
@@ -14,47 +17,29 @@ write lock around every writer method. Reads are serialised on the reader connec
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
-import os
 import sqlite3
-import time
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from concurrent.futures import Executor
-from pathlib import Path
-from typing import Any, Final, Literal, TypeVar
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from typing import Any, Final
 
-import msgspec
-
-from ..core.errors import (
-    AgentUnavailableError,
-    CorruptRecordError,
-    InvalidParamsError,
-    NotFoundError,
-    SessionServerError,
-)
-from ..core.events import ACTIONS, SessionEvent
+from ..core.errors import NotFoundError, SessionServerError
+from ..core.events import SessionEvent
 from ..core.plans import AppendBatch, AppendOutcome, AppendResult, ContextWindow, SessionState
-from ..core.records import CompactionRecord
 from ..core.session_rows import SessionRows
-from ..core.turns import widening_turns, window_from
-from ..limits import descriptor_error, out_of_descriptors
 from . import session_sql
 from . import sqlite_ops as ops
-from .file_lock import try_exclusive_lock
-from .file_modes import make_dir
-from .schema import SCHEMA_VERSION
-from .session_rows import read_session_rows, write_session_rows
-from .sqlite_ops import EVENT_COLUMNS
-
-# An event's size in an answer, about: its text columns plus the JSON around them
-# (id, seq, action, timestamps and keys take more than EVENT_OVERHEAD bytes).
-EVENT_OVERHEAD: Final = 160
-EVENT_SIZE_SQL: Final = (
-    "COALESCE(LENGTH(CAST(content AS BLOB)), 0)"
-    f" + COALESCE(LENGTH(CAST(metadata AS BLOB)), 0) + {EVENT_OVERHEAD}"
+from .context_window import read_context_window
+from .event_queries import EVENT_OVERHEAD, EVENT_SIZE_SQL, event_query, read_events
+from .mirror_columns import (
+    MirrorCheckpoint,
+    MirrorRow,
+    MirrorStatus,
+    read_mirror_row,
+    read_mirror_statuses,
+    save_checkpoints,
 )
+from .session_rows import read_session_rows, write_session_rows
+from .store_connections import StoreConnections, Synchronous
 
 __all__ = [
     "EVENT_OVERHEAD",
@@ -68,239 +53,13 @@ __all__ = [
     "Synchronous",
 ]
 
-Synchronous = Literal["FULL", "NORMAL"]
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 _SESSION_COLUMNS: Final = "id, agent_id, created_at, updated_at, metadata, last_seq"
 
 
-class MirrorRow(msgspec.Struct, frozen=True):
-    """What SQLite holds about a session's mirror: the cursor (``-1``: marked stale by a
-    delete), the checkpoint of the last clean close and its file stamps (JSON text)."""
-
-    session_id: str
-    last_seq: int
-    mirror_seq: int
-    mirror_state: str | None
-    mirror_files: str | None
-
-
-class MirrorStatus(msgspec.Struct, frozen=True):
-    """A session's mirror columns as activation checks them (the checkpoint not read)."""
-
-    session_id: str
-    last_seq: int
-    mirror_seq: int
-    has_checkpoint: bool
-    mirror_files: str | None
-
-
-class MirrorCheckpoint(msgspec.Struct, frozen=True):
-    """Stored at a clean close: the mirror cursor, the writer's checkpoint, the file
-    stamps and the snapshot binding (seq, SHA-256) when a snapshot was written."""
-
-    session_id: str
-    mirror_seq: int
-    state: str
-    files: str
-    snapshot: tuple[int, str] | None = None
-
-
-_MIRROR_COLUMNS: Final = "id, last_seq, mirror_seq, mirror_state, mirror_files"
-
-
-def _mirror_row(row: sqlite3.Row) -> MirrorRow:
-    return MirrorRow(str(row[0]), int(row[1]), int(row[2]), row[3], row[4])
-
-
-def _save_checkpoints(conn: sqlite3.Connection, checkpoints: Sequence[MirrorCheckpoint]) -> None:
-    for cp in checkpoints:
-        conn.execute(
-            "UPDATE sessions SET mirror_seq = ?, mirror_state = ?, mirror_files = ? WHERE id = ?",
-            (cp.mirror_seq, cp.state, cp.files, cp.session_id),
-        )
-        if cp.snapshot is not None:
-            conn.execute(
-                "UPDATE sessions SET snapshot_seq = ?, snapshot_digest = ? WHERE id = ?",
-                (cp.snapshot[0], cp.snapshot[1], cp.session_id),
-            )
-
-
-class AgentStore:
+class AgentStore(StoreConnections):
     """Sessions and events of one agent. Create with ``await AgentStore.open(...)``."""
-
-    def __init__(
-        self,
-        path: Path,
-        agent_id: str,
-        synchronous: Synchronous,
-        busy_timeout_ms: int,
-        executor: Executor | None,
-        on_commit: Callable[[float, int], None] | None = None,
-        readonly: bool = False,
-        idempotency: ops.IdempotencyRetention = ops.DEFAULT_RETENTION,
-    ) -> None:
-        self.path = path
-        self.idempotency = idempotency
-        self.readonly = readonly
-        # True when ``open`` made a new file: no session was ever in it (activation then
-        # leaves any folder beside it alone: the server wrote none of them).
-        self.created = False
-        self.agent_id = agent_id
-        self.synchronous = synchronous
-        self.busy_timeout_ms = busy_timeout_ms
-        self._executor = executor
-        self._on_commit = on_commit
-        self._writer: sqlite3.Connection | None = None
-        self._reader: sqlite3.Connection | None = None
-        self._read_lock = asyncio.Lock()
-        self._lock_fd: int | None = None
-
-    # -- plumbing ------------------------------------------------------------------
-
-    async def _call(self, fn: Callable[..., T], *args: Any) -> T:
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, fn, *args)
-
-    @property
-    def writer(self) -> sqlite3.Connection:
-        if self._writer is None:
-            if self.readonly:
-                raise AgentUnavailableError(
-                    f"agent {self.agent_id!r} is open read-only here; write through the "
-                    "process that holds it (the server's RPC methods)",
-                    data={"agent_id": self.agent_id},
-                )
-            raise AgentUnavailableError(f"agent {self.agent_id!r}: store is closed")
-        return self._writer
-
-    async def _write(self, what: str, body: Callable[..., T], *args: Any, batch_size: int = 1) -> T:
-        started = time.perf_counter()
-        result: T = await self._call(ops.write_txn, self.writer, what, body, *args)
-        if self._on_commit is not None:  # seconds of the transaction, queueing included
-            self._on_commit(time.perf_counter() - started, batch_size)
-        return result
-
-    def _reader_conn(self) -> sqlite3.Connection:
-        if self._reader is None:
-            self._reader = ops.connect(
-                self.path,
-                synchronous=self.synchronous,
-                busy_timeout_ms=self.busy_timeout_ms,
-                readonly=True,
-            )
-        return self._reader
-
-    async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """Run ``fn(reader)`` on a worker thread; one read at a time per connection."""
-
-        def run() -> T:
-            try:
-                return fn(self._reader_conn())
-            except sqlite3.Error as exc:
-                if out_of_descriptors(exc):
-                    raise descriptor_error(self.agent_id) from exc
-                raise ops.storage_error(exc, "read") from exc
-
-        async with self._read_lock:
-            return await self._call(run)
-
-    # -- lifecycle -------------------------------------------------------------------
-
-    @classmethod
-    async def open(
-        cls,
-        path: Path,
-        agent_id: str,
-        *,
-        synchronous: Synchronous = "FULL",
-        busy_timeout_ms: int = 5000,
-        executor: Executor | None = None,
-        on_commit: Callable[[float, int], None] | None = None,
-        readonly: bool = False,
-        idempotency: ops.IdempotencyRetention = ops.DEFAULT_RETENTION,
-    ) -> AgentStore:
-        """Open (creating and migrating if needed) the agent file.
-
-        ``readonly``: open only a reader, without the agent lock, beside a server that may
-        be writing (WAL lets readers and one writer share the file); the file must exist
-        and every write raises ``AgentUnavailableError``.
-        Raises ``AgentUnavailableError`` when the file is not a usable SQLite database.
-        ``on_commit(seconds, writes)`` is called after each write transaction that
-        committed (``writes``: how many appends a group commit held, else 1).
-        ``idempotency``: how long keyed writes can be replayed (``IdempotencyRetention``).
-        """
-        store = cls(
-            path, agent_id, synchronous, busy_timeout_ms, executor, on_commit, readonly, idempotency
-        )
-        if readonly:
-            version = await store._read(
-                lambda conn: int(conn.execute("PRAGMA user_version").fetchone()[0])
-            )
-            if version < SCHEMA_VERSION:
-                # A reader cannot migrate it (a server started on it, or any command
-                # that opens it read-write, does).
-                raise AgentUnavailableError(
-                    f"agent {agent_id!r}: its file has schema version {version}, older than "
-                    f"this program's ({SCHEMA_VERSION}); open it read-write once (start the "
-                    "server on it) to migrate it",
-                    data={"agent_id": agent_id},
-                )
-            await store._read(lambda conn: conn.execute("SELECT 1 FROM sessions LIMIT 1"))
-            return store
-
-        def open_writer() -> sqlite3.Connection:
-            store.created = not path.exists()
-            make_dir(path.parent)
-            store._lock_fd = _lock_agent_dir(path.parent, agent_id)
-            try:
-                conn = ops.connect(
-                    path, synchronous=synchronous, busy_timeout_ms=busy_timeout_ms, readonly=False
-                )
-                try:
-                    ops.migrate(conn)
-                except BaseException:
-                    conn.close()
-                    raise
-            except BaseException:
-                os.close(store._lock_fd)
-                store._lock_fd = None
-                raise
-            return conn
-
-        try:
-            store._writer = await store._call(open_writer)
-        except (OSError, sqlite3.OperationalError) as exc:
-            if out_of_descriptors(exc):
-                raise descriptor_error(agent_id) from exc
-            if isinstance(exc, OSError):
-                raise
-            raise AgentUnavailableError(
-                f"agent {agent_id!r}: database file {path.name} is unusable ({exc})",
-                data={"agent_id": agent_id},
-            ) from exc
-        except sqlite3.DatabaseError as exc:
-            raise AgentUnavailableError(
-                f"agent {agent_id!r}: database file {path.name} is unusable ({exc})",
-                data={"agent_id": agent_id},
-            ) from exc
-        return store
-
-    async def close(self) -> None:
-        conns = [c for c in (self._reader, self._writer) if c is not None]
-        self._reader = self._writer = None
-        lock_fd, self._lock_fd = self._lock_fd, None
-
-        def close_all() -> None:
-            for conn in conns:
-                with contextlib.suppress(sqlite3.Error):
-                    conn.close()
-            if lock_fd is not None:
-                os.close(lock_fd)  # releases the agent lock
-
-        async with self._read_lock:
-            await self._call(close_all)
 
     # -- sessions ------------------------------------------------------------------------
 
@@ -371,31 +130,16 @@ class AgentStore:
 
     async def mirror_statuses(self) -> list[MirrorStatus]:
         """Every session's mirror status (activation checks it against the files)."""
-
-        def fn(conn: sqlite3.Connection) -> list[MirrorStatus]:
-            rows = conn.execute(
-                "SELECT id, last_seq, mirror_seq, mirror_state IS NOT NULL, mirror_files"
-                " FROM sessions"
-            )
-            return [MirrorStatus(str(r[0]), int(r[1]), int(r[2]), bool(r[3]), r[4]) for r in rows]
-
-        return await self._read(fn)
+        return await self._read(read_mirror_statuses)
 
     async def mirror_row(self, session_id: str) -> MirrorRow | None:
         """One session's mirror columns; ``None`` when it does not exist."""
-
-        def fn(conn: sqlite3.Connection) -> MirrorRow | None:
-            row = conn.execute(
-                f"SELECT {_MIRROR_COLUMNS} FROM sessions WHERE id = ?", (session_id,)
-            ).fetchone()
-            return None if row is None else _mirror_row(row)
-
-        return await self._read(fn)
+        return await self._read(lambda conn: read_mirror_row(conn, session_id))
 
     async def save_mirror_checkpoints(self, checkpoints: Sequence[MirrorCheckpoint]) -> None:
         """Store the checkpoints of a clean close, all in one transaction."""
         if checkpoints:
-            await self._write("store mirror checkpoints", _save_checkpoints, checkpoints)
+            await self._write("store mirror checkpoints", save_checkpoints, checkpoints)
 
     async def session_state(self, session_id: str) -> SessionState | None:
         """Internal columns of a session (last seq, strategy, flag, mirror cursor)."""
@@ -480,62 +224,19 @@ class AgentStore:
         looks at no more rows than could fit), so memory and work stay about
         ``max_bytes`` however long the session.
         """
-        where = ["session_id = ?"]
-        args: list[Any] = [session_id]
-        if since is not None:
-            where.append("created_at >= ?")
-            args.append(since)
-        if after_seq is not None:
-            where.append("seq > ?")
-            args.append(after_seq)
-        if actions is not None:
-            acts = list(actions)
-            unknown = [a for a in acts if a not in ACTIONS]
-            if unknown:
-                raise InvalidParamsError(
-                    f"actions: unknown action(s) {unknown}; known: {list(ACTIONS)}",
-                    data={"field": "actions"},
-                )
-            if not acts:
-                return [], True
-            where.append(f"action IN ({','.join('?' * len(acts))})")
-            args.extend(acts)
-        order = "DESC" if tail else "ASC"
-        cond = " AND ".join(where)
-        limit_sql = "" if limit is None else f" LIMIT {max(0, int(limit))}"
-        sql = f"SELECT {EVENT_COLUMNS} FROM events WHERE {cond} ORDER BY seq {order}{limit_sql}"
-        # The first seq (in reading order) at which the running size passes max_bytes;
-        # every event counts at least EVENT_OVERHEAD, so no more rows need summing.
-        most = 1 if max_bytes is None else max_bytes // EVENT_OVERHEAD + 1
-        rows_bound = f" LIMIT {most if limit is None else min(most, max(0, int(limit)))}"
-        cut_sql = (
-            f"SELECT seq, first FROM (SELECT seq, SUM({EVENT_SIZE_SQL}) OVER (ORDER BY seq "
-            f"{order}) AS running, ROW_NUMBER() OVER (ORDER BY seq {order}) = 1 AS first "
-            f"FROM (SELECT * FROM events WHERE {cond} ORDER BY seq {order}{rows_bound})) "
-            "WHERE running > ? LIMIT 1"
+        query = event_query(
+            session_id,
+            max_bytes=max_bytes,
+            partial=partial,
+            limit=limit,
+            tail=tail,
+            since=since,
+            after_seq=after_seq,
+            actions=actions,
         )
-
-        def fn(conn: sqlite3.Connection) -> tuple[list[SessionEvent], bool]:
-            query, params, complete = sql, args, True
-            if max_bytes is not None:
-                cut = conn.execute(cut_sql, [*args, max_bytes]).fetchone()
-                if cut is not None:
-                    complete = False
-                    if not partial:
-                        return [], False
-                    # Stop before the row that passes the bound (at it, when it is the first).
-                    op = ("<" if not tail else ">") + ("=" if cut[1] else "")
-                    query = (
-                        f"SELECT {EVENT_COLUMNS} FROM events WHERE {cond} AND seq {op} ? "
-                        f"ORDER BY seq {order}{limit_sql}"
-                    )
-                    params = [*args, cut[0]]
-            events = ops.rows_to_events(conn.execute(query, params).fetchall())
-            if tail:
-                events.reverse()
-            return events, complete
-
-        return await self._read(fn)
+        if query is None:
+            return [], True
+        return await self._read(lambda conn: read_events(conn, query))
 
     async def delete_events(self, session_id: str, event_ids: Sequence[str]) -> int:
         if not event_ids:
@@ -615,7 +316,7 @@ class AgentStore:
         one rule of ``core.turns`` (``widening_turns``, ``window_from``).
         """
         return await self._read(
-            lambda conn: _context_window(conn, session_id, limit, from_seq, from_record)
+            lambda conn: read_context_window(conn, session_id, limit, from_seq, from_record)
         )
 
     async def count_events(self, session_id: str, from_seq: int, before_seq: int) -> int:
@@ -659,100 +360,3 @@ def _update_session(conn: sqlite3.Connection, session_id: str, column: str, valu
     cur = conn.execute(f"UPDATE sessions SET {column} = ? WHERE id = ?", (value, session_id))
     if cur.rowcount == 0:
         raise NotFoundError.session(session_id)
-
-
-def _context_window(
-    conn: sqlite3.Connection,
-    session_id: str,
-    limit: int | None,
-    from_seq: int | None,
-    from_record: bool,
-) -> ContextWindow:
-    conn.execute("BEGIN")  # one read snapshot for the session row and the events
-    try:
-        state = ops.read_session_state(conn, session_id)
-        if state is None:
-            raise NotFoundError.session(session_id)
-        crow = conn.execute(
-            f"SELECT {EVENT_COLUMNS} FROM events WHERE session_id = ?"
-            " AND action = 'compaction' ORDER BY seq DESC LIMIT 1",
-            (session_id,),
-        ).fetchone()
-        record_event = None if crow is None else ops.hydrate_or_skip(crow)
-        record: CompactionRecord | None = None
-        if record_event is not None:
-            try:
-                record = CompactionRecord.of(record_event)
-            except CorruptRecordError as exc:  # the history reads as if uncompacted
-                ops.SKIPPED_RECORDS.note(exc)
-        if from_record:
-            from_seq = None if record is None else record.from_seq
-        where = "session_id = ?"
-        args: list[Any] = [session_id]
-        if from_seq is not None:
-            where += " AND seq >= ?"
-            args.append(from_seq)
-        sql = f"SELECT {EVENT_COLUMNS} FROM events WHERE {where} ORDER BY seq DESC"
-        if limit is not None:
-            sql += " LIMIT ?"
-            args.append(max(0, int(limit)))
-        rows = conn.execute(sql, args).fetchall()
-        rows.reverse()
-        events = ops.rows_to_events(rows)
-        prefix: list[SessionEvent] = []
-        if events and limit is not None and len(rows) >= limit:
-            needed = widening_turns(events)
-            if needed:
-                # Each needed turn is the turn of an event in the window: its row has the
-                # seq of the turn's opening message.
-                opening = {int(r["turn"]): int(r["turn_start_seq"]) for r in rows}
-                lower = min(opening[t] for t in needed)
-                if from_seq is not None:
-                    lower = max(lower, from_seq)
-                if lower < events[0].seq:
-                    prefix = ops.rows_to_events(
-                        conn.execute(
-                            f"SELECT {EVENT_COLUMNS} FROM events WHERE session_id = ?"
-                            " AND seq >= ? AND seq < ? ORDER BY seq",
-                            (session_id, lower, events[0].seq),
-                        ).fetchall()
-                    )
-        loaded = [*prefix, *events]
-        complete = from_seq is None and (
-            not loaded
-            or conn.execute(
-                "SELECT 1 FROM events WHERE session_id = ? AND seq < ? LIMIT 1",
-                (session_id, loaded[0].seq),
-            ).fetchone()
-            is None
-        )
-    finally:
-        conn.execute("COMMIT")
-    return ContextWindow(
-        events=window_from(loaded, len(prefix)),
-        state=state,
-        suffix=loaded,
-        complete=complete,
-        record=record,
-    )
-
-
-LOCK_FILE: Final = "agent.lock"
-
-
-def _lock_agent_dir(folder: Path, agent_id: str) -> int:
-    """Take the agent's exclusive lock (``agent.lock``, flock) for as long as it is open.
-
-    One writer per file (DESIGN §4) across processes too: the actor's caches and the
-    mirror assume no other process writes while the store is open. A second process
-    (a CLI command while the server holds the agent) gets ``AgentUnavailableError``. The
-    kernel drops the lock when the holder dies, SIGKILL included.
-    """
-    fd = try_exclusive_lock(folder / LOCK_FILE)
-    if fd is None:
-        raise AgentUnavailableError(
-            f"agent {agent_id!r} is open in another process (its {LOCK_FILE} is locked); "
-            "use that process (for example the server's RPC methods) or stop it first",
-            data={"agent_id": agent_id},
-        )
-    return fd

@@ -1,0 +1,98 @@
+"""The read behind ``AgentStore.context_window``: a tool-pair-safe window of a session's
+events with its state and latest compaction record, in one read snapshot (a synchronous
+body run on the reader connection).
+
+The widening is the one rule of ``core.turns`` (``widening_turns``, ``window_from``).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+from ..core.errors import CorruptRecordError, NotFoundError
+from ..core.events import SessionEvent
+from ..core.plans import ContextWindow
+from ..core.records import CompactionRecord
+from ..core.turns import widening_turns, window_from
+from . import sqlite_ops as ops
+from .sqlite_ops import EVENT_COLUMNS
+
+__all__ = ["read_context_window"]
+
+
+def read_context_window(
+    conn: sqlite3.Connection,
+    session_id: str,
+    limit: int | None,
+    from_seq: int | None,
+    from_record: bool,
+) -> ContextWindow:
+    """The window ``AgentStore.context_window`` answers (see there)."""
+    conn.execute("BEGIN")  # one read snapshot for the session row and the events
+    try:
+        state = ops.read_session_state(conn, session_id)
+        if state is None:
+            raise NotFoundError.session(session_id)
+        crow = conn.execute(
+            f"SELECT {EVENT_COLUMNS} FROM events WHERE session_id = ?"
+            " AND action = 'compaction' ORDER BY seq DESC LIMIT 1",
+            (session_id,),
+        ).fetchone()
+        record_event = None if crow is None else ops.hydrate_or_skip(crow)
+        record: CompactionRecord | None = None
+        if record_event is not None:
+            try:
+                record = CompactionRecord.of(record_event)
+            except CorruptRecordError as exc:  # the history reads as if uncompacted
+                ops.SKIPPED_RECORDS.note(exc)
+        if from_record:
+            from_seq = None if record is None else record.from_seq
+        where = "session_id = ?"
+        args: list[Any] = [session_id]
+        if from_seq is not None:
+            where += " AND seq >= ?"
+            args.append(from_seq)
+        sql = f"SELECT {EVENT_COLUMNS} FROM events WHERE {where} ORDER BY seq DESC"
+        if limit is not None:
+            sql += " LIMIT ?"
+            args.append(max(0, int(limit)))
+        rows = conn.execute(sql, args).fetchall()
+        rows.reverse()
+        events = ops.rows_to_events(rows)
+        prefix: list[SessionEvent] = []
+        if events and limit is not None and len(rows) >= limit:
+            needed = widening_turns(events)
+            if needed:
+                # Each needed turn is the turn of an event in the window: its row has the
+                # seq of the turn's opening message.
+                opening = {int(r["turn"]): int(r["turn_start_seq"]) for r in rows}
+                lower = min(opening[t] for t in needed)
+                if from_seq is not None:
+                    lower = max(lower, from_seq)
+                if lower < events[0].seq:
+                    prefix = ops.rows_to_events(
+                        conn.execute(
+                            f"SELECT {EVENT_COLUMNS} FROM events WHERE session_id = ?"
+                            " AND seq >= ? AND seq < ? ORDER BY seq",
+                            (session_id, lower, events[0].seq),
+                        ).fetchall()
+                    )
+        loaded = [*prefix, *events]
+        complete = from_seq is None and (
+            not loaded
+            or conn.execute(
+                "SELECT 1 FROM events WHERE session_id = ? AND seq < ? LIMIT 1",
+                (session_id, loaded[0].seq),
+            ).fetchone()
+            is None
+        )
+    finally:
+        conn.execute("COMMIT")
+    return ContextWindow(
+        events=window_from(loaded, len(prefix)),
+        state=state,
+        suffix=loaded,
+        complete=complete,
+        record=record,
+    )

@@ -1,0 +1,232 @@
+"""The connections of one agent file (I/O shell): opening, the worker-thread calls, closing.
+
+``StoreConnections`` is the plumbing ``AgentStore`` is built on. One file per agent in WAL
+mode with two connections: a writer, used only under the actor's write lock, and a
+read-only reader, so reads see the last committed state and never wait for a write in
+progress (WAL snapshot isolation). Every operation is one synchronous function run on a
+worker thread of the registry's pool (``_write``: one whole transaction per call,
+``_read``: one read at a time on the reader). Opening takes the agent's exclusive lock
+(``agent.lock``), creates and migrates the file; a read-only open checks its schema.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import sqlite3
+import time
+from collections.abc import Callable
+from concurrent.futures import Executor
+from pathlib import Path
+from typing import Any, Final, Literal, Self, TypeVar
+
+from ..core.errors import AgentUnavailableError
+from ..limits import descriptor_error, out_of_descriptors
+from . import sqlite_ops as ops
+from .file_lock import try_exclusive_lock
+from .file_modes import make_dir
+from .schema import SCHEMA_VERSION
+
+__all__ = ["LOCK_FILE", "StoreConnections", "Synchronous"]
+
+Synchronous = Literal["FULL", "NORMAL"]
+T = TypeVar("T")
+
+
+class StoreConnections:
+    """The writer and reader connections of one agent file, each call on a worker thread.
+    Create with ``await <subclass>.open(...)``."""
+
+    def __init__(
+        self,
+        path: Path,
+        agent_id: str,
+        synchronous: Synchronous,
+        busy_timeout_ms: int,
+        executor: Executor | None,
+        on_commit: Callable[[float, int], None] | None = None,
+        readonly: bool = False,
+        idempotency: ops.IdempotencyRetention = ops.DEFAULT_RETENTION,
+    ) -> None:
+        self.path = path
+        self.idempotency = idempotency
+        self.readonly = readonly
+        # True when ``open`` made a new file: no session was ever in it (activation then
+        # leaves any folder beside it alone: the server wrote none of them).
+        self.created = False
+        self.agent_id = agent_id
+        self.synchronous = synchronous
+        self.busy_timeout_ms = busy_timeout_ms
+        self._executor = executor
+        self._on_commit = on_commit
+        self._writer: sqlite3.Connection | None = None
+        self._reader: sqlite3.Connection | None = None
+        self._read_lock = asyncio.Lock()
+        self._lock_fd: int | None = None
+
+    # -- plumbing ------------------------------------------------------------------
+
+    async def _call(self, fn: Callable[..., T], *args: Any) -> T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, fn, *args)
+
+    @property
+    def writer(self) -> sqlite3.Connection:
+        if self._writer is None:
+            if self.readonly:
+                raise AgentUnavailableError(
+                    f"agent {self.agent_id!r} is open read-only here; write through the "
+                    "process that holds it (the server's RPC methods)",
+                    data={"agent_id": self.agent_id},
+                )
+            raise AgentUnavailableError(f"agent {self.agent_id!r}: store is closed")
+        return self._writer
+
+    async def _write(self, what: str, body: Callable[..., T], *args: Any, batch_size: int = 1) -> T:
+        started = time.perf_counter()
+        result: T = await self._call(ops.write_txn, self.writer, what, body, *args)
+        if self._on_commit is not None:  # seconds of the transaction, queueing included
+            self._on_commit(time.perf_counter() - started, batch_size)
+        return result
+
+    def _reader_conn(self) -> sqlite3.Connection:
+        if self._reader is None:
+            self._reader = ops.connect(
+                self.path,
+                synchronous=self.synchronous,
+                busy_timeout_ms=self.busy_timeout_ms,
+                readonly=True,
+            )
+        return self._reader
+
+    async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn(reader)`` on a worker thread; one read at a time per connection."""
+
+        def run() -> T:
+            try:
+                return fn(self._reader_conn())
+            except sqlite3.Error as exc:
+                if out_of_descriptors(exc):
+                    raise descriptor_error(self.agent_id) from exc
+                raise ops.storage_error(exc, "read") from exc
+
+        async with self._read_lock:
+            return await self._call(run)
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    @classmethod
+    async def open(
+        cls,
+        path: Path,
+        agent_id: str,
+        *,
+        synchronous: Synchronous = "FULL",
+        busy_timeout_ms: int = 5000,
+        executor: Executor | None = None,
+        on_commit: Callable[[float, int], None] | None = None,
+        readonly: bool = False,
+        idempotency: ops.IdempotencyRetention = ops.DEFAULT_RETENTION,
+    ) -> Self:
+        """Open (creating and migrating if needed) the agent file.
+
+        ``readonly``: open only a reader, without the agent lock, beside a server that may
+        be writing (WAL lets readers and one writer share the file); the file must exist
+        and every write raises ``AgentUnavailableError``.
+        Raises ``AgentUnavailableError`` when the file is not a usable SQLite database.
+        ``on_commit(seconds, writes)`` is called after each write transaction that
+        committed (``writes``: how many appends a group commit held, else 1).
+        ``idempotency``: how long keyed writes can be replayed (``IdempotencyRetention``).
+        """
+        store = cls(
+            path, agent_id, synchronous, busy_timeout_ms, executor, on_commit, readonly, idempotency
+        )
+        if readonly:
+            version = await store._read(
+                lambda conn: int(conn.execute("PRAGMA user_version").fetchone()[0])
+            )
+            if version < SCHEMA_VERSION:
+                # A reader cannot migrate it (a server started on it, or any command
+                # that opens it read-write, does).
+                raise AgentUnavailableError(
+                    f"agent {agent_id!r}: its file has schema version {version}, older than "
+                    f"this program's ({SCHEMA_VERSION}); open it read-write once (start the "
+                    "server on it) to migrate it",
+                    data={"agent_id": agent_id},
+                )
+            await store._read(lambda conn: conn.execute("SELECT 1 FROM sessions LIMIT 1"))
+            return store
+
+        def open_writer() -> sqlite3.Connection:
+            store.created = not path.exists()
+            make_dir(path.parent)
+            store._lock_fd = _lock_agent_dir(path.parent, agent_id)
+            try:
+                conn = ops.connect(
+                    path, synchronous=synchronous, busy_timeout_ms=busy_timeout_ms, readonly=False
+                )
+                try:
+                    ops.migrate(conn)
+                except BaseException:
+                    conn.close()
+                    raise
+            except BaseException:
+                os.close(store._lock_fd)
+                store._lock_fd = None
+                raise
+            return conn
+
+        try:
+            store._writer = await store._call(open_writer)
+        except (OSError, sqlite3.OperationalError) as exc:
+            if out_of_descriptors(exc):
+                raise descriptor_error(agent_id) from exc
+            if isinstance(exc, OSError):
+                raise
+            raise AgentUnavailableError(
+                f"agent {agent_id!r}: database file {path.name} is unusable ({exc})",
+                data={"agent_id": agent_id},
+            ) from exc
+        except sqlite3.DatabaseError as exc:
+            raise AgentUnavailableError(
+                f"agent {agent_id!r}: database file {path.name} is unusable ({exc})",
+                data={"agent_id": agent_id},
+            ) from exc
+        return store
+
+    async def close(self) -> None:
+        conns = [c for c in (self._reader, self._writer) if c is not None]
+        self._reader = self._writer = None
+        lock_fd, self._lock_fd = self._lock_fd, None
+
+        def close_all() -> None:
+            for conn in conns:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.close()
+            if lock_fd is not None:
+                os.close(lock_fd)  # releases the agent lock
+
+        async with self._read_lock:
+            await self._call(close_all)
+
+
+LOCK_FILE: Final = "agent.lock"
+
+
+def _lock_agent_dir(folder: Path, agent_id: str) -> int:
+    """Take the agent's exclusive lock (``agent.lock``, flock) for as long as it is open.
+
+    One writer per file (DESIGN §4) across processes too: the actor's caches and the
+    mirror assume no other process writes while the store is open. A second process
+    (a CLI command while the server holds the agent) gets ``AgentUnavailableError``. The
+    kernel drops the lock when the holder dies, SIGKILL included.
+    """
+    fd = try_exclusive_lock(folder / LOCK_FILE)
+    if fd is None:
+        raise AgentUnavailableError(
+            f"agent {agent_id!r} is open in another process (its {LOCK_FILE} is locked); "
+            "use that process (for example the server's RPC methods) or stop it first",
+            data={"agent_id": agent_id},
+        )
+    return fd
