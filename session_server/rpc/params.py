@@ -1,0 +1,171 @@
+"""The params models of the session and event methods, and the field types the RPC
+methods share (``SessionId``, ``Events``, ``Messages``, ``JsonObject``, ``Instructions``).
+
+Each model refuses unknown fields and does not coerce across JSON types (``RpcParams``);
+events and messages are checked by ``core.validation`` as they are validated.
+``persist_params_fast`` is the hot path's shortcut for a plainly valid ``turn.persist``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Final, Literal
+
+from pydantic import Field, PlainValidator
+
+from ..core.errors import InvalidParamsError
+from ..core.events import Action, ContextMessage, SessionEvent
+from ..core.validation import parse_client_events, parse_client_messages
+from .method_spec import RpcParams
+
+__all__ = [
+    "MAX_AGENTS_PAGE",
+    "AgentsListParams",
+    "AppendParams",
+    "BuildParams",
+    "CreateSessionParams",
+    "DeleteEventsParams",
+    "Events",
+    "Instructions",
+    "JsonObject",
+    "LoadParams",
+    "Messages",
+    "NoParams",
+    "PersistParams",
+    "SessionId",
+    "SessionParams",
+    "SubscribeParams",
+    "persist_params_fast",
+]
+
+SessionId = Annotated[str, Field(min_length=1, max_length=256)]
+Events = Annotated[
+    list[SessionEvent], PlainValidator(lambda v: parse_client_events(v, "params.events"))
+]
+Messages = Annotated[
+    list[ContextMessage], PlainValidator(lambda v: parse_client_messages(v, "params.messages"))
+]
+JsonObject = dict[str, Any]
+
+
+def _instructions(value: Any) -> list[str] | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return list(value)
+    raise InvalidParamsError(
+        "params.system_instructions: must be a string or a list of strings",
+        data={"field": "params.system_instructions"},
+    )
+
+
+Instructions = Annotated[list[str] | None, PlainValidator(_instructions)]
+
+
+class SessionParams(RpcParams):
+    session_id: SessionId
+
+
+class CreateSessionParams(RpcParams):
+    metadata: JsonObject | None = None
+    session_id: SessionId | None = None
+    # "return": an existing session_id answers that session (get-or-create).
+    if_exists: Literal["error", "return"] = "error"
+
+
+class NoParams(RpcParams):
+    pass
+
+
+class AppendParams(RpcParams):
+    session_id: SessionId
+    events: Events
+    expected_last_seq: Annotated[int, Field(ge=0)] | None = None
+    idempotency_key: Annotated[str, Field(min_length=1, max_length=256)] | None = None
+
+
+class LoadParams(RpcParams):
+    session_id: SessionId
+    limit: Annotated[int, Field(ge=1)] | None = 50
+    tail: bool = True
+    since: Annotated[int, Field(ge=0)] | None = None
+    after_seq: Annotated[int, Field(ge=0)] | None = None
+    actions: list[Action] | None = None
+
+
+class DeleteEventsParams(RpcParams):
+    session_id: SessionId
+    event_ids: list[Annotated[str, Field(min_length=1)]]
+
+
+class BuildParams(RpcParams):
+    session_id: SessionId
+    system_instructions: Instructions = None
+    limit: Annotated[int, Field(ge=1)] | None = None
+    strategy: JsonObject | None = None
+
+
+class SubscribeParams(RpcParams):
+    session_id: SessionId
+    after_seq: Annotated[int, Field(ge=0)] | None = None
+
+
+class PersistParams(RpcParams):
+    session_id: SessionId
+    messages: Messages
+    base_seq: Annotated[int, Field(ge=0)] | None = None
+    idempotency_key: Annotated[str, Field(min_length=1, max_length=256)] | None = None
+    usage: JsonObject | None = None
+    strategy: JsonObject | None = None
+
+
+def _short_str(value: Any) -> bool:
+    return type(value) is str and 1 <= len(value) <= 256
+
+
+def persist_params_fast(raw: dict[str, Any]) -> PersistParams | None:
+    """``PersistParams`` of a plainly valid ``turn.persist`` without the model's pass
+    (the hot path); ``None`` for anything else, which the model then checks and words.
+
+    The messages are checked by ``parse_messages``, as the model's validator does, but
+    only when every other field is plainly valid (so errors keep the model's order).
+    """
+    if not raw.keys() <= _PERSIST_FIELDS or not _short_str(raw.get("session_id")):
+        return None
+    if raw.get("strategy") is not None:
+        return None  # a request strategy is validated (and kept) by the model
+    base_seq = raw.get("base_seq")
+    key = raw.get("idempotency_key")
+    usage = raw.get("usage")
+    if base_seq is not None and not (type(base_seq) is int and base_seq >= 0):
+        return None
+    if key is not None and not _short_str(key):
+        return None
+    if usage is not None and type(usage) is not dict:
+        return None
+    messages = raw.get("messages")
+    if type(messages) is not list:
+        return None
+    try:
+        checked = parse_client_messages(messages, "params.messages")
+    except InvalidParamsError:
+        return None
+    return PersistParams.model_construct(
+        session_id=raw["session_id"],
+        messages=checked,
+        base_seq=base_seq,
+        idempotency_key=key,
+        usage=usage,
+    )
+
+
+_PERSIST_FIELDS: Final = frozenset(PersistParams.model_fields)
+
+
+MAX_AGENTS_PAGE = 1000
+
+
+class AgentsListParams(RpcParams):
+    after: Annotated[str, Field(min_length=1, max_length=1024)] | None = None
+    limit: Annotated[int, Field(ge=1, le=MAX_AGENTS_PAGE)] = MAX_AGENTS_PAGE
