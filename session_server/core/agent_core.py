@@ -17,42 +17,55 @@ and returns the ``Effects`` to run (mirror lines, subscriber notifications, snap
 Ordering is the actor's job: it calls the write-side methods (``committed``, the
 ``*_deleted`` and ``strategy_written`` notices) under its write lock, in commit order.
 Reads that raced with a commit are recognised by the cache's per-session versions.
+
+This module holds the turn path (``prepare_turn``, ``plan_turn``, ``committed``) and the
+write-side notices; ``AgentCore`` inherits the caches, reads and strategies
+(``core_state``), the context builds (``context_builds``) and the compaction decisions
+(``compaction_decisions``). The needs are in ``needs``, the decision values in
+``decisions``; every name once defined here is still importable from here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Final, Literal, TypeVar
+from collections.abc import Mapping
+from typing import Any
 
 import msgspec
 
-from ..compaction.builder import BuiltContext, build_compacted_context
-from ..compaction.config import StrategyConfig, resolve_strategy, validate_strategy
-from ..compaction.fallback import FallbackCause, plan_placeholder_fallback
-from ..compaction.memory import memory_block
-from ..compaction.records import CompactionPlan, make_compaction_event
+from ..compaction.config import validate_strategy
 from ..compaction.triggers import token_pressure, usage_prompt_tokens
-from ..mirror.snapshot import RestoredSnapshot
-from .codec import encode_json, message_to_event, new_event_id, new_event_ids
+from .codec import message_to_event, new_event_ids
+from .compaction_decisions import CompactionDecisions, compaction_report
 from .context import WorkingContext
-from .errors import InvalidParamsError, NotFoundError
-from .events import ContextMessage, SessionEvent
-from .plans import (
-    AppendBatch,
-    AppendOutcome,
-    AppendResult,
-    ContextWindow,
-    Effects,
-    NewSession,
-    SessionState,
-    SnapshotDue,
+from .context_builds import ContextBuilds, trusted_snapshot_digest
+from .core_state import AGENT_STRATEGY_KEY
+from .decisions import (
+    AppendPlan,
+    CompactionDue,
+    CompactionInput,
+    PlaceholderFallback,
+    PreparedTurn,
+    SnapshotParts,
+    StrategyWrite,
 )
-from .recent import RecentCache, SessionView
-from .records import CompactionRecord, record_memory
-from .tokens import MESSAGE_OVERHEAD, get_counter
-from .validation import parse_event, parse_message
+from .errors import InvalidParamsError, NotFoundError
+from .needs import (
+    Known,
+    Need,
+    NeedAgentStrategy,
+    NeedCount,
+    NeedSnapshot,
+    NeedState,
+    NeedWindow,
+    existing_state,
+    known_state,
+)
+from .plans import AppendBatch, AppendOutcome, AppendResult, Effects, SnapshotDue
+from .turn_pressure import context_tokens, highest_turn, summarizable
+from .validation import parse_message
 
 __all__ = [
+    "AGENT_STRATEGY_KEY",
     "AgentCore",
     "AppendPlan",
     "CompactionDue",
@@ -72,401 +85,16 @@ __all__ = [
     "trusted_snapshot_digest",
 ]
 
-T = TypeVar("T")
-AGENT_STRATEGY_KEY: Final = "strategy"
-_DEFAULT_CONFIG: Final = StrategyConfig()
-SnapshotParts = tuple[list[ContextMessage], list[str], int]
 
-
-# -- what the core may need first --------------------------------------------------------
-
-
-class Need(msgspec.Struct, frozen=True):
-    """A read the actor runs before asking the core again."""
-
-
-class NeedState(Need, frozen=True):
-    """The session's state row (``store.session_state``)."""
-
-    session_id: str
-
-
-class NeedAgentStrategy(Need, frozen=True):
-    """The agent's stored strategy (``store.get_setting(AGENT_STRATEGY_KEY)``)."""
-
-    generation: int
-
-
-class NeedWindow(Need, frozen=True):
-    """A context window (``store.context_window(limit, from_record=True)``); ``limit``
-    ``None`` reads everything from the record's lower bound (not cached)."""
-
-    session_id: str
-    limit: int | None
-    version: int
-
-
-class NeedSnapshot(Need, frozen=True):
-    """The session's snapshot file, if it is valid, taken at ``last_seq`` and its bytes
-    have the SHA-256 ``digest`` SQLite recorded for it (else ``None``: rebuild)."""
-
-    session_id: str
-    last_seq: int
-    digest: str
-
-
-class NeedCount(Need, frozen=True):
-    """How many non-compaction events have ``from_seq <= seq < before_seq``
-    (``store.count_events``): the events a bounded window leaves out."""
-
-    session_id: str
-    from_seq: int
-    before_seq: int
-
-
-class Known:
-    """What the reads of one request returned (its scratch space; one per request)."""
-
-    def __init__(self) -> None:
-        self.counts: dict[tuple[str, int, int], int] = {}
-        self.states: dict[str, SessionState | None] = {}
-        self.views: dict[tuple[str, int], SessionView] = {}
-        self.full: dict[str, ContextWindow] = {}
-        self.snapshots: dict[str, RestoredSnapshot | None] = {}
-        self.compacted = False
-        # The token counts of the turn being planned, once a pressure check counted them.
-        self.tokens: list[int] | None = None
-
-    def forget_views(self, session_id: str) -> None:
-        """Drop the windows read for ``session_id`` (a commit since made them stale)."""
-        self.views = {k: v for k, v in self.views.items() if k[0] != session_id}
-        self.full.pop(session_id, None)
-
-
-# -- what the core decides -----------------------------------------------------------------
-
-
-class AppendPlan(msgspec.Struct, frozen=True):
-    """One store transaction, and the snapshot to write once it committed."""
-
-    batch: AppendBatch
-    snapshot: SnapshotDue | None = None
-
-
-class CompactionDue(msgspec.Struct, frozen=True):
-    """Run a compaction of one session (one at a time per session)."""
-
-    session_id: str
-    config: StrategyConfig
-    instructions: list[str]
-    limit: int
-    force: bool
-
-
-class CompactionInput(msgspec.Struct, frozen=True):
-    """What a compaction plans from: the events, the latest record, the pressure flag."""
-
-    events: list[SessionEvent]
-    record: CompactionRecord | None
-    pressure: bool
-
-    @property
-    def record_data(self) -> dict[str, Any] | None:
-        return None if self.record is None else self.record.data
-
-
-class PlaceholderFallback(msgspec.Struct, frozen=True):
-    """The compact record a build applies while its summary cannot be had: the append
-    (refused if the session moved since it was planned) and the plan it came from."""
-
-    append: AppendPlan
-    plan: CompactionPlan
-
-
-class StrategyWrite(msgspec.Struct, frozen=True):
-    """Store a strategy level (``session_id`` None: the agent's); ``stored`` is its JSON
-    (``None`` clears the level)."""
-
-    session_id: str | None
-    values: dict[str, Any] | None
-    stored: str | None
-
-
-class PreparedTurn(msgspec.Struct, frozen=True):
-    """A persist request with its new messages validated and turned into events.
-
-    ``tokens`` is ``None``: the events are counted where it costs least, on the commit's
-    worker thread (``sqlite_ops.append``), or on the loop by a pressure check that needs
-    the count first (``Known.tokens`` then carries it into the batch).
-    """
-
-    session_id: str
-    events: list[SessionEvent]
-    tokens: list[int] | None
-    instructions: list[str]
-    base_seq: int
-    usage: Mapping[str, Any] | None
-    on_conflict: Literal["append", "reject"]
-    idempotency_key: str | None
-    strategy: Mapping[str, Any] | None = None
-
-
-def _state(known: Known, session_id: str) -> SessionState | NeedState | None:
-    if session_id not in known.states:
-        return NeedState(session_id)
-    return known.states[session_id]
-
-
-def _existing(known: Known, session_id: str) -> SessionState | NeedState:
-    """The session's state; ``NotFoundError`` when the session does not exist."""
-    state = _state(known, session_id)
-    if state is None:
-        raise NotFoundError.session(session_id)
-    return state
-
-
-def _last_turn(events: Sequence[SessionEvent]) -> int:
-    return max((e.turn for e in events if e.turn is not None), default=0)
-
-
-def _summarizable(view: SessionView, config: StrategyConfig, new_turns: int) -> bool:
-    """Whether a summary could take anything: more turns not yet summarised (counting
-    the ``new_turns`` about to be written) than the raw tail keeps."""
-    last_turn = _last_turn(view.events)
-    memory = None if view.record is None else record_memory(view.record.data)
-    summarised = 0 if memory is None else int(memory["tail_start_turn"]) - 1
-    return last_turn + new_turns - summarised > config.raw_tail_turns
-
-
-def _turn_tokens(turn: PreparedTurn, known: Known) -> list[int]:
-    """The counts of the turn's events (counted once per request, on first need)."""
-    if turn.tokens is not None:
-        return turn.tokens
-    if known.tokens is None:
-        counter = get_counter()
-        known.tokens = [counter.count_event(e) for e in turn.events]
-    return known.tokens
-
-
-def _context_tokens(
-    view: SessionView, turn: PreparedTurn, config: StrategyConfig, known: Known
-) -> int:
-    """The server's count of the default context once ``turn`` is added: the stored
-    counts of the window's events (from the record's summary on), the memory block, the
-    turn's messages and its instructions."""
-    from_seq = None if view.record is None else view.record.from_seq
-    stored = sum(
-        e.token_count or 0
-        for e in view.events
-        if e.action != "compaction" and (from_seq is None or e.seq >= from_seq)
-    )
-    counter = get_counter()
-    system = list(turn.instructions)
-    memory = None if view.record is None else record_memory(view.record.data)
-    if memory is not None:
-        system.append(
-            memory_block(
-                memory["episodic"],
-                memory["semantic"],
-                max_episodic_items=config.max_episodic_items,
-                max_semantic_items=config.max_semantic_items,
-                tail_start_turn=memory["tail_start_turn"],
-            )
-        )
-    instructions = sum(MESSAGE_OVERHEAD + counter.count(text) for text in system)
-    return stored + sum(_turn_tokens(turn, known)) + instructions
-
-
-def trusted_snapshot_digest(state: SessionState) -> str | None:
-    """The digest a snapshot file must have to stand for the session's context, or
-    ``None`` when SQLite vouches for none at the session's last seq.
-
-    SQLite binds a snapshot (seq + SHA-256 of its bytes) only after the file was written
-    and only at a clean close; a delete clears the binding in its own transaction. So a
-    file left by a crash, a snapshot older than a delete, or a hand-edited file (whatever
-    its ``last_seq`` says) is never served.
-    """
-    if state.snapshot_digest is None or state.snapshot_seq != state.last_seq:
-        return None
-    return state.snapshot_digest
-
-
-class AgentCore:
+class AgentCore(ContextBuilds, CompactionDecisions):
     """The state and decisions of one agent. No I/O: see the module docstring."""
 
-    def __init__(
-        self,
-        agent_id: str,
-        *,
-        context_limit: int,
-        server_strategy: dict[str, Any] | None,
-        snapshots: bool,
-    ) -> None:
-        if not isinstance(context_limit, int) or context_limit < 1:
-            raise ValueError("context_limit: must be a positive int")
-        self.agent_id = agent_id
-        self.context_limit = context_limit
-        self.server_strategy = server_strategy
-        self.snapshots = snapshots
-        # Recently written events per session, so building a context reads no row it has
-        # already decoded (see ``recent``).
-        self._recent = RecentCache(max(4 * context_limit, 256))
-        # Sessions whose context was built since activation (the snapshot file is
-        # consulted only for the first build of an activation).
-        self._built: set[str] = set()
-        # Sessions whose last automatic summary gained nothing (the reason), and those
-        # whose reason was reported.
-        self._futile: dict[str, str] = {}
-        self._futile_noted: set[tuple[str, str]] = set()
-        self._futile_turn: dict[str, int] = {}  # the last turn when a summary gained nothing
-        # Per session: (from_seq, before_seq, count) of the last omitted-events count, so
-        # a window that moved forward adds what the cache holds instead of reading again.
-        self._omitted: dict[str, tuple[int, int, int]] = {}
-        self._compacting: set[str] = set()
-        self._agent_strategy: dict[str, Any] | None = None
-        self._agent_loaded = False
-        self._agent_generation = 0
-
-    # -- reads the actor ran ------------------------------------------------------------
-
-    def learn(self, need: Need, answer: Any, known: Known) -> None:
-        """Record the answer to ``need`` (what the store or the snapshot file returned)."""
-        if isinstance(need, NeedState):
-            known.states[need.session_id] = answer
-        elif isinstance(need, NeedAgentStrategy):
-            # A strategy set meanwhile (a newer generation) wins over this older read.
-            if need.generation == self._agent_generation:
-                self._agent_strategy = None if answer is None else msgspec.json.decode(answer)
-                self._agent_loaded = True
-        elif isinstance(need, NeedWindow):
-            if need.limit is None:
-                known.full[need.session_id] = answer
-            else:
-                view = self._recent.seed(need.session_id, answer, need.version)
-                known.views[(need.session_id, need.limit)] = view
-        elif isinstance(need, NeedSnapshot):
-            known.snapshots[need.session_id] = answer
-        elif isinstance(need, NeedCount):
-            known.counts[(need.session_id, need.from_seq, need.before_seq)] = int(answer)
-        else:  # pragma: no cover - every Need is handled above
-            raise TypeError(f"unknown need {need!r}")
-
-    def cached_view(self, session_id: str, limit: int) -> SessionView | None:
-        """The window from the cache alone (``None``: the cache cannot say)."""
-        return self._recent.window(session_id, limit)
-
-    def view(self, session_id: str, limit: int, known: Known) -> SessionView | NeedWindow:
-        """The context window and session state, from the cache when it can answer."""
-        view = self._recent.window(session_id, limit)
-        if view is not None:
-            return view
-        read = known.views.get((session_id, limit))
-        if read is not None:
-            return read
-        return NeedWindow(session_id, limit, self._recent.version(session_id))
-
-    # -- strategies -----------------------------------------------------------------------
-
-    def agent_strategy(self) -> dict[str, Any] | NeedAgentStrategy | None:
-        if not self._agent_loaded:
-            return NeedAgentStrategy(self._agent_generation)
-        return self._agent_strategy
-
-    def resolve(
-        self, session: Mapping[str, Any] | None, request: Mapping[str, Any] | None
-    ) -> StrategyConfig | NeedAgentStrategy:
-        """Precedence: request > session (persisted) > agent default > server default."""
-        agent = self.agent_strategy()
-        if isinstance(agent, NeedAgentStrategy):
-            return agent
-        server = self.server_strategy
-        if server is None and agent is None and not session and not request:
-            return _DEFAULT_CONFIG  # the common case: no validation to redo on every build
-        return resolve_strategy(server, agent, session, request)
-
-    def _session_config(
-        self, session_id: str, request: Mapping[str, Any] | None, known: Known
-    ) -> StrategyConfig | Need:
-        """The effective strategy of an existing session (``NotFoundError`` otherwise)."""
-        state = _existing(known, session_id)
-        if isinstance(state, Need):
-            return state
-        return self.resolve(state.strategy, request)
-
-    def strategy_levels(self, session_id: str | None, known: Known) -> dict[str, Any] | Need:
-        """``{server, agent, session, effective}`` (session None: the agent's)."""
-        session: dict[str, Any] | None = None
-        if session_id is not None:
-            state = _existing(known, session_id)
-            if isinstance(state, Need):
-                return state
-            session = state.strategy
-        effective = self.resolve(session, None)
-        if isinstance(effective, Need):
-            return effective
-        return {
-            "server": self.server_strategy,
-            "agent": self._agent_strategy,
-            "session": session,
-            "effective": effective.to_dict(),
-        }
-
-    def plan_strategy(
-        self, strategy: Mapping[str, Any] | None, session_id: str | None
-    ) -> StrategyWrite | Need:
-        """Validate a strategy level to store; only the keys given are stored (``None``
-        or ``{}`` clears it) and the merged result must still be valid."""
-        level = "agent" if session_id is None else "session"
-        values = validate_strategy(strategy, source=f"{level} strategy") if strategy else {}
-        if session_id is None:
-            resolve_strategy(self.server_strategy, values or None)  # merge must be valid
-        else:
-            merged = self.resolve(values or None, None)  # the merge must be valid
-            if isinstance(merged, Need):
-                return merged
-        stored = encode_json(values) if values else None
-        return StrategyWrite(session_id, values or None, stored)
-
-    def strategy_written(self, write: StrategyWrite) -> None:
-        """A ``StrategyWrite`` committed (called under the write lock)."""
-        if write.session_id is None:
-            self._agent_strategy, self._agent_loaded = write.values, True
-            self._agent_generation += 1
-        else:
-            self._recent.strategy_changed(write.session_id, write.values)
-
     # -- appends ----------------------------------------------------------------------------
-
-    def plan_events(
-        self,
-        session_id: str,
-        events: Sequence[SessionEvent],
-        *,
-        expected_last_seq: int | None = None,
-        idempotency_key: str | None = None,
-        create: NewSession | None = None,
-    ) -> AppendPlan:
-        """Validate ``events`` (Structs are not validated on construction) and plan their
-        append; ids are kept when given, assigned otherwise."""
-        checked = [
-            parse_event(msgspec.to_builtins(e), f"events[{i}]") for i, e in enumerate(events)
-        ]
-        prepared = [e if e.id else msgspec.structs.replace(e, id=new_event_id()) for e in checked]
-        return AppendPlan(
-            AppendBatch(
-                session_id,
-                prepared,
-                None,  # counted on the commit's worker thread
-                expected_last_seq=expected_last_seq,
-                idempotency_key=idempotency_key,
-                create=create,
-            )
-        )
 
     def unwritten(self, plan: AppendPlan, known: Known) -> AppendResult | NeedState:
         """The answer to a batch that writes nothing: the session's last seq (0 when the
         session does not exist: an empty append is a no-op, even for an unknown id)."""
-        state = _state(known, plan.batch.session_id)
+        state = known_state(known, plan.batch.session_id)
         if isinstance(state, NeedState):
             return state
         return AppendResult(seqs=[], last_seq=0 if state is None else state.last_seq)
@@ -527,7 +155,7 @@ class AgentCore:
             return flag
         expected = turn.base_seq if turn.on_conflict == "reject" else None
         if not turn.events and expected is None and not flag:
-            state = _existing(known, sid)
+            state = existing_state(known, sid)
             if isinstance(state, Need):
                 return state
             return AppendResult(
@@ -561,7 +189,7 @@ class AgentCore:
         # ``context_limit`` events for every persist cost more than the rest of the check.
         hit, stored_strategy = self._recent.cached_strategy(sid)
         if not hit:
-            state = _state(known, sid)
+            state = known_state(known, sid)
             if isinstance(state, Need):
                 return state
             if state is None:
@@ -576,7 +204,7 @@ class AgentCore:
             view = self.view(sid, self.context_limit, known)
             if isinstance(view, Need):
                 return view
-            own = _context_tokens(view, turn, config, known)
+            own = context_tokens(view, turn, config, known)
         pressure = token_pressure(turn.usage, config, context_tokens=own)
         if not pressure.required:
             return None
@@ -585,7 +213,7 @@ class AgentCore:
             if isinstance(view, Need):
                 return view
             new_turns = sum(1 for e in turn.events if e.action == "user_message")
-            if not _summarizable(view, config, new_turns):
+            if not summarizable(view, config, new_turns):
                 self._futile[sid] = (
                     "nothing to summarise: every turn not yet summarised is within "
                     f"raw_tail_turns={config.raw_tail_turns}"
@@ -593,7 +221,7 @@ class AgentCore:
                 return None
             # After a summary that gained nothing: not again before a new user turn.
             gate = self._futile_turn.get(sid)
-            if gate is not None and _last_turn(view.events) + new_turns <= gate:
+            if gate is not None and highest_turn(view.events) + new_turns <= gate:
                 return None
         self._futile.pop(sid, None)
         self._futile_turn.pop(sid, None)
@@ -640,251 +268,3 @@ class AgentCore:
         self._omitted.clear()
         self._agent_loaded = False
         self._agent_generation = 0
-
-    # -- building contexts ----------------------------------------------------------------
-
-    def build(
-        self,
-        session_id: str,
-        known: Known,
-        *,
-        instructions: list[str],
-        limit: int | None,
-        strategy: Mapping[str, Any] | None,
-        may_compact: bool = True,
-    ) -> WorkingContext | CompactionDue | Need:
-        """The working context under the session's strategy, or the compaction to run
-        first (never with ``may_compact=False``: a read-only build, e.g. for an export).
-
-        The first build of an activation, with the defaults, may come from the snapshot
-        file when it is current (its ``last_seq`` is the session's) and no compaction can
-        be due.
-        """
-        if limit is not None and (not isinstance(limit, int) or limit < 1):
-            raise InvalidParamsError("limit: must be a positive integer")
-        if may_compact and limit is None and strategy is None and session_id not in self._built:
-            restored = self._restore(session_id, instructions, known)
-            if restored is not None:
-                return restored
-        window = limit or self.context_limit
-        view = self.view(session_id, window, known)
-        if isinstance(view, Need):
-            return view
-        config = self.resolve(view.strategy, strategy)
-        if isinstance(config, Need):
-            return config
-        due = (
-            may_compact
-            and not known.compacted
-            and (
-                config.mode == "compact"
-                or (config.mode == "summarize" and view.compaction_required)
-            )
-        )
-        if due:
-            return CompactionDue(session_id, config, instructions, window, force=False)
-        omitted = self._omitted_events(session_id, view, known)
-        if isinstance(omitted, Need):
-            return omitted
-        ctx = build_compacted_context(
-            view.events,
-            record=None if view.record is None else view.record.data,
-            system_instructions=instructions,
-            base_seq=view.last_seq,
-            config=config,
-            count_tokens=True,
-        )
-        ctx.omitted_events = omitted
-        if may_compact:
-            self._built.add(session_id)
-        return ctx
-
-    def _omitted_events(self, session_id: str, view: SessionView, known: Known) -> int | Need:
-        """Events a context of ``view`` neither shows nor summarises: those before its
-        window, after what the record's summary covers (from the session's start without
-        one). Counted once by the store, then kept up to date from the cache."""
-        from_seq = (None if view.record is None else view.record.from_seq) or 1
-        first = next((e.seq for e in view.events if e.action != "compaction"), None)
-        if first is None or first <= from_seq:
-            return 0
-        count = known.counts.get((session_id, from_seq, first))
-        memo = self._omitted.get(session_id)
-        if count is None and memo is not None and memo[0] == from_seq and memo[1] <= first:
-            # The window moved forward: add the few events it left behind (cheaper than
-            # counting the whole range again on every build).
-            more = self._recent.count_between(session_id, memo[1], first)
-            count = None if more is None else memo[2] + more
-        if count is None:
-            count = self._recent.count_between(session_id, from_seq, first)
-        if count is None:
-            return NeedCount(session_id, from_seq, first)
-        self._omitted[session_id] = (from_seq, first, count)
-        return count
-
-    def _restore(
-        self, session_id: str, instructions: list[str], known: Known
-    ) -> WorkingContext | Need | None:
-        if not self.snapshots:
-            return None
-        state = _state(known, session_id)
-        if isinstance(state, Need):
-            return state
-        if state is None or state.compaction_required or not state.last_seq:
-            return None
-        if state.last_seq > self.context_limit:
-            return None  # the window may leave events out: a build says how many
-        # Under a compaction strategy the build may have to compact first: no shortcut.
-        config = self.resolve(state.strategy, None)
-        if isinstance(config, Need):
-            return config
-        if config.mode != "none":
-            return None
-        digest = trusted_snapshot_digest(state)
-        if digest is None:
-            return None  # no snapshot bound to this content (a delete, a crash, never)
-        if session_id not in known.snapshots:
-            return NeedSnapshot(session_id, state.last_seq, digest)
-        restored = known.snapshots[session_id]
-        # The snapshot holds the instructions of the turn that wrote it, followed by the
-        # memory block of the latest summary, if any. Only a snapshot taken with exactly
-        # this request's instructions can stand for a build: otherwise its memory block
-        # would be lost (or a stale instruction served), so rebuild from SQLite.
-        if restored is None or restored.system_instructions != instructions:
-            return None
-        self._built.add(session_id)
-        # The one token rule (the builder's), here without stored per-event counts.
-        parts = BuiltContext([], restored.messages, 0, None)
-        return WorkingContext(
-            instructions,
-            restored.messages,
-            {"restored_from": "working_context_snapshot.json"},
-            base_seq=state.last_seq,
-            token_count=parts.token_count(instructions),
-        )
-
-    def snapshot_parts(self, due: SnapshotDue) -> SnapshotParts | None:
-        """Messages, instructions and last seq of the session's default context, from the
-        cache as of the latest commit (``None`` when the cache cannot say: no snapshot)."""
-        view = self._recent.window(due.session_id, self.context_limit)
-        if view is None:
-            return None
-        built = build_compacted_context(
-            view.events,
-            record=None if view.record is None else view.record.data,
-            system_instructions=due.instructions,
-        )
-        return built.messages, built.system_instructions, view.last_seq
-
-    # -- compaction ------------------------------------------------------------------------
-
-    def plan_compact(
-        self,
-        session_id: str,
-        known: Known,
-        *,
-        strategy: Mapping[str, Any] | None,
-        instructions: Iterable[str],
-    ) -> CompactionDue | Need:
-        """An explicit compaction (``memory.compact``) with the effective strategy."""
-        config = self._session_config(session_id, strategy, known)
-        if isinstance(config, Need):
-            return config
-        return CompactionDue(session_id, config, list(instructions), self.context_limit, force=True)
-
-    def begin_compaction(self, session_id: str) -> bool:
-        """Mark a compaction of ``session_id`` as running; ``False`` when one already is
-        (one at a time per session: a pressure flag is acted on exactly once)."""
-        if session_id in self._compacting:
-            return False
-        self._compacting.add(session_id)
-        return True
-
-    def end_compaction(self, session_id: str) -> None:
-        self._compacting.discard(session_id)
-
-    def compaction_input(self, due: CompactionDue, known: Known) -> CompactionInput | Need:
-        """What to plan from, read under the session's compaction turn."""
-        view = self.view(due.session_id, due.limit, known)
-        if isinstance(view, Need):
-            return view
-        events = view.events
-        if due.config.mode == "summarize":
-            # Summaries cover every turn not yet summarised, not only the current window.
-            full = known.full.get(due.session_id)
-            if full is None:
-                return NeedWindow(due.session_id, None, self._recent.version(due.session_id))
-            events = full.events
-        return CompactionInput(events, view.record, view.compaction_required)
-
-    def placeholder_fallback(
-        self, due: CompactionDue, cause: FallbackCause, known: Known
-    ) -> PlaceholderFallback | Need | None:
-        """The summary ``due`` is ``cause`` (``slow``: still running after the wait;
-        ``failed``: failed, timed out or backing off): the placeholder record to write
-        first, when the strategy sets placeholder parameters and they would replace more
-        than the latest record does (see ``compaction.fallback``); else ``None``.
-
-        Planned from the window as it stands, without the session's compaction turn (a
-        slow summary holds it): the append expects the session's last seq, so a summary
-        or turn committed meanwhile refuses it instead of being overwritten. The pressure
-        flag is left set: the summary is still due, and supersedes the fallback."""
-        view = self.view(due.session_id, due.limit, known)
-        if isinstance(view, Need):
-            return view
-        plan = plan_placeholder_fallback(
-            view.events,
-            due.config,
-            cause=cause,
-            previous_record=None if view.record is None else view.record.data,
-            system_instructions=due.instructions,
-        )
-        if plan.record is None:
-            return None
-        event = make_compaction_event(due.session_id, plan.record, plan.event_count)
-        append = self.plan_events(due.session_id, [event], expected_last_seq=view.last_seq)
-        return PlaceholderFallback(append, plan)
-
-    def after_compaction(
-        self, due: CompactionDue, given: CompactionInput, plan: CompactionPlan
-    ) -> AppendPlan | None:
-        """The append a planned compaction calls for: its event (clearing the flag it
-        acted on), the flag alone when there was nothing to do, or nothing.
-
-        An automatic summary that would gain nothing (no record, or a context no smaller
-        than before) is not written; its reason is kept (``futile_note``) and the flag is
-        not raised again before a new user turn."""
-        before, after = plan.tokens_before, plan.tokens_after
-        no_gain = before is not None and after is not None and after >= before
-        if due.config.mode == "summarize" and not due.force and (plan.record is None or no_gain):
-            reason = (
-                plan.reason
-                if plan.record is None
-                else (f"a summary would not shrink the context ({before} -> {after} tokens)")
-            )
-            self._futile[due.session_id] = reason
-            self._futile_turn[due.session_id] = _last_turn(given.events)
-            plan = CompactionPlan(plan.strategy, None, reason)
-        if plan.record is None:
-            if given.pressure and due.config.mode != "compact":
-                # Acted on (nothing to summarise): the flag must not fire on every build.
-                return AppendPlan(AppendBatch(due.session_id, compaction_required=False))
-            return None
-        event = make_compaction_event(due.session_id, plan.record, plan.event_count)
-        batch = self.plan_events(due.session_id, [event]).batch
-        flag = False if given.pressure else None
-        return AppendPlan(msgspec.structs.replace(batch, compaction_required=flag))
-
-
-def compaction_report(plan: CompactionPlan) -> dict[str, Any]:
-    """The answer of an explicit compaction (``compacted: false`` says why not)."""
-    record = plan.record or {}
-    return {
-        "compacted": plan.record is not None,
-        "strategy": plan.strategy,
-        "reason": plan.reason,
-        "event_count": plan.event_count,
-        "items_removed": plan.items_removed,
-        "tokens_before": plan.tokens_before,
-        "tokens_after": plan.tokens_after,
-        "boundary_seq": record.get("boundary_seq"),
-    }
