@@ -1,0 +1,142 @@
+"""``SessionEdits``: the actor's writes beside the turn path (I/O shell).
+
+A mixin of ``AgentActor``: each edit runs alone through the actor's ``run_write`` (its
+mailbox, under the write lock, completing even when the caller is cancelled), then tells
+the core's cache, the mirror and the subscribers what changed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Protocol, TypeVar
+
+import msgspec
+
+from ..core.agent_core import AgentCore
+from ..core.errors import InvalidParamsError
+from ..core.events import SessionEvent
+from ..core.session_rows import SessionRows, check_rows
+from ..core.tokens import get_counter
+from ..core.validation import parse_event
+from ..mirror_io.writer import validate_session_id
+from ..storage.store import AgentStore
+from .mirror_link import MirrorLink
+from .subscriptions import Subscriptions
+
+__all__ = ["EditRunner", "SessionEdits"]
+
+T = TypeVar("T")
+
+
+class EditRunner(Protocol):
+    """What the edits need of their actor."""
+
+    @property
+    def core(self) -> AgentCore: ...
+
+    @property
+    def mirror(self) -> MirrorLink: ...
+
+    @property
+    def subscriptions(self) -> Subscriptions: ...
+
+    async def run_write(self, fn: Callable[[AgentStore], Awaitable[T]]) -> T: ...
+
+
+class SessionEdits:
+    """Delete, clear, pop, re-describe and import whole sessions."""
+
+    async def delete_session(self: EditRunner, session_id: str) -> bool:
+        """Delete a session and its events in one transaction; False if it did not exist."""
+
+        async def write(store: AgentStore) -> bool:
+            await self.mirror.unlist(session_id)  # listed no more, even after a crash
+            try:
+                deleted = await store.delete_session(session_id)
+            except BaseException:
+                await self.mirror.relist(session_id)
+                raise
+            # Answered only once the folder is gone: a crash after the answer cannot
+            # leave it for a view, a snapshot list or a new session of the same id.
+            await self.mirror.session_deleted(session_id)
+            self.core.session_deleted(session_id)
+            if deleted:
+                self.subscriptions.publish_deleted(session_id)
+            return deleted
+
+        return await self.run_write(write)
+
+    async def import_rows(self: EditRunner, rows: SessionRows) -> None:
+        """Write a whole session as it is (``core.session_rows``: checked first), in one
+        transaction; its mirror files are written from it right after the commit."""
+        validate_session_id(rows.session.id)
+        check_rows(rows)
+
+        async def write(store: AgentStore) -> None:
+            await store.insert_session_rows(rows)
+            await self.mirror.ensure_active(store, rows.session.id)
+
+        await self.run_write(write)
+
+    async def delete_events(self: EditRunner, session_id: str, event_ids: Sequence[str]) -> int:
+        """Delete events of this session by id (unknown ids ignored); returns how many."""
+
+        async def write(store: AgentStore) -> int:
+            count = await store.delete_events(session_id, list(event_ids))
+            if count:
+                self.core.events_deleted(session_id)
+                self.mirror.events_deleted(store, session_id)
+            return count
+
+        return await self.run_write(write)
+
+    async def update_session(
+        self: EditRunner, session_id: str, metadata: dict[str, Any] | None
+    ) -> dict[str, Any]:
+        """Replace the session's metadata (``None`` clears it); the updated session."""
+        if metadata is not None and not isinstance(metadata, dict):
+            raise InvalidParamsError("metadata: must be an object", data={"field": "metadata"})
+        return await self.run_write(lambda s: s.replace_metadata(session_id, metadata))
+
+    async def pop_event(
+        self: EditRunner,
+        session_id: str,
+        *,
+        event_id: str | None = None,
+        replace_with: SessionEvent | None = None,
+    ) -> SessionEvent | None:
+        """Remove the newest event that is not a compaction record (or rewrite it in place,
+        same id, seq and timestamp, with ``replace_with``), atomically; the event as it
+        was, ``None`` when there is none. With ``event_id`` the newest such event must be
+        that one, else ``ConflictError``: read the tail, decide, pop with the id you read,
+        and no other writer's event is lost."""
+        replacement: tuple[SessionEvent, int] | None = None
+        if replace_with is not None:
+            checked = parse_event(msgspec.to_builtins(replace_with), "replace_with")
+            if checked.action == "compaction":
+                raise InvalidParamsError(
+                    "replace_with.action: a popped event cannot become a compaction record",
+                    data={"field": "replace_with.action"},
+                )
+            replacement = (checked, get_counter().count_event(checked))
+
+        async def write(store: AgentStore) -> SessionEvent | None:
+            popped = await store.pop_event(session_id, event_id, replacement)
+            if popped is not None:
+                self.core.events_deleted(session_id)
+                self.mirror.events_deleted(store, session_id)
+            return popped
+
+        return await self.run_write(write)
+
+    async def clear_session(self: EditRunner, session_id: str) -> int:
+        """Delete every event of the session at once, keeping the session (its metadata
+        and strategy); seqs are never reused. Returns how many events were deleted."""
+
+        async def write(store: AgentStore) -> int:
+            deleted = await store.clear_events(session_id)
+            self.core.events_deleted(session_id)
+            self.mirror.events_deleted(store, session_id)
+            return deleted
+
+        return await self.run_write(write)

@@ -1,0 +1,196 @@
+"""``SessionWrites``: the actor's writes that the core plans (I/O shell).
+
+A mixin of ``AgentActor``: a new session, appended and imported events and the end of a
+turn are planned by the core (``plan_events``, ``prepare_turn``/``plan_turn``), then
+queued for the actor's group commit; only the plans of a large content run on a worker
+thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from concurrent.futures import Executor
+from typing import Any, Literal, Protocol, TypeVar
+
+from ..core.agent_core import AgentCore, AppendPlan, Known, Need
+from ..core.context import WorkingContext
+from ..core.errors import InvalidParamsError
+from ..core.events import ContextMessage, SessionEvent
+from ..core.plans import AppendResult, NewSession
+from ..mirror_io.writer import validate_session_id
+from ..storage.store import AgentStore
+from .compaction_turns import CompactionTurns
+from .mirror_link import MirrorLink
+
+__all__ = ["LARGE_CONTENT_CHARS", "SessionWrites", "WriteRunner", "off_loop_if_large"]
+
+T = TypeVar("T")
+
+# Content above this many characters is planned (validated, counted) off the event loop.
+LARGE_CONTENT_CHARS = 256 * 1024
+
+
+def _content_chars(items: Iterable[SessionEvent | ContextMessage]) -> int:
+    """Characters of content (not validated yet: a non-string counts as nothing)."""
+    return sum(len(i.content) for i in items if isinstance(i.content, str))
+
+
+async def off_loop_if_large(executor: Executor, size: int, plan: Callable[[], T]) -> T:
+    """Run the pure planning step ``plan`` (validation and token counting, linear in
+    the content) on a worker thread when the content is large: a 15 MiB append
+    counted on the event loop stalled every client for seconds."""
+    if size < LARGE_CONTENT_CHARS:
+        return plan()
+    return await asyncio.get_running_loop().run_in_executor(executor, plan)
+
+
+class _ExecutorHost(Protocol):
+    @property
+    def executor(self) -> Executor: ...
+
+
+class WriteRunner(Protocol):
+    """What the writes need of their actor."""
+
+    @property
+    def agent_id(self) -> str: ...
+
+    @property
+    def context_limit(self) -> int: ...
+
+    @property
+    def host(self) -> _ExecutorHost: ...
+
+    @property
+    def core(self) -> AgentCore: ...
+
+    @property
+    def mirror(self) -> MirrorLink: ...
+
+    @property
+    def compactions(self) -> CompactionTurns: ...
+
+    async def decide(self, ask: Callable[[Known], T | Need], known: Known | None = None) -> T: ...
+
+    async def commit(self, plan: AppendPlan) -> AppendResult: ...
+
+    async def run_write(self, fn: Callable[[AgentStore], Awaitable[T]]) -> T: ...
+
+
+class SessionWrites:
+    """Create sessions, append and import events, persist the end of a turn."""
+
+    async def create_session(
+        self: WriteRunner, metadata: dict[str, Any] | None = None, session_id: str | None = None
+    ) -> str:
+        """Create a session and return its id (``ConflictError`` if the id exists)."""
+        if session_id is not None:
+            validate_session_id(session_id)  # it names the session's mirror folder
+        if metadata is not None and not isinstance(metadata, dict):
+            raise InvalidParamsError("metadata: must be an object")
+        sid = session_id or str(uuid.uuid4())
+        return await self.run_write(lambda s: s.create_session(metadata, sid))
+
+    async def append_events(
+        self: WriteRunner,
+        session_id: str,
+        events: Sequence[SessionEvent],
+        *,
+        expected_last_seq: int | None = None,
+        idempotency_key: str | None = None,
+    ) -> AppendResult:
+        """Append events atomically (all or none); the callers' seq and session_id are ignored.
+
+        Ids and timestamps are kept when given, assigned otherwise. An empty list is a
+        no-op (even for an unknown session). A repeated ``idempotency_key`` returns the
+        first call's result without writing; an ``expected_last_seq`` that is not the
+        session's last seq raises ``ConflictError`` with ``data["last_seq"]``.
+        """
+        plan = await off_loop_if_large(
+            self.host.executor,
+            _content_chars(events),
+            lambda: self.core.plan_events(
+                session_id,
+                events,
+                expected_last_seq=expected_last_seq,
+                idempotency_key=idempotency_key,
+            ),
+        )
+        if plan.batch.writes_nothing:
+            return await self.decide(lambda known: self.core.unwritten(plan, known))
+        return await self.commit(plan)
+
+    async def import_events(
+        self: WriteRunner,
+        events: Sequence[SessionEvent],
+        *,
+        session_id: str | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> tuple[str, AppendResult]:
+        """Create a session holding ``events`` in one transaction (all of it, or nothing)."""
+        if session_id is not None:
+            validate_session_id(session_id)
+        if metadata is not None and not isinstance(metadata, dict):
+            raise InvalidParamsError("metadata: must be an object")
+        sid = session_id or str(uuid.uuid4())
+        plan = self.core.plan_events(sid, events, create=NewSession(self.agent_id, metadata))
+        return sid, await self.commit(plan)
+
+    async def persist_working_context(
+        self: WriteRunner,
+        session_id: str,
+        ctx: WorkingContext,
+        *,
+        idempotency_key: str | None = None,
+        usage: dict[str, Any] | None = None,
+        on_conflict: Literal["append", "reject"] = "append",
+        validated: bool = False,
+        strategy: Mapping[str, Any] | None = None,
+    ) -> AppendResult:
+        """Write exactly ``ctx.get_new_messages()`` as events, in one transaction.
+
+        ``on_conflict="reject"`` fails with ``ConflictError`` (writing nothing) when the
+        session moved past ``ctx.base_seq``; ``"append"`` appends after whatever is there.
+        The session's pressure flag is set when the prompt size calls for compaction under
+        the effective strategy (``strategy`` is the request level): the size ``usage``
+        reports in any provider shape, or the server's own count of the context. A flag
+        set under ``summarize`` starts the summary in the background at once. The end of
+        the turn writes ``working_context_snapshot.json`` (with the mirror on).
+        ``validated=True`` says the new messages come straight from
+        ``core.validation.parse_messages`` (as the RPC layer's do): they are not checked
+        again.
+        """
+        turn = await off_loop_if_large(
+            self.host.executor,
+            _content_chars(ctx.get_new_messages()),
+            lambda: self.core.prepare_turn(
+                session_id,
+                ctx,
+                usage=usage,
+                on_conflict=on_conflict,
+                idempotency_key=idempotency_key,
+                validated=validated,
+                strategy=strategy,
+            ),
+        )
+        step: AppendPlan | AppendResult = await self.decide(
+            lambda known: self.core.plan_turn(turn, known)
+        )
+        if isinstance(step, AppendResult):
+            return step
+        result = await self.commit(step)
+        if (
+            step.snapshot is not None
+            and self.mirror.enabled
+            and self.core.cached_view(session_id, self.context_limit) is None
+        ):
+            # The snapshot renders from the cache: read the window once (it stays warm
+            # from now on), then ask for the snapshot again.
+            await self.decide(lambda k: self.core.view(session_id, self.context_limit, k))
+            self.mirror.snapshot(step.snapshot)
+        if step.batch.compaction_required:
+            self.compactions.prime(self, session_id, list(ctx.system_instructions), strategy)
+        self.compactions.report_futile(session_id)
+        return result

@@ -1,0 +1,75 @@
+"""``Subscriptions``: who hears of an agent's committed appends and deleted sessions (I/O shell).
+
+Callbacks run on the event loop, in seq order, while the actor's write lock is still
+held (the commit's effects call ``publish``), so no append can be missed or reordered.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable
+
+from ..core.events import SessionEvent
+
+__all__ = ["Subscriber", "Subscriptions"]
+
+# The actor's logger: these records were the actor's before subscriptions had a module.
+log = logging.getLogger("session_server.runtime.actor")
+
+Subscriber = Callable[[list[SessionEvent]], None]
+
+
+class Subscriptions:
+    """The subscribers of one agent's sessions."""
+
+    def __init__(self, agent_id: str) -> None:
+        self.agent_id = agent_id
+        # Per session: the callbacks of its appends, and of its deletion.
+        self.subscribers: dict[str, list[Subscriber]] = {}
+        self.deletion_watchers: dict[str, list[Callable[[], None]]] = {}
+
+    def subscribe(
+        self,
+        session_id: str,
+        callback: Subscriber,
+        on_deleted: Callable[[], None] | None = None,
+    ) -> Callable[[], None]:
+        """Call ``callback(events)`` after every committed append to ``session_id``, and
+        ``on_deleted()`` once when the session is deleted (the subscription ends then).
+        Returns the unsubscribe function."""
+        subs = self.subscribers.setdefault(session_id, [])
+        subs.append(callback)
+        watchers = self.deletion_watchers.setdefault(session_id, [])
+        if on_deleted is not None:
+            watchers.append(on_deleted)
+
+        def unsubscribe() -> None:
+            with contextlib.suppress(ValueError):
+                subs.remove(callback)
+            with contextlib.suppress(ValueError):
+                if on_deleted is not None:
+                    watchers.remove(on_deleted)
+            if not subs and self.subscribers.get(session_id) is subs:
+                self.subscribers.pop(session_id, None)
+            if not watchers and self.deletion_watchers.get(session_id) is watchers:
+                self.deletion_watchers.pop(session_id, None)
+
+        return unsubscribe
+
+    def publish_deleted(self, session_id: str) -> None:
+        """The session was deleted: tell its watchers once and end its subscriptions."""
+        self.subscribers.pop(session_id, None)
+        for watcher in self.deletion_watchers.pop(session_id, ()):
+            try:
+                watcher()
+            except Exception:
+                log.exception("deletion watcher of %r/%r failed", self.agent_id, session_id)
+
+    def publish(self, session_id: str, events: list[SessionEvent]) -> None:
+        """Committed ``events`` of the session, to each of its subscribers."""
+        for callback in list(self.subscribers.get(session_id, ())):
+            try:
+                callback(events)
+            except Exception:
+                log.exception("subscriber of %r/%r failed", self.agent_id, session_id)
