@@ -44,6 +44,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
 
+from tests.support.bench_env import (  # noqa: E402
+    server_token_mode,
+    token_mode,
+    use_shared_tiktoken,
+)
+
+use_shared_tiktoken()  # before anything counts a token; the server subprocess inherits it
+
 import bench_compaction  # noqa: E402
 import bench_rpc  # noqa: E402
 import bench_store  # noqa: E402
@@ -120,7 +128,7 @@ def compaction_section(quick: bool) -> str:
     lines = [
         "## 3. Compaction: tokens saved and build time",
         "",
-        f"A {turns}-turn tool-heavy session; tokens of the built context (tiktoken) per"
+        f"A {turns}-turn tool-heavy session; tokens of the built context ({token_mode()}) per"
         " strategy, against no compaction measured in the same run.",
         f"Command: `scripts/bench_compaction.py --turns {turns} --sizes"
         f" {' '.join(map(str, sizes))}`",
@@ -177,6 +185,7 @@ async def load_section(quick: bool, root: Path, limit: float) -> str:
             f" {'met' if report.p99_ms <= 20 else '**not met**'} |",
             f"| server RSS start / end | {report.rss_start_kib / 1024:.1f} /"
             f" {report.rss_end_kib / 1024:.1f} MiB |",
+            f"| server token counts | {server_token_mode(server.stderr_text)} |",
         ]
     )
 
@@ -204,7 +213,9 @@ async def run(quick: bool, root: Path) -> str:
         " absolute numbers depend on the disk (fsync cost) and are only comparable within a run.",
         "",
         f"Event loop of the in-process sections: {loop} (the server's default when installed;"
-        f" `--loop`). Load average at the end of the run (1, 5, 15 min): {load}.",
+        f" `--loop`). Token counts: {token_mode()} (`TIKTOKEN_CACHE_DIR`"
+        f"={os.environ.get('TIKTOKEN_CACHE_DIR', 'unset')}). Load average at the end of the"
+        f" run (1, 5, 15 min): {load}.",
     ]
     if quick:
         header += ["", "**Quick run: short measurements, not the reference figures.**"]

@@ -6,7 +6,8 @@
 2. Pure build time (``build_compacted_context``) and planning time (``plan_compact``)
    at 1k and 100k events. The store-backed timing is measured elsewhere.
 
-Run: ``TIKTOKEN_CACHE_DIR=../shared/tiktoken .venv/bin/python scripts/bench_compaction.py``
+Run: ``.venv/bin/python scripts/bench_compaction.py`` (``TIKTOKEN_CACHE_DIR`` defaults to the
+shared cache ``../shared/tiktoken`` when that exists; the token mode is printed).
 """
 
 from __future__ import annotations
@@ -30,6 +31,9 @@ from session_server.compaction import (
 from session_server.core.events import SessionEvent, ToolCall
 from session_server.core.tokens import count_messages
 from session_server.runtime.compaction_run import run_compaction
+from tests.support.bench_env import token_mode, use_shared_tiktoken
+
+use_shared_tiktoken()
 
 TOOLS = ("search", "read_file", "run_code", "weather_api")
 CODE = "import pandas as pd\ndf = pd.read_csv('data.csv')\nprint(df.describe())\n" * 3
@@ -175,7 +179,10 @@ def main() -> None:
 
     rows = strategy_table(args.turns)
     base = rows[0][2]
-    print(f"\nTokens of the built context, {args.turns}-turn tool-heavy session")
+    print(
+        f"\nTokens of the built context, {args.turns}-turn tool-heavy session"
+        f" (token counts: {token_mode()})"
+    )
     print(f"{'strategy':<34} {'messages':>8} {'tokens':>10} {'vs none':>8}")
     for label, msgs, toks in rows:
         print(f"{label:<34} {msgs:>8} {toks:>10} {toks / base:>8.3f}")

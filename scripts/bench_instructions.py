@@ -27,6 +27,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.support.bench_env import token_mode, use_shared_tiktoken  # noqa: E402
+
+# Set before the workload subprocesses start: they inherit it.
+use_shared_tiktoken()
+
 SYSTEMS = ("raw", "ours", "sdk")
 
 
@@ -130,6 +137,7 @@ def main(argv: list[str] | None = None) -> None:
         f"Instructions per turn under callgrind, synchronous={args.synchronous},"
         f" {args.turns} and {4 * args.turns} turns"
         + (f", (b) with {args.writers} writers on one agent" if args.writers > 1 else "")
+        + f"; token counts: {token_mode()}"
     )
     print()
     print("| system | all threads | main (event loop) thread | vs (a) raw sqlite3 |")

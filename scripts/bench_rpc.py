@@ -54,6 +54,9 @@ from session_server.rpc.table import ROWS
 from session_server.runtime.registry import ActorRegistry
 from session_server.server import SessionServer
 from session_server.storage.schema import SCHEMA_VERSION, schema_sql
+from tests.support.bench_env import token_mode, use_shared_tiktoken
+
+use_shared_tiktoken()
 
 
 async def validate_only(ctx: CallContext, p: PersistParams) -> dict[str, object]:
@@ -337,7 +340,7 @@ def main(argv: list[str] | None = None) -> None:
     report: Report = run_with_loop(args.loop, measure(args))
     print(
         f"RPC benchmark: synchronous={report.synchronous}, loop={report.loop},"
-        f" {args.calls} calls per measurement"
+        f" {args.calls} calls per measurement, token counts: {token_mode()}"
     )
     print("\n".join(report.table(args)))
 

@@ -54,6 +54,9 @@ from session_server.core.codec import message_to_event
 from session_server.core.events import ContextMessage, SessionEvent, ToolCall
 from session_server.runtime.registry import ActorRegistry
 from session_server.storage.schema import SCHEMA_VERSION, schema_sql
+from tests.support.bench_env import token_mode, use_shared_tiktoken
+
+use_shared_tiktoken()
 
 T = TypeVar("T")
 
@@ -672,7 +675,7 @@ async def run(args: argparse.Namespace, root: Path) -> str:
     lines = [
         f"Store benchmark: WAL, turns of 4 events, window {WINDOW}; SQLite"
         f" {sqlite3.sqlite_version}, Python {platform.python_version()}, {os.cpu_count()} CPUs,"
-        f" event loop {loop} (every system runs on it)",
+        f" event loop {loop} (every system runs on it); token counts: {token_mode()}",
     ]
     for sync in levels:
         lines += ["", *await sequential_section(args, root, sync)]
