@@ -42,7 +42,6 @@ import statistics
 import sys
 import tempfile
 import time
-import uuid
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -50,7 +49,7 @@ from typing import Any, TypeVar
 from bench_rpc import run_with_loop
 from tqdm import tqdm
 
-from session_server.core.codec import message_to_event
+from session_server.core.codec import message_to_event, new_event_ids
 from session_server.core.events import ContextMessage, SessionEvent, ToolCall
 from session_server.runtime.registry import ActorRegistry
 from session_server.storage.schema import SCHEMA_VERSION, schema_sql
@@ -213,8 +212,10 @@ def raw_rows(session_id: str, n: int, first_seq: int, now: int) -> list[tuple[An
         ),
         ("agent_message", _ANSWER.format(n=n), None),
     ]
+    # Event ids as the store makes them (time-ordered UUIDs): the same rows, the same index.
+    ids = new_event_ids(len(payloads))
     return [
-        (str(uuid.uuid4()), session_id, first_seq + i, action, content, meta, now, n, first_seq, 0)
+        (ids[i], session_id, first_seq + i, action, content, meta, now, n, first_seq, 0)
         for i, (action, content, meta) in enumerate(payloads)
     ]
 

@@ -91,13 +91,21 @@ def new_event_id() -> str:
 
 
 def new_event_ids(count: int) -> list[str]:
-    """``count`` fresh random (version 4) UUIDs as strings, from one ``os.urandom`` call:
-    what ``str(uuid.uuid4())`` gives, at a fraction of its cost per id (a turn takes four)."""
+    """``count`` fresh version 7 UUIDs (RFC 9562) as strings, from one ``os.urandom`` call.
+
+    Time-ordered: the 48-bit Unix time in ms leads, then 74 random bits. The events
+    table's unique index on ``id`` then grows at its end, like the seq index: a random
+    (version 4) id put each new event on a random leaf page of that index, so a turn of
+    4 events dirtied up to 4 more pages, and at ``synchronous=FULL`` every dirty page is
+    written and flushed to the WAL on commit. Ids stay unique (74 random bits per ms) and
+    opaque: nothing orders events by id (``seq`` does)."""
+    stamp = (time.time_ns() // 1_000_000).to_bytes(6, "big")
     raw = bytearray(os.urandom(16 * count))
     out = []
     for k in range(0, 16 * count, 16):
-        raw[k + 6] = (raw[k + 6] & 0x0F) | 0x40  # version 4
-        raw[k + 8] = (raw[k + 8] & 0x3F) | 0x80  # RFC 4122 variant
+        raw[k : k + 6] = stamp
+        raw[k + 6] = (raw[k + 6] & 0x0F) | 0x70  # version 7
+        raw[k + 8] = (raw[k + 8] & 0x3F) | 0x80  # RFC 9562 variant
         h = raw[k : k + 16].hex()
         out.append(f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}")
     return out

@@ -662,11 +662,19 @@ def test_message_event_row_event_message_round_trip(message: ContextMessage) -> 
     assert event_to_message(back) == message
 
 
-def test_new_event_ids_are_distinct_random_uuid4_strings() -> None:
+def test_new_event_ids_are_distinct_time_ordered_uuid7_strings() -> None:
+    before = time.time_ns() // 1_000_000
     ids = new_event_ids(500) + [new_event_id() for _ in range(10)]
+    after = time.time_ns() // 1_000_000
     assert len(set(ids)) == len(ids)
     for value in ids:
         parsed = uuid.UUID(value)
         assert str(parsed) == value  # the canonical lowercase 8-4-4-4-12 form
-        assert parsed.version == 4 and parsed.variant == uuid.RFC_4122
+        assert parsed.version == 7 and parsed.variant == uuid.RFC_4122
+        # The leading 48 bits are the creation time in ms: the id index grows at its end.
+        assert before <= parsed.int >> 80 <= after
+    # An id made in a later millisecond sorts after every earlier one.
+    while time.time_ns() // 1_000_000 <= after:
+        pass  # spin to the next millisecond (well under 1 ms)
+    assert new_event_id() > max(ids)
     assert new_event_ids(0) == []
