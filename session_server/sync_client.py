@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import uuid
 from collections.abc import Callable, Coroutine
 from concurrent.futures import Future
 from types import TracebackType
@@ -39,6 +38,7 @@ from typing import Any, Final
 from websockets.exceptions import WebSocketException
 
 from .client import ConnectionLostError, SessionClient
+from .core.codec import new_event_id
 from .core.errors import UnavailableError
 
 __all__ = ["SyncSessionClient", "replay_safe"]
@@ -111,7 +111,7 @@ class SyncSessionClient:
 
     async def _invoke(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if name in _KEYED_WRITES and not kwargs.get("idempotency_key"):
-            kwargs = {**kwargs, "idempotency_key": str(uuid.uuid4())}
+            kwargs = {**kwargs, "idempotency_key": new_event_id()}
         replayable = replay_safe(name, kwargs)
         delay = self.retry_delay
         for attempt in range(self.retries + 1):

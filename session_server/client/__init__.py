@@ -11,8 +11,8 @@ One client is one connection to ``/v1/agents/<quoted agent_id>`` (or ``/v1`` whe
 ``agent_id`` is ``None``, for ``list_agents``). Calls may run concurrently (pipelined on the
 connection). JSON-RPC errors are raised as the project's exceptions (``NotFoundError``,
 ``ConflictError`` with ``data["last_seq"]``, ...), message and data preserved. Writes
-(``append_events``, ``persist_turn``) carry an idempotency key, a fresh uuid4 unless the
-caller passes one, so retrying a call with the same key never writes twice. Reconnecting is
+(``append_events``, ``persist_turn``) carry an idempotency key, a fresh time-ordered UUID
+unless the caller passes one, so retrying a call with the same key never writes twice. Reconnecting is
 left to the caller; when the connection drops, pending calls and subscriptions raise
 ``ConnectionLostError``.
 

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import contextlib
-import uuid
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, Literal
 
 import msgspec
 
+from ..core.codec import new_event_id
 from ..core.context import WorkingContext
 from ..core.events import ContextMessage, SessionEvent
 from ..core.plans import AppendResult
@@ -143,7 +143,7 @@ class SessionClient(RpcConnection):
         expected_last_seq: int | None = None,
         idempotency_key: str | None = None,
     ) -> AppendResult:
-        key = idempotency_key or str(uuid.uuid4())
+        key = idempotency_key or new_event_id()
         params = _set(
             session_id=session_id,
             events=list(events),
@@ -247,7 +247,7 @@ class SessionClient(RpcConnection):
     ) -> AppendResult:
         """Persist one turn atomically; with ``base_seq`` a moved session is a conflict.
         ``strategy`` is the request level of the strategy the pressure check uses."""
-        key = idempotency_key or str(uuid.uuid4())
+        key = idempotency_key or new_event_id()
         params = _set(
             session_id=session_id,
             messages=list(messages),

@@ -48,7 +48,6 @@ from ``Runner.run_sync`` (a new loop per call), and reconnects when the server r
 from __future__ import annotations
 
 import contextlib
-import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final, Protocol, cast
 
@@ -57,7 +56,7 @@ from agents.items import ModelResponse, TResponseInputItem
 from agents.memory import SessionSettings
 
 from adapters.openai_responses import from_items, to_input_items
-from session_server.core.codec import event_to_message, message_to_event
+from session_server.core.codec import event_to_message, message_to_event, new_event_id
 from session_server.core.context import WorkingContext
 from session_server.core.errors import ConflictError, InvalidParamsError, NotFoundError
 from session_server.core.events import ACTIONS, ContextMessage, SessionEvent
@@ -113,7 +112,7 @@ class _Remote:
         self, session_id: str, messages: list[ContextMessage], usage: dict[str, Any] | None
     ) -> None:
         await self.client.acall(
-            "persist_turn", session_id, messages, usage=usage, idempotency_key=str(uuid.uuid4())
+            "persist_turn", session_id, messages, usage=usage, idempotency_key=new_event_id()
         )
 
     async def load(

@@ -106,7 +106,7 @@ async def test_idempotency_keys(client: SessionClient, server: RunningServer) ->
         assert (
             await other.append_events(sid, [SessionEvent(content="e")], idempotency_key="k") == ev
         )
-    # Without a key, each call is a distinct write (a fresh uuid4 per call).
+    # Without a key, each call is a distinct write (a fresh time-ordered UUID per call).
     await client.append_events(sid, [SessionEvent(content="same")])
     await client.append_events(sid, [SessionEvent(content="same")])
     assert (await client.get_session(sid))["last_seq"] == 7
