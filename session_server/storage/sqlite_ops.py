@@ -386,24 +386,48 @@ def append(
     # Each event's row, once: its metadata is the digest's and the stored row's (the
     # fields the append sets, seq, turn and session, are not part of it).
     dehydrated = [dehydrate_event(e) for e in batch.events]
-    digest = None if batch.idempotency_key is None else _digest(dehydrated, batch.expected_last_seq)
-    if batch.idempotency_key is not None:
-        prev = conn.execute(
-            "SELECT result FROM idempotency WHERE session_id = ? AND key = ?",
-            (session_id, batch.idempotency_key),
-        ).fetchone()
-        if prev is not None:
-            result = _replay(prev[0], digest, session_id, batch.idempotency_key)
-            return AppendOutcome(result, [], replay=True)
+    events = batch.events
+    now = now_ms()
+    flag = bool(row[3]) if batch.compaction_required is None else batch.compaction_required
+    seq = last_seq + len(events)
+    result = AppendResult(
+        seqs=list(range(last_seq + 1, seq + 1)), last_seq=seq, compaction_required=flag
+    )
+    key = batch.idempotency_key
+    if key is not None:
+        # The key's row first: it is written only when the key is new, so one statement
+        # both claims the key and tells a replay (which then reads the first answer).
+        # The request's digest is kept beside the result (same JSON column, so files
+        # written before it existed read unchanged): a reuse of the key is a replay only
+        # when the request is the same. Anything refused below rolls the row back.
+        digest = _digest(dehydrated, batch.expected_last_seq)
+        saved = {**msgspec.to_builtins(result), "digest": digest}
+        claimed = conn.execute(
+            "INSERT INTO idempotency (session_id, key, result, created_at) VALUES (?, ?, ?, ?)"
+            " ON CONFLICT (session_id, key) DO NOTHING",
+            (session_id, key, encode_json(saved), now),
+        ).rowcount
+        if not claimed:
+            prev = conn.execute(
+                "SELECT result FROM idempotency WHERE session_id = ? AND key = ?",
+                (session_id, key),
+            ).fetchone()
+            return AppendOutcome(_replay(prev[0], digest, session_id, key), [], replay=True)
     expected = batch.expected_last_seq
     if expected is not None and expected != last_seq:
         raise ConflictError(
             f"expected_last_seq: session {session_id!r} is at seq {last_seq}, not {expected}",
             data={"last_seq": last_seq, "field": "expected_last_seq"},
         )
-    events = batch.events
-    # Tool results join the turn of their call, even when the call came in an earlier append.
-    wanted = [e.tool_call_id for e in events if e.action == "tool_result" and e.tool_call_id]
+    # Tool results join the turn of their call, even when the call came in an earlier
+    # append: only results with no call before them in this batch need the stored calls.
+    wanted: list[str] = []
+    called: set[str] = set()
+    for e in events:
+        if e.action == "tool_call_request":
+            called.update(c.id for c in e.tool_calls or ())
+        elif e.action == "tool_result" and e.tool_call_id and e.tool_call_id not in called:
+            wanted.append(e.tool_call_id)
     known: dict[str, TurnPosition] = {}
     if wanted:
         marks = ",".join("?" * len(wanted))
@@ -414,7 +438,6 @@ def append(
         ):
             known[r[0]] = TurnPosition(int(r[1]), int(r[2]))
     positions, added = number_turns(events, first_seq=last_seq + 1, last=last, calls=known)
-    now = now_ms()
     stored: list[SessionEvent] = []
     rows_out: list[tuple[Any, ...]] = []
     seq = last_seq
@@ -456,7 +479,6 @@ def append(
             " turn = excluded.turn, turn_start_seq = excluded.turn_start_seq",
             [(session_id, cid, p.turn, p.start_seq) for cid, p in added.items()],
         )
-    flag = bool(row[3]) if batch.compaction_required is None else batch.compaction_required
     if rows_out or batch.compaction_required is not None:
         conn.execute(
             "UPDATE sessions SET last_seq = ?, last_turn = ?, last_turn_start_seq = ?,"
@@ -464,20 +486,8 @@ def append(
             " WHERE id = ?",
             (seq, last.turn, last.start_seq, now, int(flag), batch.mirror_seq, session_id),
         )
-    result = AppendResult(
-        seqs=list(range(last_seq + 1, seq + 1)), last_seq=seq, compaction_required=flag
-    )
-    if batch.idempotency_key is not None:
-        # The request's digest is kept beside the result (same JSON column, so files
-        # written before it existed read unchanged): a reuse of the key is a replay only
-        # when the request is the same.
-        saved = {**msgspec.to_builtins(result), "digest": digest}
-        conn.execute(
-            "INSERT INTO idempotency (session_id, key, result, created_at) VALUES (?, ?, ?, ?)",
-            (session_id, batch.idempotency_key, encode_json(saved), now),
-        )
-        if seq // PRUNE_EVERY_SEQS != last_seq // PRUNE_EVERY_SEQS:
-            prune_idempotency(conn, session_id, now, retention)
+    if key is not None and seq // PRUNE_EVERY_SEQS != last_seq // PRUNE_EVERY_SEQS:
+        prune_idempotency(conn, session_id, now, retention)
     return AppendOutcome(result, stored)
 
 
