@@ -62,7 +62,9 @@ class BuiltContext:
         if self.stored_tokens is None:
             return count_messages(self.messages, system, model=model).tokens
         counter = get_counter(model)
-        return self.stored_tokens + sum(MESSAGE_OVERHEAD + counter.count(s) for s in system)
+        return self.stored_tokens + sum(
+            MESSAGE_OVERHEAD + counter.count_instruction(s) for s in system
+        )
 
 
 def load_from_seq(record: Mapping[str, Any] | None) -> int | None:

@@ -40,6 +40,11 @@ MESSAGE_OVERHEAD: Final = 4
 # GIL (hundreds of ms with the event loop stalled).
 COUNT_PIECE_CHARS: Final = 64 * 1024
 _CUT_WINDOW: Final = 4096
+# System instructions are counted on every build and seldom change (a system prompt of a
+# few KiB costs hundreds of microseconds to encode): their counts are remembered, within
+# these bounds (the cache is emptied when a new text would pass them).
+INSTRUCTION_CACHE_CHARS: Final = 4 * 1024 * 1024
+INSTRUCTION_CACHE_ENTRIES: Final = 256
 
 
 def _pieces(text: str) -> Iterable[str]:
@@ -75,6 +80,8 @@ class TokenCounter:
     def __init__(self, encoding_name: str = DEFAULT_ENCODING) -> None:
         self.encoding_name = encoding_name
         self._encoding: Any = None
+        self._instructions: dict[str, int] = {}
+        self._instruction_chars = 0
         try:
             import tiktoken
 
@@ -105,6 +112,23 @@ class TokenCounter:
             return len(encode(text))
         return sum(len(encode(piece)) for piece in _pieces(text))
 
+    def count_instruction(self, text: str) -> int:
+        """``count(text)`` for a system instruction, remembered (see the bounds above)."""
+        cached = self._instructions.get(text)
+        if cached is not None:
+            return cached
+        tokens = self.count(text)
+        if len(text) <= INSTRUCTION_CACHE_CHARS // 4:
+            if (
+                self._instruction_chars + len(text) > INSTRUCTION_CACHE_CHARS
+                or len(self._instructions) >= INSTRUCTION_CACHE_ENTRIES
+            ):
+                self._instructions.clear()
+                self._instruction_chars = 0
+            self._instructions[text] = tokens
+            self._instruction_chars += len(text)
+        return tokens
+
     def count_message(self, message: ContextMessage) -> int:
         total = MESSAGE_OVERHEAD + self.count(message.content)
         if message.name:
@@ -122,7 +146,7 @@ class TokenCounter:
         self, messages: Iterable[ContextMessage], system_instructions: Iterable[str] = ()
     ) -> TokenCount:
         total = sum(self.count_message(m) for m in messages)
-        total += sum(MESSAGE_OVERHEAD + self.count(s) for s in system_instructions)
+        total += sum(MESSAGE_OVERHEAD + self.count_instruction(s) for s in system_instructions)
         return TokenCount(total, self.estimated)
 
 

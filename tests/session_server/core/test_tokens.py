@@ -242,3 +242,35 @@ def test_warned_set_is_module_level() -> None:
     name = unique_bogus_name()
     TokenCounter(name)
     assert name in tokens._WARNED
+
+
+def test_instruction_counts_are_remembered_within_their_bounds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A system instruction is encoded once, then its count is reused (builds count it
+    every time); the cache never holds more than its bounds."""
+    counter = TokenCounter()
+    calls: list[str] = []
+    original = counter.count
+
+    def counting(text: str) -> int:
+        calls.append(text)
+        return original(text)
+
+    monkeypatch.setattr(counter, "count", counting)
+    prompt = "You are a careful assistant. " * 200
+    first = counter.count_instruction(prompt)
+    assert first == original(prompt)
+    assert counter.count_instruction("".join([prompt])) == first  # an equal string
+    assert calls == [prompt]
+    # Many distinct texts: the cache is emptied rather than grown past its bounds.
+    for i in range(tokens.INSTRUCTION_CACHE_ENTRIES + 10):
+        assert counter.count_instruction(f"instruction {i}") == original(f"instruction {i}")
+        assert len(counter._instructions) <= tokens.INSTRUCTION_CACHE_ENTRIES
+    huge = "word " * (tokens.INSTRUCTION_CACHE_CHARS // 4)
+    assert counter.count_instruction(huge) == original(huge)
+    assert counter._instruction_chars <= tokens.INSTRUCTION_CACHE_CHARS
+    # What a build reports is unchanged.
+    messages = [ContextMessage(role="user", content="hi")]
+    expected = 2 * tokens.MESSAGE_OVERHEAD + original("hi") + original(prompt)
+    assert counter.count_messages(messages, [prompt]).tokens == expected
