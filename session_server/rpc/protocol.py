@@ -251,6 +251,8 @@ INT64_MAX: Final = 2**63 - 1
 def find_out_of_range_int(value: Any, path: str = "params") -> str | None:
     """The path of the first integer outside the signed 64-bit range in ``value`` (what
     SQLite and every JSON peer can hold), or ``None``."""
+    if not _has_out_of_range_int(value):
+        return None  # the common case: one walk without building a path per value
     stack: list[tuple[Any, str]] = [(value, path)]
     while stack:
         item, where = stack.pop()
@@ -262,6 +264,20 @@ def find_out_of_range_int(value: Any, path: str = "params") -> str | None:
         elif isinstance(item, list):
             stack.extend((v, f"{where}[{i}]") for i, v in reversed(list(enumerate(item))))
     return None
+
+
+def _has_out_of_range_int(value: Any) -> bool:
+    stack: list[Any] = [value]
+    while stack:
+        item = stack.pop()
+        if type(item) is int:
+            if not INT64_MIN <= item <= INT64_MAX:
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
 
 
 def _loc_path(prefix: str, loc: Sequence[int | str]) -> str:
