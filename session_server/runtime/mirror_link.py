@@ -86,6 +86,8 @@ class MirrorLink:
         self.delay = delay
         self._appends: dict[str, list[SessionEvent]] = {}
         self._snapshots: dict[str, SnapshotDue] = {}
+        # Sessions whose cache was checked for the next snapshot since the last flush.
+        self._checked: set[str] = set()
         self._timer: asyncio.TimerHandle | None = None
         self._chain: asyncio.Future[None] | None = None
         self._active: set[str] = set()
@@ -253,6 +255,19 @@ class MirrorLink:
         self._snapshots[due.session_id] = due
         self._arm()
 
+    def first_turn_since_flush(self, session_id: str) -> bool:
+        """``True`` the first time it is asked for ``session_id`` since the last flush.
+
+        The actor then checks that the cache can render the session's snapshot (reading
+        the window when it cannot): once per flush, not on every turn. The cache stays
+        able to render while turns append to it; if it lets the session go meanwhile, that
+        flush writes no snapshot and the next turn's check reads the window again.
+        """
+        if session_id in self._checked:
+            return False
+        self._checked.add(session_id)
+        return True
+
     def _generation_of(self, session_id: str) -> int:
         return self._generation.get(session_id, 0)
 
@@ -263,6 +278,7 @@ class MirrorLink:
             self._timer = None
         appends, self._appends = self._appends, {}
         dues, self._snapshots = self._snapshots, {}
+        self._checked.clear()
         since, self._pending_since = self._pending_since, None
         # Rendered now, on the loop, from the core's state as of the latest commit.
         snapshots = {sid: parts for sid, due in dues.items() if (parts := self._render(due))}
@@ -323,6 +339,7 @@ class MirrorLink:
         """A delete committed: nothing pending or confirmed for the session counts now."""
         self._generation[session_id] = self._generation_of(session_id) + 1
         self._snapshots.pop(session_id, None)
+        self._checked.discard(session_id)
         self._appends.pop(session_id, None)
         self._cursor.pop(session_id, None)
         self._bound.pop(session_id, None)

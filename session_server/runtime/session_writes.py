@@ -184,6 +184,7 @@ class SessionWrites:
         if (
             step.snapshot is not None
             and self.mirror.enabled
+            and self.mirror.first_turn_since_flush(session_id)
             and self.core.cached_view(session_id, self.context_limit) is None
         ):
             # The snapshot renders from the cache: read the window once (it stays warm
