@@ -22,6 +22,7 @@ __all__ = [
     "MESSAGE_OVERHEAD",
     "TokenCount",
     "TokenCounter",
+    "count_events",
     "count_messages",
     "count_text",
     "get_counter",
@@ -177,6 +178,12 @@ def get_counter(model: str | None = None) -> TokenCounter:
         except Exception:
             name = DEFAULT_ENCODING
     return _counter_for_encoding(name)
+
+
+def count_events(events: Iterable[SessionEvent]) -> list[int]:
+    """The stored count of each event (``TokenCounter.count_event``, default encoding)."""
+    counter = get_counter()
+    return [counter.count_event(e) for e in events]
 
 
 def count_text(text: str, model: str | None = None) -> TokenCount:

@@ -31,7 +31,7 @@ from ..core.errors import (
 )
 from ..core.events import SessionEvent
 from ..core.plans import AppendBatch, AppendOutcome, AppendResult, SessionState
-from ..core.tokens import get_counter
+from ..core.tokens import count_events
 from ..core.turns import TurnPosition, number_turns
 from .file_modes import create_file
 from .schema import SCHEMA_VERSION, schema_sql
@@ -443,8 +443,7 @@ def append(
     seq = last_seq
     counts = batch.token_counts
     if counts is None:  # counted here, off the event loop (tiktoken releases the GIL)
-        counter = get_counter()
-        counts = [counter.count_event(e) for e in events]
+        counts = count_events(events)
     for ev, d, tokens, pos in zip(events, dehydrated, counts, positions, strict=True):
         seq += 1
         if ev.action == "user_message":
