@@ -9,15 +9,20 @@ Runs, in one process (the load phase against a server subprocess):
    JSONL mirror overhead (b+m); 32 concurrent writers on one agent vs ``SQLiteSession``
    under the same concurrency and vs our sequential rate; 1, 16 and 256 agents (turns/s,
    activation, open files, RSS); ``build_working_context`` at 1k and 100k events of
-   history; N agents touched through one registry (open files, RSS, cold activation).
-2. RPC (``scripts/bench_rpc.py``, NORMAL and FULL): sequential ``turn.persist`` vs its
+   history; N agents touched through one registry (open files, RSS, cold activation);
+   the CPU ceiling: our 32 writers at ``synchronous=OFF`` (no flush) next to FULL.
+2. Flush latency (``scripts/bench_store.py --flush-delay-ms 1 4`` in a subprocess):
+   sequential FULL (a)/(b)/(c) and 32 writers (ours, ``SQLiteSession``, our sequential)
+   with every ``fsync``/``fdatasync`` slowed by 1 ms and by 4 ms through an LD_PRELOAD
+   shim (``scripts/flush_delay.c``, built with gcc; the section says so when it is not).
+3. RPC (``scripts/bench_rpc.py``, NORMAL and FULL): sequential ``turn.persist`` vs its
    bound (a bare ``websockets`` echo round trip of the same request text plus a raw
    sqlite3 commit of the turn), pipelined calls, 32 connections on one agent, 16 on 16.
-3. Compaction (``scripts/bench_compaction.py``): tokens of the built context per strategy
+4. Compaction (``scripts/bench_compaction.py``): tokens of the built context per strategy
    vs no compaction, and the pure build/plan time at 1k/100k events.
-4. Load (``tests/support/load.py``): 64 connections over 16 agents against
+5. Load (``tests/support/load.py``): 64 connections over 16 agents against
    ``session-server serve`` (FULL) for a bounded time: ``turn.persist`` p50/p99, the
-   throughput against the sequential limit (raw FULL commits/s from section 2), RSS.
+   throughput against the sequential limit (raw FULL commits/s from section 3), RSS.
 
 Writes ``BENCHMARKS.md`` (``--out``) with the machine's core count and the date.
 ``--quick`` is a short run (fewer turns, smaller histories, 500 agents, 3 s of load) for
@@ -90,11 +95,50 @@ async def store_section(quick: bool, root: Path) -> str:
     )
 
 
+async def flush_section(quick: bool, root: Path) -> str:
+    """Sequential FULL and 32 writers with every flush slowed to a common disk's cost:
+    ``bench_store.py --flush-delay-ms 1 4`` in a subprocess (it runs one child per delay
+    under the LD_PRELOAD shim, or says why it skipped: no gcc)."""
+    argv = ["--turns", "100", "--warmup", "10"] if quick else ["--turns", "300", "--warmup", "20"]
+    argv += ["--rounds", "2", "--writers", "32", "--concurrent-turns", "10" if quick else "20"]
+    argv += ["--flush-delay-ms", "1", "4"]
+    log(f"flush latency: bench_store {' '.join(argv)}")
+    await asyncio.to_thread(root.mkdir, parents=True, exist_ok=True)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        str(ROOT / "scripts" / "bench_store.py"),
+        *argv,
+        "--dir",
+        str(root),
+        stdout=asyncio.subprocess.PIPE,
+    )
+    out, _ = await proc.communicate()
+    if proc.returncode != 0:
+        raise RuntimeError(f"bench_store --flush-delay-ms exited {proc.returncode}")
+    return "\n".join(
+        [
+            "## 2. Group commit where a flush costs what it costs on common disks",
+            "",
+            "This VM's flush is nearly free (section 3: a raw FULL commit of a turn is a few"
+            " tenths of a ms), so group commit saves little here (section 1's ceiling row: our"
+            " 32 writers with no flush at all, synchronous=OFF, next to FULL). Here every `fsync`/`fdatasync` of the benchmark process calls"
+            " the real one and then sleeps 1 ms or 4 ms (an LD_PRELOAD shim,"
+            " `scripts/flush_delay.c`, built with gcc at run time): raw sqlite3, ours and"
+            " `SQLiteSession` pay the same through libc, no library is patched, and the shim"
+            " is checked active before each run (every raw FULL commit takes at least the"
+            " delay). Same turn shape and targets as section 1; no JSONL mirror.",
+            f"Command: `scripts/bench_store.py {' '.join(argv)}`",
+            "",
+            out.decode().strip(),
+        ]
+    )
+
+
 async def rpc_section(quick: bool) -> tuple[str, float]:
     """The RPC section, and the raw FULL commit rate (the load section's sequential limit)."""
     calls, warmup = (300, 50) if quick else (2000, 200)
     lines = [
-        "## 2. RPC: turn.persist over the server vs its bound",
+        "## 3. RPC: turn.persist over the server vs its bound",
         "",
         "Same request text (a 4-message `turn.persist`), server and client in one process,"
         " 127.0.0.1. The bound of a sequential call is one bare `websockets` echo round trip"
@@ -126,7 +170,7 @@ def compaction_section(quick: bool) -> str:
     rows = bench_compaction.strategy_table(turns)
     base = rows[0][2]
     lines = [
-        "## 3. Compaction: tokens saved and build time",
+        "## 4. Compaction: tokens saved and build time",
         "",
         f"A {turns}-turn tool-heavy session; tokens of the built context ({token_mode()}) per"
         " strategy, against no compaction measured in the same run.",
@@ -167,7 +211,7 @@ async def load_section(quick: bool, root: Path, limit: float) -> str:
         server.kill()
     return "\n".join(
         [
-            "## 4. Load: 64 connections over 16 agents (server subprocess, synchronous=FULL)",
+            "## 5. Load: 64 connections over 16 agents (server subprocess, synchronous=FULL)",
             "",
             "Two sessions per agent, each written by two connections at once, 4-message turns"
             " back to back. The same phase runs in the test suite (`tests/faults/test_load.py`,"
@@ -178,7 +222,7 @@ async def load_section(quick: bool, root: Path, limit: float) -> str:
             f"| duration | {report.duration_s:.1f} s |",
             f"| turns acknowledged | {report.turns:,} ({report.turns_per_s:,.0f}/s) |",
             f"| throughput / sequential limit ({limit:,.0f} raw sqlite3 FULL commits/s,"
-            f" section 2) | {report.turns_per_s / limit:.2f}x |",
+            f" section 3) | {report.turns_per_s / limit:.2f}x |",
             f"| errors | {len(report.errors)} |",
             f"| turn.persist p50 | {report.p50_ms:.1f} ms |",
             f"| turn.persist p99 (target <= 20 ms) | {report.p99_ms:.1f} ms"
@@ -194,6 +238,7 @@ async def run(quick: bool, root: Path) -> str:
     rpc, full_commit = await rpc_section(quick)
     sections = [
         await store_section(quick, root / "store"),
+        await flush_section(quick, root / "flush"),
         rpc,
         await asyncio.to_thread(compaction_section, quick),
         await load_section(quick, root, full_commit),

@@ -23,6 +23,19 @@ Then the cost of ``build_working_context(limit=50)`` with 1k and 100k events of 
 registry with ``max_open=256``: open SQLite file descriptors, RSS, and the cold activation
 latency (``create_session`` on an agent never seen before).
 
+The concurrent phase (``--writers``, 32) runs 32 writers on one agent (ours) and on one
+file (``SQLiteSession``) against our sequential rate; at FULL it also runs ours at
+``synchronous=OFF`` (no flush at all): the CPU ceiling of the same work on this machine.
+
+``--flush-delay-ms MS [MS ...]`` runs, instead, sequential FULL (a)/(b)/(c) and the
+concurrent writers with every ``fsync``/``fdatasync`` slowed by MS: for each value this
+script runs again in a subprocess with ``scripts/flush_delay.c`` preloaded (``LD_PRELOAD``,
+built with gcc into a temporary folder; the report says why when gcc is missing), which
+first checks the shim is active (every one of 20 raw FULL commits takes at least MS).
+A flush on this VM costs a few tenths of a ms; on common disks 1-10 ms, which is where
+group commit pays. Example: ``scripts/bench_store.py --flush-delay-ms 1 4 --turns 300
+--warmup 20 --rounds 2 --concurrent-turns 20``.
+
 Progress bars (tqdm, on stderr) only show on a terminal. The markdown table at the end goes
 to stdout only.
 """
@@ -39,6 +52,7 @@ import pstats
 import shutil
 import sqlite3
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -56,6 +70,12 @@ from session_server.core.tokens import count_events
 from session_server.runtime.registry import ActorRegistry
 from session_server.storage.schema import SCHEMA_VERSION, schema_sql
 from tests.support.bench_env import token_mode, use_shared_tiktoken
+from tests.support.flush_shim import (
+    ShimUnavailable,
+    build_shim,
+    raw_full_commit_times,
+    shim_env,
+)
 
 use_shared_tiktoken()
 
@@ -488,8 +508,13 @@ async def bench_store_concurrent(
 
     The Timing holds one duration per turn (its latency); the rate is turns over the
     wall time of the timed phase (``Timing.wall``), not the sum of the latencies.
+    ``synchronous="OFF"`` (no flush at all: the CPU ceiling of the same work) is set on
+    the registry after its check, which admits FULL and NORMAL only (a server never runs
+    without flushes); the writer connection's level is read back at the end.
     """
-    async with ActorRegistry(memory_dir, synchronous=synchronous, mirror=False) as reg:  # type: ignore[arg-type]
+    level = "NORMAL" if synchronous == "OFF" else synchronous
+    async with ActorRegistry(memory_dir, synchronous=level, mirror=False) as reg:  # type: ignore[arg-type]
+        reg.synchronous = synchronous  # type: ignore[assignment]
         actor = await reg.get("bench-concurrent")
         sids = [await actor.create_session() for _ in range(writers)]
         durations: list[float] = []
@@ -513,6 +538,10 @@ async def bench_store_concurrent(
         for sid in sids:  # every turn there, seqs contiguous
             events = await actor.load_events(sid, limit=None, tail=False)
             assert [e.seq for e in events] == list(range(1, 4 * (warmup + turns) + 1))
+        store = actor._store
+        assert store is not None
+        level_read = store.writer.execute("PRAGMA synchronous").fetchone()[0]
+        assert level_read == {"OFF": 0, "NORMAL": 1, "FULL": 2}[synchronous], level_read
     return Timing(f"(b) session-server, {writers} writers", durations, wall=wall)
 
 
@@ -618,7 +647,11 @@ def timing_rows(timings: Iterable[Timing]) -> list[str]:
     return lines
 
 
-async def sequential_section(args: argparse.Namespace, root: Path, sync: str) -> list[str]:
+async def sequential_section(
+    args: argparse.Namespace, root: Path, sync: str, *, mirror: bool = True
+) -> tuple[list[str], Timing]:
+    """The table of (a), (b), (b+m) (unless not ``mirror``), (c) and the floor (f), and
+    (b)'s Timing."""
     # The disk's fsync cost drifts over a run (virtual disk); the systems take turns in
     # short rounds, each on fresh files, so every one sees the same conditions.
     rounds = max(1, args.rounds)
@@ -640,9 +673,10 @@ async def sequential_section(args: argparse.Namespace, root: Path, sync: str) ->
         parts["store"].append(
             await bench_store(d / "store", sync, args.warmup, per_round, idem, profile)
         )
-        parts["mirrored"].append(
-            await bench_store(d / "mirrored", sync, args.warmup, per_round, idem, None, True)
-        )
+        if mirror:
+            parts["mirrored"].append(
+                await bench_store(d / "mirrored", sync, args.warmup, per_round, idem, None, True)
+            )
         parts["sdk"].append(await bench_sdk(d / "sdk.sqlite", sync, args.warmup, per_round))
         count, hop = await bench_floor(args.warmup, per_round)
         parts["count"].append(count)
@@ -653,21 +687,36 @@ async def sequential_section(args: argparse.Namespace, root: Path, sync: str) ->
 
     raw = joined("raw", "(a) raw sqlite3")
     store = joined("store", "(b) session-server")
-    mirrored = joined("mirrored", "(b+m) session-server with JSONL mirror")
     sdk = joined("sdk", "(c) Agents SDK SQLiteSession")
     count, hop = joined("count", "token count"), joined("hop", "worker round trip")
     floor = floor_timing(raw, count, hop)
     f_over_a = floor.per_turn_ms / raw.per_turn_ms
     b_over_a = store.per_turn_ms / raw.per_turn_ms
     c_over_b = sdk.per_turn_ms / store.per_turn_ms
-    m_over_b = mirrored.per_turn_ms / store.per_turn_ms
-    return [
+    systems = [raw, store, sdk, floor]
+    ratios = [
+        f"| cost (b)/(a): store vs raw sqlite3 | {b_over_a:.2f}x"
+        f" | {store.p50_ms / raw.p50_ms:.2f}x | <= 1.3x | {verdict(b_over_a <= 1.3)} |",
+        f"| floor (f)/(a): the least (b)/(a) can be | {f_over_a:.2f}x"
+        f" | {floor.p50_ms / raw.p50_ms:.2f}x | <= 1.3x | {verdict(f_over_a <= 1.3)} |",
+        f"| speed (b) vs (c): cost (c)/(b) | {c_over_b:.2f}x"
+        f" | {sdk.p50_ms / store.p50_ms:.2f}x | > 1x | {verdict(c_over_b > 1)} |",
+    ]
+    if mirror:
+        mirrored = joined("mirrored", "(b+m) session-server with JSONL mirror")
+        systems.insert(2, mirrored)
+        m_over_b = mirrored.per_turn_ms / store.per_turn_ms
+        ratios.append(
+            f"| mirror overhead: cost (b+m)/(b) | {m_over_b:.2f}x"
+            f" | {mirrored.p50_ms / store.p50_ms:.2f}x | <= 1.25x | {verdict(m_over_b <= 1.25)} |"
+        )
+    lines = [
         f"### Sequential, synchronous={sync}",
         "",
         f"{args.turns} turns per system in {rounds} alternating rounds (+{args.warmup} warm-up"
         f" each), {'with' if idem else 'without'} idempotency keys.",
         "",
-        *timing_rows((raw, store, mirrored, sdk, floor)),
+        *timing_rows(systems),
         "",
         f"(f) adds to each turn of (a) the two costs (b) has and cannot drop, measured in the"
         f" same rounds: the token count of the turn (mean {1000 * count.per_turn_ms:.0f} us)"
@@ -677,29 +726,29 @@ async def sequential_section(args: argparse.Namespace, root: Path, sync: str) ->
         "",
         "| ratio | value (means) | value (p50s) | target | met (means) |",
         "|---|---:|---:|---:|:---:|",
-        f"| cost (b)/(a): store vs raw sqlite3 | {b_over_a:.2f}x"
-        f" | {store.p50_ms / raw.p50_ms:.2f}x | <= 1.3x | {verdict(b_over_a <= 1.3)} |",
-        f"| floor (f)/(a): the least (b)/(a) can be | {f_over_a:.2f}x"
-        f" | {floor.p50_ms / raw.p50_ms:.2f}x | <= 1.3x | {verdict(f_over_a <= 1.3)} |",
-        f"| speed (b) vs (c): cost (c)/(b) | {c_over_b:.2f}x"
-        f" | {sdk.p50_ms / store.p50_ms:.2f}x | > 1x | {verdict(c_over_b > 1)} |",
-        f"| mirror overhead: cost (b+m)/(b) | {m_over_b:.2f}x"
-        f" | {mirrored.p50_ms / store.p50_ms:.2f}x | <= 1.25x | {verdict(m_over_b <= 1.25)} |",
+        *ratios,
     ]
+    return lines, store
 
 
 async def concurrent_section(
-    args: argparse.Namespace, root: Path, sync: str, sequential: Timing
+    args: argparse.Namespace, root: Path, sync: str, sequential: Timing, *, ceiling: bool = False
 ) -> list[str]:
+    """32 writers on one agent (ours) vs on one file (SQLiteSession) vs our ``sequential``
+    rate; with ``ceiling``, also ours at ``synchronous=OFF``: the same work with no flush,
+    the rate this CPU allows (alternating with the others, round by round)."""
     writers, turns = args.writers, args.concurrent_turns
     warmup = max(1, args.warmup // 10)
     ours: list[Timing] = []
     sdks: list[Timing] = []
+    offs: list[Timing] = []
     for r in range(max(1, args.rounds // 2)):
         d = root / f"conc-{sync}-{r}"
         d.mkdir()
         ours.append(await bench_store_concurrent(d / "store", sync, writers, warmup, turns))
         sdks.append(await bench_sdk_concurrent(d / "sdk.sqlite", sync, writers, warmup, turns))
+        if ceiling:
+            offs.append(await bench_store_concurrent(d / "off", "OFF", writers, warmup, turns))
 
     def joined(parts: list[Timing], name: str) -> Timing:
         return Timing(
@@ -710,40 +759,119 @@ async def concurrent_section(
     sdk = joined(sdks, f"(c) Agents SDK SQLiteSession, {writers} writers on one file")
     vs_sdk = store.turns_per_s / sdk.turns_per_s
     vs_seq = store.turns_per_s / sequential.turns_per_s
+    rows = [sequential, store, sdk]
+    ratios = [
+        f"| {writers} writers: ours / SQLiteSession (turns/s) | {vs_sdk:.2f}x | >= 3x"
+        f" | {verdict(vs_sdk >= 3)} |",
+        f"| {writers} writers / our sequential (turns/s) | {vs_seq:.2f}x | >= 4x"
+        f" | {verdict(vs_seq >= 4)} |",
+    ]
+    if ceiling:
+        off = joined(offs, f"(b) session-server, {writers} writers, synchronous=OFF (no flush)")
+        rows.append(off)
+        ratios.append(
+            f"| {writers} writers: {sync} / OFF (turns/s; 1.00x = at the CPU ceiling,"
+            f" flushes cost nothing more) | {store.turns_per_s / off.turns_per_s:.2f}x"
+            " | (reported) | |"
+        )
     return [
         f"### {writers} concurrent writers, one session each, synchronous={sync}",
         "",
         f"{turns} turns per writer (+{warmup} warm-up), build + persist as above; turns/s over"
         " the wall time, ms/turn = wall time / turns; p50/p99 are per-turn latencies.",
         "",
-        *timing_rows((sequential, store, sdk)),
+        *timing_rows(rows),
         "",
         "| ratio | value | target | met |",
         "|---|---:|---:|:---:|",
-        f"| {writers} writers: ours / SQLiteSession (turns/s) | {vs_sdk:.2f}x | >= 3x"
-        f" | {verdict(vs_sdk >= 3)} |",
-        f"| {writers} writers / our sequential (turns/s) | {vs_seq:.2f}x | >= 4x"
-        f" | {verdict(vs_seq >= 4)} |",
+        *ratios,
     ]
+
+
+# -- flush latency emulation ------------------------------------------------------------------
+
+FLUSH_CHECK_COMMITS = 20
+
+
+def flush_delay_report(args: argparse.Namespace) -> str:
+    """``--flush-delay-ms``: for each delay, this script again in a subprocess with the
+    flush shim preloaded (``scripts/flush_delay.c``, built with gcc into a temporary
+    folder), which runs the FULL phases (``flush_delay_section``); their tables, joined.
+    Without gcc the report is one line saying why the section was skipped."""
+    forwarded = [
+        *("--turns", str(args.turns), "--warmup", str(args.warmup)),
+        *("--rounds", str(args.rounds), "--writers", str(args.writers)),
+        *("--concurrent-turns", str(args.concurrent_turns), "--loop", args.loop),
+        *(["--no-idempotency"] if args.no_idempotency else []),
+        *(["--dir", str(args.dir)] if args.dir is not None else []),
+    ]
+    with tempfile.TemporaryDirectory(prefix="flush_shim_") as tmp:
+        try:
+            shim = build_shim(Path(tmp))
+        except ShimUnavailable as exc:
+            return f"Flush-latency emulation skipped: {exc}."
+        parts = []
+        for ms in args.flush_delay_ms:
+            argv = [sys.executable, __file__, *forwarded, "--flush-delay-child", str(ms)]
+            print(f"flush delay {ms} ms: {' '.join(argv[1:])}", file=sys.stderr, flush=True)
+            done = subprocess.run(
+                argv,
+                env=shim_env(shim, round(ms * 1000)),
+                stdout=subprocess.PIPE,
+                text=True,
+                check=True,
+            )
+            parts.append(done.stdout.strip())
+    return "\n\n".join(parts)
+
+
+async def flush_delay_section(args: argparse.Namespace, root: Path) -> list[str]:
+    """In the process under the shim: check it is active (each of a few raw FULL commits
+    takes at least the delay), then sequential FULL (a)/(b)/(c) and the concurrent writers
+    (ours, SQLiteSession, against our sequential (b) of the same run)."""
+    ms: float = args.flush_delay_child
+    check = await asyncio.to_thread(
+        raw_full_commit_times, root / "flush-check.sqlite", FLUSH_CHECK_COMMITS
+    )
+    if min(check) < ms / 1000:
+        raise SystemExit(
+            f"the flush shim is not active: a raw FULL commit took {min(check) * 1000:.3f} ms"
+            f" < the {ms} ms delay (LD_PRELOAD={os.environ.get('LD_PRELOAD')!r})"
+        )
+    seq_lines, store = await sequential_section(args, root, "FULL", mirror=False)
+    seq_lines[0] = f"#### {seq_lines[0].removeprefix('### ')}, each flush +{ms:g} ms"
+    lines = [
+        f"### Each flush +{ms:g} ms (synchronous=FULL)",
+        "",
+        f"Shim check: {FLUSH_CHECK_COMMITS} raw sqlite3 FULL commits under it took"
+        f" {min(check) * 1000:.2f} ms at least, {pct(check, 0.5) * 1000:.2f} ms p50"
+        f" (each >= the {ms:g} ms delay: the shim is active).",
+        "",
+        *seq_lines,
+    ]
+    if args.writers:
+        seq = Timing("(b) session-server, sequential (1 writer)", store.durations)
+        conc = await concurrent_section(args, root, "FULL", seq)
+        conc[0] = f"#### {conc[0].removeprefix('### ')}, each flush +{ms:g} ms"
+        lines += ["", *conc]
+    return lines
 
 
 async def run(args: argparse.Namespace, root: Path) -> str:
+    if args.flush_delay_child is not None:
+        return "\n".join(await flush_delay_section(args, root))
     levels: list[str] = args.synchronous
-    loop = type(asyncio.get_running_loop()).__module__.split(".")[0]
-    lines = [
-        f"Store benchmark: WAL, turns of 4 events, window {WINDOW}; SQLite"
-        f" {sqlite3.sqlite_version}, Python {platform.python_version()}, {os.cpu_count()} CPUs,"
-        f" event loop {loop} (every system runs on it); token counts: {token_mode()}",
-    ]
+    lines = [store_header()]
     for sync in levels:
-        lines += ["", *await sequential_section(args, root, sync)]
+        lines += ["", *(await sequential_section(args, root, sync))[0]]
         if args.writers:
             # Our own sequential rate, measured again next to the concurrent phases.
             d = root / f"conc-seq-{sync}"
             d.mkdir()
             seq = await bench_store(d, sync, args.warmup, args.concurrent_turns * 4, True, None)
             seq.name = "(b) session-server, sequential (1 writer)"
-            lines += ["", *await concurrent_section(args, root, sync, seq)]
+            conc = await concurrent_section(args, root, sync, seq, ceiling=sync == "FULL")
+            lines += ["", *conc]
     sync = levels[0]
     if args.agent_counts:
         lines += [
@@ -824,6 +952,15 @@ async def history_section(args: argparse.Namespace, root: Path, sync: str) -> li
     return lines
 
 
+def store_header() -> str:
+    loop = type(asyncio.get_running_loop()).__module__.split(".")[0]
+    return (
+        f"Store benchmark: WAL, turns of 4 events, window {WINDOW}; SQLite"
+        f" {sqlite3.sqlite_version}, Python {platform.python_version()}, {os.cpu_count()} CPUs,"
+        f" event loop {loop} (every system runs on it); token counts: {token_mode()}"
+    )
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--turns", type=int, default=2000, help="timed turns per system (2000)")
@@ -871,6 +1008,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default="auto",
         help="event loop for every system: auto (uvloop when installed, as the server)",
     )
+    p.add_argument(
+        "--flush-delay-ms",
+        type=float,
+        nargs="+",
+        default=None,
+        metavar="MS",
+        help="instead of the phases above: sequential FULL (a)/(b)/(c) and the concurrent"
+        " writers with every fsync/fdatasync slowed by MS (one subprocess per value under"
+        " the LD_PRELOAD shim scripts/flush_delay.c, built with gcc; skipped without gcc)",
+    )
+    p.add_argument("--flush-delay-child", type=float, default=None, help=argparse.SUPPRESS)
     return p.parse_args(argv)
 
 
@@ -878,6 +1026,10 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     if args.dir is not None:
         args.dir.mkdir(parents=True, exist_ok=True)
+    if args.flush_delay_ms and args.flush_delay_child is None:
+        header = run_with_loop(args.loop, _async_header())
+        print(f"{header}; flush-latency emulation\n\n{flush_delay_report(args)}")
+        return
     root = Path(tempfile.mkdtemp(prefix="bench_store_", dir=args.dir))
     try:
         table = run_with_loop(args.loop, run(args, root))
@@ -887,6 +1039,10 @@ def main(argv: list[str] | None = None) -> None:
         else:
             shutil.rmtree(root, ignore_errors=True)
     print(table)
+
+
+async def _async_header() -> str:
+    return store_header()
 
 
 if __name__ == "__main__":
