@@ -26,6 +26,15 @@ two commits made the next SQLite fsync flush it too (ext4 ordered mode): mirrori
 turn at once slowed turns about 2x, batching keeps it within the 25% budget. The mirror
 is therefore at most ``delay`` behind SQLite while running; hibernation and shutdown
 flush it, and a crash is repaired on activation.
+
+The snapshot is a cache (served only when it matches SQLite's last seq, see above), and
+rendering it costs a context build plus a file write: a session's snapshot is rendered at
+most once per ``snapshot_interval`` (default 1 s). A turn that comes later than that after
+the previous snapshot gets its own at the next flush, as before; turns in quicker
+succession share one, written at most ``snapshot_interval`` after the previous one, and
+``drain`` (hibernation, shutdown) writes what is held at once. Under load (64 clients
+writing back to back) this renders one snapshot per busy session per second instead of
+one per flush.
 """
 
 from __future__ import annotations
@@ -75,6 +84,7 @@ class MirrorLink:
         executor: Executor,
         snapshot_parts: SnapshotRenderer,
         delay: float = 0.05,
+        snapshot_interval: float = 1.0,
         on_lag: Callable[[float], None] | None = None,
         index: SnapshotIndex | None = None,
     ) -> None:
@@ -84,6 +94,9 @@ class MirrorLink:
         self._executor = executor
         self._render = snapshot_parts
         self.delay = delay
+        self.snapshot_interval = snapshot_interval
+        # When each session's snapshot was last rendered (monotonic; only recent ones).
+        self._snapshot_at: dict[str, float] = {}
         self._appends: dict[str, list[SessionEvent]] = {}
         self._snapshots: dict[str, SnapshotDue] = {}
         # Sessions whose cache was checked for the next snapshot since the last flush.
@@ -138,8 +151,9 @@ class MirrorLink:
         self._chain = asyncio.ensure_future(run())
 
     async def drain(self) -> None:
-        """Write what is pending now and wait until every mirror operation finished."""
-        self._flush()
+        """Write what is pending now (held snapshots too) and wait until every mirror
+        operation finished."""
+        self._flush(force=True)
         while self._chain is not None and not self._chain.done():
             await asyncio.wait([self._chain])
 
@@ -240,15 +254,22 @@ class MirrorLink:
             self._pending_since = time.monotonic()
         self._arm()
 
-    def _arm(self) -> None:
-        if self._timer is None:
-            self._timer = asyncio.get_running_loop().call_later(self.delay, self._flush)
+    def _arm(self, delay: float | None = None) -> None:
+        """Flush in ``delay`` seconds (``self.delay`` by default), or sooner if already due."""
+        loop = asyncio.get_running_loop()
+        when = loop.time() + (self.delay if delay is None else delay)
+        if self._timer is not None:
+            if self._timer.when() <= when:
+                return
+            self._timer.cancel()
+        self._timer = loop.call_at(when, self._flush)
 
     def snapshot(self, due: SnapshotDue) -> None:
         """Write ``working_context_snapshot.json`` with the batch (a cache, never the truth).
 
         Its content is rendered (``snapshot_parts``) when the batch is written, from the
-        state as of the latest commit; only the latest due snapshot of a session counts.
+        state as of the latest commit; only the latest due snapshot of a session counts,
+        and a session's is rendered at most once per ``snapshot_interval``.
         """
         if not self.enabled:
             return
@@ -271,13 +292,38 @@ class MirrorLink:
     def _generation_of(self, session_id: str) -> int:
         return self._generation.get(session_id, 0)
 
-    def _flush(self) -> None:
-        """Move what is pending into the chain: trace lines first, then snapshots."""
+    def _due_snapshots(self, force: bool) -> dict[str, SnapshotDue]:
+        """The snapshots to render now: every one when ``force``d, else those of sessions
+        whose snapshot was last rendered at least ``snapshot_interval`` ago. The others
+        stay pending (the latest due of each) and the timer is set for the first of them.
+        """
+        now = time.monotonic()
+        interval = self.snapshot_interval
+        dues: dict[str, SnapshotDue] = {}
+        held: dict[str, SnapshotDue] = {}
+        for sid, due in self._snapshots.items():
+            last = self._snapshot_at.get(sid)
+            if force or last is None or now - last >= interval:
+                dues[sid] = due
+                self._snapshot_at[sid] = now
+            else:
+                held[sid] = due
+        self._snapshots = held
+        # A time older than the interval says nothing more than no time: drop it.
+        self._snapshot_at = {s: t for s, t in self._snapshot_at.items() if now - t < interval}
+        if held:
+            first = min(self._snapshot_at[s] for s in held) + interval
+            self._arm(max(first - now, 0.0))
+        return dues
+
+    def _flush(self, *, force: bool = False) -> None:
+        """Move what is pending into the chain: trace lines first, then the snapshots
+        that are due (every one when ``force``d)."""
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
         appends, self._appends = self._appends, {}
-        dues, self._snapshots = self._snapshots, {}
+        dues = self._due_snapshots(force)
         self._checked.clear()
         since, self._pending_since = self._pending_since, None
         # Rendered now, on the loop, from the core's state as of the latest commit.
@@ -339,6 +385,7 @@ class MirrorLink:
         """A delete committed: nothing pending or confirmed for the session counts now."""
         self._generation[session_id] = self._generation_of(session_id) + 1
         self._snapshots.pop(session_id, None)
+        self._snapshot_at.pop(session_id, None)
         self._checked.discard(session_id)
         self._appends.pop(session_id, None)
         self._cursor.pop(session_id, None)
