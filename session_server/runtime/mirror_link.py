@@ -101,7 +101,8 @@ class MirrorLink:
         self._snapshots: dict[str, SnapshotDue] = {}
         # Sessions whose cache was checked for the next snapshot since the last flush.
         self._checked: set[str] = set()
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer: asyncio.Handle | None = None
+        self._timer_at = 0.0  # the loop time the timer fires at
         self._chain: asyncio.Future[None] | None = None
         self._active: set[str] = set()
         # Mirror cursors confirmed by the files, not yet stored in sessions.mirror_seq.
@@ -259,10 +260,13 @@ class MirrorLink:
         loop = asyncio.get_running_loop()
         when = loop.time() + (self.delay if delay is None else delay)
         if self._timer is not None:
-            if self._timer.when() <= when:
+            if self._timer_at <= when:
                 return
             self._timer.cancel()
+        # The deadline is kept here: uvloop answers a time already past with a plain
+        # Handle, which has no ``when()``.
         self._timer = loop.call_at(when, self._flush)
+        self._timer_at = when
 
     def snapshot(self, due: SnapshotDue) -> None:
         """Write ``working_context_snapshot.json`` with the batch (a cache, never the truth).
@@ -304,8 +308,7 @@ class MirrorLink:
         for sid, due in self._snapshots.items():
             last = self._snapshot_at.get(sid)
             if force or last is None or now - last >= interval:
-                dues[sid] = due
-                self._snapshot_at[sid] = now
+                dues[sid] = due  # its time is set once it renders (``_flush``)
             else:
                 held[sid] = due
         self._snapshots = held
@@ -326,8 +329,12 @@ class MirrorLink:
         dues = self._due_snapshots(force)
         self._checked.clear()
         since, self._pending_since = self._pending_since, None
-        # Rendered now, on the loop, from the core's state as of the latest commit.
+        # Rendered now, on the loop, from the core's state as of the latest commit. One the
+        # cache cannot render is not written, and does not count as rendered.
         snapshots = {sid: parts for sid, due in dues.items() if (parts := self._render(due))}
+        rendered_at = time.monotonic()
+        for sid in snapshots:
+            self._snapshot_at[sid] = rendered_at
         if not appends and not snapshots:
             return
 

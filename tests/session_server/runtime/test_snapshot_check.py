@@ -132,3 +132,27 @@ async def test_quick_turns_share_one_snapshot_per_interval_and_drain_writes_the_
         last = await persist(9)
         await asyncio.wait_for(wrote.wait(), 10)
         assert written[-1] == last
+
+
+def test_the_flush_timer_rearms_on_uvloop_after_a_deadline_already_reached(
+    tmp_path: Path,
+) -> None:
+    """uvloop answers ``call_at`` with a time already past with a plain ``Handle`` (no
+    ``when()``); a turn committed while such a timer is set must still be answered (the
+    load test found persists failing with an internal error after they committed)."""
+    import uvloop
+
+    async def scenario() -> None:
+        async with ActorRegistry(tmp_path, idle_timeout=None) as reg:
+            actor = await reg.get("agent")
+            sid = await actor.create_session()
+            actor.mirror._arm(0.0)  # a held snapshot already due: fires at once
+            for n in range(3):
+                ctx = WorkingContext()
+                ctx.add_messages(turn(n))
+                last = await actor.persist_working_context(sid, ctx)
+            await actor.mirror.drain()
+            path = actor.mirror.session_dir(sid) / SNAPSHOT_FILE
+            assert json.loads(path.read_text(encoding="utf-8"))["last_seq"] == last.last_seq
+
+    uvloop.run(scenario())
