@@ -1,42 +1,55 @@
-"""Synchronous SQLite operations of one agent file, one function per transaction (I/O).
+"""The append transaction bodies of one agent file, and the writes they share (I/O).
 
-Each function here runs start to finish on a worker thread (see ``store``): a write is one
-``BEGIN IMMEDIATE`` ... ``COMMIT`` with every statement inside, so a turn costs one thread
-hop instead of one per statement. Connections are in autocommit mode
+Each SQLite operation runs start to finish on a worker thread (see ``store``): a write is
+one ``BEGIN IMMEDIATE`` ... ``COMMIT`` with every statement inside, so a turn costs one
+thread hop instead of one per statement. Connections are in autocommit mode
 (``isolation_level=None``); the functions manage transactions explicitly and roll back on
 any failure, so a refused or failed write leaves nothing behind.
+
+This module holds the append transaction bodies (``append``, ``append_group``) and the
+writes they share with other bodies (a new session, a stale mirror). The rest is beside
+it, each re-exported here under its old name: opening and migrating a file
+(``sqlite_open``), the write transaction and its errors (``transactions``), rows read back
+(``stored_rows``) and the idempotency of keyed writes (``idempotency``).
 """
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
-import logging
 import sqlite3
-import threading
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any, Final
 
 import msgspec
 
-from ..core.codec import dehydrate_event, encode_json, hydrate_event, now_ms
-from ..core.errors import (
-    AgentUnavailableError,
-    ConflictError,
-    CorruptRecordError,
-    NotFoundError,
-    SessionServerError,
-    StorageError,
-)
+from ..core.codec import dehydrate_event, encode_json, now_ms
+from ..core.errors import ConflictError, NotFoundError, SessionServerError
 from ..core.events import SessionEvent
-from ..core.plans import AppendBatch, AppendOutcome, AppendResult, SessionState
+from ..core.plans import AppendBatch, AppendOutcome, AppendResult
 from ..core.tokens import count_events
 from ..core.turns import TurnPosition, number_turns
-from .file_modes import create_file
-from .schema import SCHEMA_VERSION, schema_sql
-
-log = logging.getLogger(__name__)
+from .idempotency import (
+    DEFAULT_RETENTION,
+    PRUNE_EVERY_SEQS,
+    IdempotencyRetention,
+    prune_idempotency,
+    replayed_result,
+    request_digest,
+    rows_digest,
+)
+from .sqlite_open import MIGRATIONS as MIGRATIONS
+from .sqlite_open import connect, migrate
+from .stored_rows import (
+    EVENT_COLUMNS,
+    SESSION_STATE_COLUMNS,
+    SKIPPED_RECORDS,
+    SkippedRecords,
+    hydrate_or_skip,
+    read_session_state,
+    rows_to_events,
+    session_row,
+    session_state,
+)
+from .transactions import project_error, storage_error, write_txn
 
 __all__ = [
     "DEFAULT_RETENTION",
@@ -65,80 +78,6 @@ __all__ = [
     "write_txn",
 ]
 
-EVENT_COLUMNS: Final = (
-    "id, session_id, seq, action, content, metadata, created_at, turn, turn_start_seq, token_count"
-)
-_DECODER: Final = msgspec.json.Decoder()
-
-
-def storage_error(exc: sqlite3.Error, what: str) -> StorageError:
-    """A ``StorageError`` saying what failed; a full disk is named as such."""
-    full = getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL or "disk is full" in str(
-        exc
-    )
-    if full:
-        return StorageError(
-            f"{what} failed: the disk is full ({exc}); nothing was written",
-            data={"reason": "disk_full", "sqlite_error": str(exc)},
-        )
-    return StorageError(f"{what} failed: {exc}", data={"sqlite_error": str(exc)})
-
-
-def connect(
-    path: Path, *, synchronous: str, busy_timeout_ms: int, readonly: bool
-) -> sqlite3.Connection:
-    """Open ``path`` in WAL mode with the given durability; fails on a non-SQLite file."""
-    # check_same_thread=False: the store hands the connection to pool threads, one call at
-    # a time (its locks guarantee that), never concurrently.
-    # A reader opens the file read-only (``mode=ro``): it never creates a missing file,
-    # and takes no lock a writer in another process would wait for (WAL readers share).
-    target = f"{Path(path).resolve().as_uri()}?mode=ro" if readonly else str(path)
-    if not readonly:
-        create_file(Path(path))  # SQLite gives its -wal and -shm files the file's mode
-    conn = sqlite3.connect(target, isolation_level=None, check_same_thread=False, uri=readonly)
-    try:
-        conn.row_factory = sqlite3.Row
-        conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
-        conn.execute("PRAGMA journal_mode=WAL")  # any read fails here on a non-SQLite file
-        conn.execute(f"PRAGMA synchronous={synchronous}")
-        if readonly:
-            conn.execute("PRAGMA query_only=1")
-        else:
-            # Deleted rows are overwritten with zeros, not just unlinked (DESIGN erasure):
-            # with a checkpoint after each delete, no deleted text survives in the files.
-            conn.execute("PRAGMA secure_delete=ON")
-    except BaseException:
-        conn.close()
-        raise
-    return conn
-
-
-def _statements(script: str) -> list[str]:
-    """Split a DDL script into statements (``executescript`` would commit implicitly)."""
-    out: list[str] = []
-    buf = ""
-    for line in script.splitlines(keepends=True):
-        if not buf and line.strip().startswith("--"):
-            continue
-        buf += line
-        if sqlite3.complete_statement(buf):
-            out.append(buf.strip())
-            buf = ""
-    return [s for s in out if s]
-
-
-# MIGRATIONS[n] upgrades a file at user_version n to n + 1. Version 0 means "empty file":
-# it gets the whole current schema at once, so this only grows for later versions.
-MIGRATIONS: dict[int, Sequence[str]] = {
-    # 1 -> 2: the mirror checkpoint and the snapshot binding. A migrated file has neither:
-    # its snapshot is not trusted and its mirror is verified (streamed) once on activation.
-    1: (
-        "ALTER TABLE sessions ADD COLUMN mirror_state TEXT",
-        "ALTER TABLE sessions ADD COLUMN mirror_files TEXT",
-        "ALTER TABLE sessions ADD COLUMN snapshot_seq INTEGER NOT NULL DEFAULT 0",
-        "ALTER TABLE sessions ADD COLUMN snapshot_digest TEXT",
-    ),
-}
 
 # A delete writes this mirror cursor in its own transaction: never a session's last seq,
 # so the next activation repairs the mirror even if the process dies before it does.
@@ -158,80 +97,6 @@ def invalidate_mirror(conn: sqlite3.Connection, session_id: str) -> None:
     )
 
 
-def migrate(conn: sqlite3.Connection) -> None:
-    """Bring the database to ``SCHEMA_VERSION`` (new file: ``schema.sql``), atomically."""
-    version = int(conn.execute("PRAGMA user_version").fetchone()[0])
-    if version > SCHEMA_VERSION:
-        raise AgentUnavailableError(
-            f"database schema version {version} is newer than this program ({SCHEMA_VERSION})"
-        )
-    if version == SCHEMA_VERSION:
-        return
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        if version == 0:
-            for statement in _statements(schema_sql()):
-                conn.execute(statement)
-            version = SCHEMA_VERSION
-        while version < SCHEMA_VERSION:
-            for statement in MIGRATIONS[version]:
-                conn.execute(statement)
-            version += 1
-        conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
-        conn.execute("COMMIT")
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-
-
-def write_txn(conn: sqlite3.Connection, what: str, body: Any, *args: Any) -> Any:
-    """Run ``body(conn, *args)`` inside ``BEGIN IMMEDIATE`` ... ``COMMIT``.
-
-    Any exception rolls back. SQLite errors become ``StorageError`` (a unique-constraint
-    violation becomes ``ConflictError``); the project's own errors pass through.
-    """
-    try:
-        conn.execute("BEGIN IMMEDIATE")
-    except sqlite3.Error as exc:
-        raise storage_error(exc, what) from exc
-    try:
-        result = body(conn, *args)
-        conn.execute("COMMIT")
-        return result
-    except BaseException as exc:
-        if conn.in_transaction:
-            # SQLite may already have rolled back after a hard failure.
-            with contextlib.suppress(sqlite3.Error):
-                conn.execute("ROLLBACK")
-        mapped = _project_error(exc, what)
-        if mapped is not exc:
-            raise mapped from exc
-        raise
-
-
-def _project_error(exc: BaseException, what: str) -> BaseException:
-    """A SQLite error as the project's (a unique-constraint violation is a conflict);
-    any other exception as it is."""
-    if isinstance(exc, sqlite3.IntegrityError):
-        return ConflictError(f"{what}: an id already exists ({exc})", data={"field": "id"})
-    if isinstance(exc, sqlite3.Error):
-        return storage_error(exc, what)
-    return exc
-
-
-def session_row(row: sqlite3.Row) -> dict[str, Any]:
-    out = dict(row)
-    raw = out.get("metadata")
-    if raw is not None:
-        try:
-            out["metadata"] = _DECODER.decode(raw)
-        except msgspec.DecodeError as exc:
-            raise CorruptRecordError(
-                f"session {out['id']!r}: field 'metadata' is not valid JSON"
-            ) from exc
-    return out
-
-
 def insert_session(
     conn: sqlite3.Connection, agent_id: str, session_id: str, metadata: dict[str, Any] | None
 ) -> None:
@@ -245,117 +110,6 @@ def insert_session(
         "INSERT INTO sessions (id, agent_id, created_at, updated_at, metadata)"
         " VALUES (?, ?, ?, ?, ?)",
         (session_id, agent_id, now, now, None if metadata is None else encode_json(metadata)),
-    )
-
-
-class SkippedRecords:
-    """How many stored rows could not be read back (``CorruptRecordError``): each one is
-    skipped and logged, so one bad row never makes a session unreadable."""
-
-    def __init__(self) -> None:
-        self.count = 0
-        self._lock = threading.Lock()
-
-    def note(self, exc: CorruptRecordError) -> None:
-        with self._lock:  # rows are read on worker threads
-            self.count += 1
-        log.warning("skipping an unreadable stored record: %s", exc.message)
-
-
-SKIPPED_RECORDS: Final = SkippedRecords()
-
-
-class IdempotencyRetention(msgspec.Struct, frozen=True):
-    """How long the results of keyed writes are kept for replay.
-
-    A key is kept while it is among the ``max_per_session`` newest of its session and
-    younger than ``max_age_seconds``. Pruning runs in the write path, inside the keyed
-    write's own transaction, each time a session's seq crosses a multiple of
-    ``PRUNE_EVERY_SEQS`` (so a session holds at most ``max_per_session`` +
-    ``PRUNE_EVERY_SEQS`` keys, and the cost is amortised over that many events). A retry
-    after its key was pruned is a new write.
-    """
-
-    max_age_seconds: float = 86_400.0
-    max_per_session: int = 1000
-
-    def __post_init__(self) -> None:
-        if not self.max_age_seconds > 0:
-            raise ValueError(f"max_age_seconds: must be positive, got {self.max_age_seconds}")
-        if self.max_per_session < 1:
-            raise ValueError(f"max_per_session: must be at least 1, got {self.max_per_session}")
-
-
-DEFAULT_RETENTION: Final = IdempotencyRetention()
-PRUNE_EVERY_SEQS: Final = 64
-
-
-def prune_idempotency(
-    conn: sqlite3.Connection, session_id: str, now: int, retention: IdempotencyRetention
-) -> int:
-    """Drop the keys of ``session_id`` beyond ``retention`` (``now`` in ms); the count."""
-    cursor = conn.execute(
-        "DELETE FROM idempotency WHERE session_id = ?1 AND (created_at < ?2 OR key IN ("
-        " SELECT key FROM idempotency WHERE session_id = ?1"
-        " ORDER BY created_at DESC, key DESC LIMIT -1 OFFSET ?3))",
-        (session_id, now - int(retention.max_age_seconds * 1000), retention.max_per_session),
-    )
-    return int(cursor.rowcount)
-
-
-def hydrate_or_skip(row: sqlite3.Row) -> SessionEvent | None:
-    """The event of ``row``, or ``None`` (logged and counted) when it cannot be read."""
-    try:
-        return hydrate_event(dict(row))
-    except CorruptRecordError as exc:
-        SKIPPED_RECORDS.note(exc)
-        return None
-
-
-def rows_to_events(rows: Sequence[sqlite3.Row]) -> list[SessionEvent]:
-    """The events of ``rows``; rows that cannot be read are skipped (``SKIPPED_RECORDS``)."""
-    events = []
-    for row in rows:
-        event = hydrate_or_skip(row)
-        if event is not None:
-            events.append(event)
-    return events
-
-
-SESSION_STATE_COLUMNS: Final = (
-    "id, last_seq, last_turn, strategy, compaction_required, mirror_seq,"
-    " snapshot_seq, snapshot_digest"
-)
-
-
-def session_state(row: sqlite3.Row | None) -> SessionState | None:
-    """Hydrate a row of ``SESSION_STATE_COLUMNS`` (the strategy JSON decoded once)."""
-    if row is None:
-        return None
-    raw = row["strategy"]
-    try:
-        strategy = None if raw is None else _DECODER.decode(raw)
-    except msgspec.DecodeError as exc:
-        raise CorruptRecordError(
-            f"session {row['id']!r}: field 'strategy' is not valid JSON"
-        ) from exc
-    return SessionState(
-        session_id=str(row["id"]),
-        last_seq=int(row["last_seq"]),
-        last_turn=int(row["last_turn"]),
-        compaction_required=bool(row["compaction_required"]),
-        mirror_seq=int(row["mirror_seq"]),
-        strategy=strategy,
-        snapshot_seq=int(row["snapshot_seq"]),
-        snapshot_digest=row["snapshot_digest"],
-    )
-
-
-def read_session_state(conn: sqlite3.Connection, session_id: str) -> SessionState | None:
-    return session_state(
-        conn.execute(
-            f"SELECT {SESSION_STATE_COLUMNS} FROM sessions WHERE id = ?", (session_id,)
-        ).fetchone()
     )
 
 
@@ -400,7 +154,7 @@ def append(
         # The request's digest is kept beside the result (same JSON column, so files
         # written before it existed read unchanged): a reuse of the key is a replay only
         # when the request is the same. Anything refused below rolls the row back.
-        digest = _digest(dehydrated, batch.expected_last_seq)
+        digest = rows_digest(dehydrated, batch.expected_last_seq)
         saved = {**msgspec.to_builtins(result), "digest": digest}
         claimed = conn.execute(
             "INSERT INTO idempotency (session_id, key, result, created_at) VALUES (?, ?, ?, ?)"
@@ -412,7 +166,7 @@ def append(
                 "SELECT result FROM idempotency WHERE session_id = ? AND key = ?",
                 (session_id, key),
             ).fetchone()
-            return AppendOutcome(_replay(prev[0], digest, session_id, key), [], replay=True)
+            return AppendOutcome(replayed_result(prev[0], digest, session_id, key), [], replay=True)
     expected = batch.expected_last_seq
     if expected is not None and expected != last_seq:
         raise ConflictError(
@@ -490,31 +244,6 @@ def append(
     return AppendOutcome(result, stored)
 
 
-def request_digest(events: Sequence[SessionEvent], expected_last_seq: int | None) -> str:
-    """A digest of what a write asks for: each event's action, content and metadata (as
-    stored) and the expected seq. Ids and timestamps are left out: a client retrying a
-    persist does not resend them, the server makes fresh ones."""
-    return _digest([dehydrate_event(e) for e in events], expected_last_seq)
-
-
-def _digest(rows: Sequence[dict[str, Any]], expected_last_seq: int | None) -> str:
-    body = [expected_last_seq, [[r["action"], r["content"], r["metadata"]] for r in rows]]
-    return hashlib.sha256(encode_json(body).encode("utf-8")).hexdigest()
-
-
-def _replay(raw: str | bytes, digest: str | None, session_id: str, key: str) -> AppendResult:
-    """The stored result of an earlier write with ``key``, if it asked for the same thing."""
-    saved = msgspec.json.decode(raw)
-    stored_digest = saved.get("digest") if isinstance(saved, dict) else None
-    if stored_digest is not None and stored_digest != digest:
-        raise ConflictError(
-            f"idempotency_key: {key!r} was already used in session {session_id!r} for a "
-            "different request (a retry must send the same content)",
-            data={"reason": "idempotency_mismatch", "field": "idempotency_key"},
-        )
-    return msgspec.convert(saved, AppendResult)
-
-
 def append_group(
     conn: sqlite3.Connection,
     batches: Sequence[AppendBatch],
@@ -534,7 +263,7 @@ def append_group(
         try:
             outcome = append(conn, batch, retention)
         except Exception as exc:
-            mapped = _project_error(exc, "append_events")
+            mapped = project_error(exc, "append_events")
             if not conn.in_transaction or not isinstance(mapped, SessionServerError):
                 raise
             conn.execute("ROLLBACK TO batch")

@@ -1,0 +1,101 @@
+"""Open an agent file and bring its schema up to date (I/O, on a worker thread).
+
+``connect`` opens the file in WAL mode with the configured durability (a reader opens it
+read-only); ``migrate`` brings a new file to the whole schema and an older file through
+``MIGRATIONS``, one version at a time, in one transaction.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from pathlib import Path
+
+from ..core.errors import AgentUnavailableError
+from .file_modes import create_file
+from .schema import SCHEMA_VERSION, schema_sql
+
+__all__ = ["MIGRATIONS", "connect", "migrate"]
+
+
+def connect(
+    path: Path, *, synchronous: str, busy_timeout_ms: int, readonly: bool
+) -> sqlite3.Connection:
+    """Open ``path`` in WAL mode with the given durability; fails on a non-SQLite file."""
+    # check_same_thread=False: the store hands the connection to pool threads, one call at
+    # a time (its locks guarantee that), never concurrently.
+    # A reader opens the file read-only (``mode=ro``): it never creates a missing file,
+    # and takes no lock a writer in another process would wait for (WAL readers share).
+    target = f"{Path(path).resolve().as_uri()}?mode=ro" if readonly else str(path)
+    if not readonly:
+        create_file(Path(path))  # SQLite gives its -wal and -shm files the file's mode
+    conn = sqlite3.connect(target, isolation_level=None, check_same_thread=False, uri=readonly)
+    try:
+        conn.row_factory = sqlite3.Row
+        conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+        conn.execute("PRAGMA journal_mode=WAL")  # any read fails here on a non-SQLite file
+        conn.execute(f"PRAGMA synchronous={synchronous}")
+        if readonly:
+            conn.execute("PRAGMA query_only=1")
+        else:
+            # Deleted rows are overwritten with zeros, not just unlinked (DESIGN erasure):
+            # with a checkpoint after each delete, no deleted text survives in the files.
+            conn.execute("PRAGMA secure_delete=ON")
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _statements(script: str) -> list[str]:
+    """Split a DDL script into statements (``executescript`` would commit implicitly)."""
+    out: list[str] = []
+    buf = ""
+    for line in script.splitlines(keepends=True):
+        if not buf and line.strip().startswith("--"):
+            continue
+        buf += line
+        if sqlite3.complete_statement(buf):
+            out.append(buf.strip())
+            buf = ""
+    return [s for s in out if s]
+
+
+# MIGRATIONS[n] upgrades a file at user_version n to n + 1. Version 0 means "empty file":
+# it gets the whole current schema at once, so this only grows for later versions.
+MIGRATIONS: dict[int, Sequence[str]] = {
+    # 1 -> 2: the mirror checkpoint and the snapshot binding. A migrated file has neither:
+    # its snapshot is not trusted and its mirror is verified (streamed) once on activation.
+    1: (
+        "ALTER TABLE sessions ADD COLUMN mirror_state TEXT",
+        "ALTER TABLE sessions ADD COLUMN mirror_files TEXT",
+        "ALTER TABLE sessions ADD COLUMN snapshot_seq INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE sessions ADD COLUMN snapshot_digest TEXT",
+    ),
+}
+
+
+def migrate(conn: sqlite3.Connection) -> None:
+    """Bring the database to ``SCHEMA_VERSION`` (new file: ``schema.sql``), atomically."""
+    version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+    if version > SCHEMA_VERSION:
+        raise AgentUnavailableError(
+            f"database schema version {version} is newer than this program ({SCHEMA_VERSION})"
+        )
+    if version == SCHEMA_VERSION:
+        return
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        if version == 0:
+            for statement in _statements(schema_sql()):
+                conn.execute(statement)
+            version = SCHEMA_VERSION
+        while version < SCHEMA_VERSION:
+            for statement in MIGRATIONS[version]:
+                conn.execute(statement)
+            version += 1
+        conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
