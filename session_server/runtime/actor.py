@@ -91,6 +91,12 @@ class ActorHost(Protocol):
     def executor(self) -> Executor: ...
 
     @property
+    def mirror_executor(self) -> Executor:
+        """Where mirror file I/O runs: threads of its own, so a burst of mirror writes or
+        a streamed repair never holds the threads commits wait for."""
+        ...
+
+    @property
     def snapshot_index(self) -> SnapshotIndex | None:
         """The index ``memory.list_snapshots`` reads (``None``: read-only, no mirror)."""
         ...
@@ -185,7 +191,7 @@ class AgentActor(SessionReads, SessionWrites, SessionEdits):
             host.memory_dir,
             agent_id,
             enabled=host.mirror,
-            executor=host.executor,
+            executor=host.mirror_executor,
             snapshot_parts=self.core.snapshot_parts,
             on_lag=host.operations.mirror_lag_seconds.observe,
             index=host.snapshot_index,

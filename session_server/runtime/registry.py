@@ -54,6 +54,12 @@ __all__ = ["DEFAULT_MAX_AGENTS", "ActorRegistry", "default_memory_dir"]
 
 log = logging.getLogger(__name__)
 
+MIRROR_THREADS = 2
+"""Threads for mirror file I/O, shared by all agents (each agent's operations run one at a
+time, in commit order): apart from the SQLite threads, so that mirror writes never delay a
+commit. Measured with 64 connections over 16 agents at FULL, 600 turns/s offered: p99
+33-35 ms with them apart, 39-100 ms sharing the SQLite threads."""
+
 DEFAULT_MAX_AGENTS = 100_000
 """Agents (folders under ``<memory_dir>/agents``) a registry lets writes create in total."""
 
@@ -179,6 +185,11 @@ class ActorRegistry:
         # whatever the number of agents.
         self.executor = ThreadPoolExecutor(
             max_workers=max(1, io_threads), thread_name_prefix="session-server-sqlite"
+        )
+        # Mirror file I/O (trace lines, snapshots, streamed repairs) on threads of its own:
+        # callers wait for commits, nobody waits for the mirror.
+        self.mirror_executor = ThreadPoolExecutor(
+            max_workers=MIRROR_THREADS, thread_name_prefix="session-server-mirror"
         )
         # Load the token encoding now, beside start-up: the first commit counts its turn
         # and would otherwise wait for the load (and every caller queued behind it).
@@ -426,6 +437,7 @@ class ActorRegistry:
                 self.executor, self.snapshot_index.close
             )
         self.executor.shutdown(wait=True)
+        self.mirror_executor.shutdown(wait=True)
 
 
 def _log_failure(task: asyncio.Task[None]) -> None:

@@ -20,6 +20,7 @@ from session_server.core.events import ContextMessage, SessionEvent, ToolCall
 from session_server.core.tokens import TokenCounter, get_counter
 from session_server.mirror.rows_file import ROWS_FILE
 from session_server.mirror_io.snapshot_index import SnapshotIndex
+from session_server.mirror_io.writer import MirrorWriter
 from session_server.rpc import memory_methods
 from session_server.runtime import mirror_link, transfer
 from tests.support.server import running_server
@@ -142,3 +143,22 @@ async def test_turn_tokens_are_counted_on_the_commit_worker(
     counter = get_counter()
     assert [e.token_count for e in stored] == [counter.count_event(e) for e in stored]
     assert all(e.token_count for e in stored)
+
+
+async def test_mirror_writes_run_on_the_mirror_threads_not_the_sqlite_ones(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, threads: dict[str, list[str]]
+) -> None:
+    """Callers wait for commits, nobody waits for the mirror: its file I/O has threads of
+    its own, so a burst of mirror writes never holds a thread a commit waits for."""
+    recording(monkeypatch, MirrorWriter, "append", threads)
+    recording(monkeypatch, MirrorWriter, "write_snapshot", threads)
+    async with ActorRegistry(tmp_path, idle_timeout=None) as reg:
+        actor = await reg.get("agent")
+        sid = await actor.create_session()
+        ctx = await actor.build_working_context(sid)
+        ctx.add_messages([ContextMessage(role="user", content="hello")])
+        await actor.persist_working_context(sid, ctx)
+        await actor.mirror.drain()
+    names = threads["append"] + threads["write_snapshot"]
+    assert threads["append"] and threads["write_snapshot"], threads
+    assert all(n.startswith("session-server-mirror") for n in names), threads
