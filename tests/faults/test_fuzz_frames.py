@@ -435,7 +435,16 @@ def collect(ws: ClientConnection, expected: list[Any], stats: Stats) -> None:
     while pending:
         left = deadline - time.monotonic()
         assert left > 0, f"no answer for {sorted(map(repr, pending))[:10]}"
-        message = json.loads(ws.recv(timeout=left))
+        try:
+            raw = ws.recv(timeout=left)
+        except TimeoutError:
+            # Say what is missing (a hang under load was seen: which requests stalled?).
+            missing = sorted(map(repr, pending))
+            raise AssertionError(
+                f"no answer within {RECV_DEADLINE_S} s for {len(missing)} of {len(expected)}"
+                f" requests: ids {missing[:20]}"
+            ) from None
+        message = json.loads(raw)
         for answer in message if isinstance(message, list) else [message]:
             answer_id = check_answer(answer, stats)
             assert pending.get(answer_id), f"unexpected answer {answer!r:.300}"
@@ -464,7 +473,13 @@ class Connections:
         try:
             ws.send(frame.data, text=True)
             with pytest.raises(ConnectionClosed) as info:
-                ws.recv(timeout=RECV_DEADLINE_S)
+                try:
+                    ws.recv(timeout=RECV_DEADLINE_S)
+                except TimeoutError:
+                    raise AssertionError(
+                        f"no close {frame.close_code} within {RECV_DEADLINE_S} s after a frame"
+                        f" of {len(frame.data)} bytes on a new connection"
+                    ) from None
             rcvd = info.value.rcvd
             assert rcvd is not None and rcvd.code == frame.close_code, (rcvd, frame.close_code)
         finally:
