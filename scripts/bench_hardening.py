@@ -30,6 +30,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT)]
 
+from tests.support.bench_env import use_shared_tiktoken  # noqa: E402
 from tests.support.hardening import (  # noqa: E402
     Probe,
     batch_bomb,
@@ -41,6 +42,8 @@ from tests.support.hardening import (  # noqa: E402
 from tests.support.load import rss_kib  # noqa: E402
 from tests.support.report import markers, write_section  # noqa: E402
 from tests.support.server import ServerProcess  # noqa: E402
+
+use_shared_tiktoken()  # the server subprocesses inherit it
 
 AGENT = "bench-hardening"
 START, END = markers("bench_hardening")

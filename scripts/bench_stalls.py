@@ -41,9 +41,12 @@ sys.path[:0] = [str(ROOT)]
 
 from session_server.client import SessionClient  # noqa: E402
 from session_server.core.errors import SessionServerError  # noqa: E402
+from tests.support.bench_env import use_shared_tiktoken  # noqa: E402
 from tests.support.hardening import Probe, noise  # noqa: E402
 from tests.support.report import markers, write_section  # noqa: E402
 from tests.support.server import ServerProcess  # noqa: E402
+
+use_shared_tiktoken()  # the server subprocesses inherit it
 
 AGENT = "bench-stalls"
 SESSION = "big"

@@ -2,7 +2,7 @@
 
 ``Connection`` reads frames within the connection bounds (the in-flight window, the
 outgoing bytes, the request budget and the large-frame permits), handles each frame in
-its own task (``rpc.methods.dispatch``), writes answers and notifications through one
+its own task (``rpc.dispatch.dispatch``), writes answers and notifications through one
 FIFO, holds the connection's subscriptions (``fanout``), watches its token's lifetime,
 and closes within the server's stop deadline. ``ConnectionHost`` is what it needs of
 the server (``SessionServer`` is one).

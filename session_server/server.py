@@ -6,7 +6,7 @@ answered by ``http_routes``. The handshake refuses, before any actor is touched:
 missing, unknown, expired, tampered or malformed token when authentication is on (401, the
 body says which of these and nothing more), an unknown path (404), an invalid agent id
 (400), a token not allowed for the agent (403). Method scopes and session limits are checked per call by
-``rpc.methods.dispatch``. A connection whose token expires, or stops being valid after
+``rpc.dispatch.dispatch``. A connection whose token expires, or stops being valid after
 ``reload_auth``, is closed with 1008 (a frame that arrives after expiry is answered -32003
 first).
 
