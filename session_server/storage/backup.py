@@ -44,6 +44,7 @@ from . import sqlite_ops as ops
 from .file_lock import try_exclusive_lock
 from .file_modes import create_file, make_dir
 from .schema import SCHEMA_VERSION
+from .store_connections import LOCK_FILE  # the one lock an open agent holds
 
 __all__ = [
     "AGENT_FILE",
@@ -61,7 +62,6 @@ __all__ = [
 
 MANIFEST: Final = "manifest.json"
 AGENT_FILE: Final = "agent.sqlite"
-LOCK_FILE: Final = "agent.lock"
 MIRROR_FOLDER: Final = "sessions"
 FORMAT: Final = "session-server/backup"
 VERSION: Final = 1
