@@ -59,17 +59,14 @@ from ..storage.sqlite_ops import IdempotencyRetention
 from ..storage.store import AgentStore, Synchronous
 from .commit_effects import GroupCommit
 from .compaction_turns import SUMMARY_BACKOFF_MAX as SUMMARY_BACKOFF_MAX
-from .compaction_turns import CompactionTurns
+from .compaction_turns import CompactionHost, CompactionTurns
 from .compaction_turns import SummaryOutcome as SummaryOutcome
-from .metrics import CompactionMetrics
 from .mirror_link import MirrorLink
-from .ops_metrics import OperationsMetrics
 from .session_edits import SessionEdits
 from .session_reads import SessionReads
 from .session_writes import LARGE_CONTENT_CHARS as LARGE_CONTENT_CHARS
 from .session_writes import SessionWrites
 from .subscriptions import Subscriber, Subscriptions
-from .summarizers import Summarizer
 from .write_queue import MAX_GROUP_APPENDS, MAX_GROUP_EVENTS, WriteQueue
 
 __all__ = ["MAX_GROUP_APPENDS", "MAX_GROUP_EVENTS", "ActorHost", "AgentActor", "Subscriber"]
@@ -77,9 +74,10 @@ __all__ = ["MAX_GROUP_APPENDS", "MAX_GROUP_EVENTS", "ActorHost", "AgentActor", "
 T = TypeVar("T")
 
 
-class ActorHost(Protocol):
+class ActorHost(CompactionHost, Protocol):
     """What an actor needs from its owner (``ActorRegistry``): shared resources and the
-    bookkeeping of the open-store bound."""
+    bookkeeping of the open-store bound, besides what its compactions need
+    (``CompactionHost``: summarizer, metrics, summary timing)."""
 
     @property
     def memory_dir(self) -> Path: ...
@@ -113,30 +111,6 @@ class ActorHost(Protocol):
 
     @property
     def default_strategy(self) -> dict[str, Any] | None: ...
-
-    @property
-    def summarizer(self) -> Summarizer: ...
-
-    @property
-    def metrics(self) -> CompactionMetrics: ...
-
-    @property
-    def operations(self) -> OperationsMetrics: ...
-
-    @property
-    def compaction_wait(self) -> float:
-        """Seconds a build waits for a summary before it answers with the previous record."""
-        ...
-
-    @property
-    def compaction_timeout(self) -> float:
-        """Seconds a background summary may take before it counts as failed."""
-        ...
-
-    @property
-    def summary_backoff(self) -> float:
-        """Seconds before the first retry of a failed summary (doubling after each)."""
-        ...
 
     def open_slot(self) -> AbstractAsyncContextManager[None]:
         """Held while a store opens: one at a time, with room made under the bound."""

@@ -55,7 +55,7 @@ class Pump(Protocol):
 
 
 class CompactionHost(Protocol):
-    """What the turns need from the actor's host (``ActorHost`` has it)."""
+    """What the turns need from the actor's host (``ActorHost`` extends it)."""
 
     @property
     def summarizer(self) -> Summarizer: ...
@@ -67,13 +67,19 @@ class CompactionHost(Protocol):
     def operations(self) -> OperationsMetrics: ...
 
     @property
-    def compaction_wait(self) -> float: ...
+    def compaction_wait(self) -> float:
+        """Seconds a build waits for a summary before it answers with the previous record."""
+        ...
 
     @property
-    def compaction_timeout(self) -> float: ...
+    def compaction_timeout(self) -> float:
+        """Seconds a background summary may take before it counts as failed."""
+        ...
 
     @property
-    def summary_backoff(self) -> float: ...
+    def summary_backoff(self) -> float:
+        """Seconds before the first retry of a failed summary (doubling after each)."""
+        ...
 
 
 class CompactionTurns:
