@@ -34,6 +34,7 @@ __all__ = [
     "safe_window",
     "safe_window_start",
     "splits_tool_pair",
+    "stored_calls_needed",
     "tail_window",
     "widening_turns",
     "window_from",
@@ -90,6 +91,22 @@ def number_turns(
             for call in ev.tool_calls or ():
                 added[call.id] = current  # a re-used id: later results join the latest
     return out, added
+
+
+def stored_calls_needed(events: Sequence[SessionEvent]) -> list[str]:
+    """The call ids whose stored positions ``number_turns`` may look up for ``events``:
+    those of results with no call with their id earlier in ``events`` (a result after
+    its call in the same batch takes the batch's position and never reads ``calls``)."""
+    called: set[str] = set()
+    needed: list[str] = []
+    for ev in events:
+        if ev.action == "tool_call_request":
+            called.update(call.id for call in ev.tool_calls or ())
+        elif ev.action == "tool_result":
+            call_id = ev.tool_call_id
+            if call_id is not None and call_id not in called:
+                needed.append(call_id)
+    return needed
 
 
 def assign_turns(

@@ -26,7 +26,7 @@ from ..core.errors import ConflictError, NotFoundError, SessionServerError
 from ..core.events import SessionEvent
 from ..core.plans import AppendBatch, AppendOutcome, AppendResult
 from ..core.tokens import count_events
-from ..core.turns import TurnPosition, number_turns
+from ..core.turns import TurnPosition, number_turns, stored_calls_needed
 from .idempotency import (
     DEFAULT_RETENTION,
     PRUNE_EVERY_SEQS,
@@ -174,14 +174,8 @@ def append(
             data={"last_seq": last_seq, "field": "expected_last_seq"},
         )
     # Tool results join the turn of their call, even when the call came in an earlier
-    # append: only results with no call before them in this batch need the stored calls.
-    wanted: list[str] = []
-    called: set[str] = set()
-    for e in events:
-        if e.action == "tool_call_request":
-            called.update(c.id for c in e.tool_calls or ())
-        elif e.action == "tool_result" and e.tool_call_id and e.tool_call_id not in called:
-            wanted.append(e.tool_call_id)
+    # append: read the stored calls the numbering may look up, only those.
+    wanted = stored_calls_needed(events)
     known: dict[str, TurnPosition] = {}
     if wanted:
         marks = ",".join("?" * len(wanted))
@@ -194,21 +188,20 @@ def append(
     positions, added = number_turns(events, first_seq=last_seq + 1, last=last, calls=known)
     stored: list[SessionEvent] = []
     rows_out: list[tuple[Any, ...]] = []
-    seq = last_seq
     counts = batch.token_counts
     if counts is None:  # counted here, off the event loop (tiktoken releases the GIL)
         counts = count_events(events)
-    for ev, d, tokens, pos in zip(events, dehydrated, counts, positions, strict=True):
-        seq += 1
+    rows = zip(events, dehydrated, counts, positions, strict=True)
+    for ev_seq, (ev, d, tokens, pos) in enumerate(rows, start=last_seq + 1):
         if ev.action == "user_message":
             last = pos
         created = ev.timestamp or now
         new = msgspec.structs.replace(
-            ev, session_id=session_id, seq=seq, timestamp=created, turn=pos.turn,
+            ev, session_id=session_id, seq=ev_seq, timestamp=created, turn=pos.turn,
             token_count=tokens,
         )  # fmt: skip
         rows_out.append(
-            (ev.id, session_id, seq, d["action"], d["content"], d["metadata"], created,
+            (ev.id, session_id, ev_seq, d["action"], d["content"], d["metadata"], created,
              pos.turn, pos.start_seq, tokens)
         )  # fmt: skip
         stored.append(new)

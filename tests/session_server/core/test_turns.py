@@ -11,12 +11,15 @@ from hypothesis import strategies as st
 from session_server.core.events import SessionEvent, ToolCall
 from session_server.core.turns import (
     Turn,
+    TurnPosition,
     assign_turns,
     drop_orphan_results,
     group_turns,
+    number_turns,
     safe_window,
     safe_window_start,
     splits_tool_pair,
+    stored_calls_needed,
     tail_window,
     widening_turns,
     window_last_n,
@@ -502,3 +505,30 @@ def test_large_history_is_fast() -> None:
     window_last_n(events, 3)
     safe_window(events, 3, 5000)
     assert time.perf_counter() - t0 < 2.0
+
+
+# --------------------------------------------------------------------------------------
+# The stored calls an append reads (storage reads only these)
+# --------------------------------------------------------------------------------------
+
+STORED = st.dictionaries(
+    st.sampled_from(["a", "b", "c", "d"]),
+    st.builds(TurnPosition, st.integers(1, 9), st.integers(1, 40)),
+)
+
+
+@given(arbitrary_events(), STORED, st.builds(TurnPosition, st.integers(0, 9), st.integers(0, 40)))
+@settings(max_examples=300)
+def test_numbering_with_only_the_needed_stored_calls_is_the_same(
+    events: list[SessionEvent], stored: dict[str, TurnPosition], last: TurnPosition
+) -> None:
+    """``number_turns`` gives the same positions and added calls whether it is given
+    every stored call or only those ``stored_calls_needed`` names."""
+    needed = {k: v for k, v in stored.items() if k in stored_calls_needed(events)}
+    assert number_turns(events, first_seq=41, last=last, calls=needed) == number_turns(
+        events, first_seq=41, last=last, calls=stored
+    )
+
+
+def test_results_after_their_call_in_the_batch_need_no_stored_call() -> None:
+    assert stored_calls_needed([U(), C("a"), R("a"), R("b"), C("b"), R("b")]) == ["b"]
