@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Mapping, Sequence
+from itertools import accumulate
+from operator import attrgetter
 from typing import NamedTuple
 
 import msgspec
@@ -56,6 +58,7 @@ class TurnPosition(NamedTuple):
 
 
 _LOG_START = TurnPosition(0, 0)
+_TURN = attrgetter("turn")
 
 
 def number_turns(
@@ -152,32 +155,38 @@ def _pairs(events: Sequence[SessionEvent]) -> list[tuple[int, int]]:
     so a window that starts between a call and its result is widened instead of giving
     the result to another turn's call.
     """
+    return _pair_up(events)[0]
+
+
+def _pair_up(events: Sequence[SessionEvent]) -> tuple[list[tuple[int, int]], list[int]]:
+    """``_pairs`` of ``events``, and the indexes of the results that pair with nothing
+    (the orphans ``drop_orphan_results`` leaves out), from the same single pass."""
     turns: list[int] | None = None
     later: dict[tuple[str, int], int] = {}  # (call id, turn) -> its first call's index
     latest: dict[str, int] = {}
-    out = []
+    out: list[tuple[int, int]] = []
+    orphans: list[int] = []
     for j, ev in enumerate(events):
-        if ev.action == "tool_call_request":
+        action = ev.action
+        if action == "tool_call_request":
             for c in ev.tool_calls or ():
                 latest[c.id] = j
-        elif ev.action == "tool_result" and ev.tool_call_id is not None:
-            call = latest.get(ev.tool_call_id)
-            if call is None:
+        elif action == "tool_result":
+            call_id = ev.tool_call_id
+            call = None if call_id is None else latest.get(call_id)
+            if call is None and call_id is not None:
                 if turns is None:
                     turns = _turns(events)
                     for i, e in enumerate(events):
                         if e.action == "tool_call_request":
                             for c in e.tool_calls or ():
                                 later.setdefault((c.id, turns[i]), i)
-                call = later.get((ev.tool_call_id, turns[j]))
-            if call is not None:
+                call = later.get((call_id, turns[j]))
+            if call is None:
+                orphans.append(j)
+            else:
                 out.append((call, j))
-    return out
-
-
-def _answered(events: Sequence[SessionEvent]) -> set[int]:
-    """Indexes of the results in ``events`` whose call is among them (see ``_pairs``)."""
-    return {result for _, result in _pairs(events)}
+    return out, orphans
 
 
 def splits_tool_pair(events: Sequence[SessionEvent], start: int, end: int | None = None) -> bool:
@@ -218,11 +227,6 @@ def safe_cut_points(events: Sequence[SessionEvent]) -> list[bool]:
     return [not split for split in _cut_starts(_spans(events), len(events))]
 
 
-def _nearest(candidates: list[int], target: int) -> int:
-    # Ties go to the earlier boundary: more context rather than less.
-    return min(candidates, key=lambda c: (abs(c - target), c))
-
-
 def safe_window_start(events: Sequence[SessionEvent], start: int) -> int:
     """The start index nearest to ``start`` that splits no tool pair.
 
@@ -240,12 +244,30 @@ def _safe_start(events: Sequence[SessionEvent], start: int, pairs: list[tuple[in
     """``safe_window_start`` with the ``_pairs`` of ``events`` given (``0 < start``)."""
     n = len(events)
     start = min(start, n)
-    cut = _cut_starts([(min(c, r), max(c, r)) for c, r in pairs], n)
-    if not cut[start]:
+    # The window [s, n) splits a pair exactly when a span has lo < s <= hi: the depth of
+    # the spans over s (a difference array summed once) is the number it splits.
+    diff = [0] * (n + 2)
+    for call, result in pairs:
+        if call < result:
+            diff[call + 1] += 1
+            diff[result + 1] -= 1
+        else:
+            diff[result + 1] += 1
+            diff[call + 1] -= 1
+    depth = list(accumulate(diff))
+    if not depth[start]:
         return start
-    candidates = [i for i, ev in enumerate(events) if ev.action == "user_message" and not cut[i]]
-    candidates.append(0)
-    return _nearest(candidates, start)
+    # The nearest turn boundary (a user message, or 0) that splits nothing, searched
+    # outward from ``start``; at equal distance the earlier one (more context rather
+    # than less). 0 is at distance ``start``, so the search ends there at the latest.
+    for d in range(1, start):
+        i = start - d
+        if not depth[i] and events[i].action == "user_message":
+            return i
+        i = start + d
+        if i < n and not depth[i] and events[i].action == "user_message":
+            return i
+    return 0
 
 
 def _min_hi_covering(spans: list[tuple[int, int]], n: int) -> list[int]:
@@ -334,8 +356,15 @@ def drop_orphan_results(events: Sequence[SessionEvent]) -> list[SessionEvent]:
     Such a result cannot be sent to a provider (every provider rejects it); it stays in
     storage. Used when a loaded window starts after the call it answers.
     """
-    answered = _answered(events)
-    return [e for i, e in enumerate(events) if e.action != "tool_result" or i in answered]
+    return _without(events, _pair_up(events)[1], 0)
+
+
+def _without(events: Sequence[SessionEvent], orphans: list[int], start: int) -> list[SessionEvent]:
+    """``events[start:]`` without the results at the indexes ``orphans``."""
+    dropped = {i for i in orphans if i >= start}
+    if not dropped:
+        return list(events[start:])
+    return [e for i, e in enumerate(events[start:], start) if i not in dropped]
 
 
 def widening_turns(window: Sequence[SessionEvent]) -> set[int]:
@@ -361,8 +390,8 @@ def widening_turns(window: Sequence[SessionEvent]) -> set[int]:
             break
     else:
         return set()
-    needed = {window[0].turn or 0}
-    needed.update(e.turn or 0 for e in window if e.action == "tool_result")
+    needed = {e.turn or 0 for e in window if e.action == "tool_result"}
+    needed.add(window[0].turn or 0)
     return needed
 
 
@@ -370,18 +399,15 @@ def window_from(loaded: Sequence[SessionEvent], cut: int) -> list[SessionEvent]:
     """The window of ``loaded`` (widened as ``widening_turns`` says) whose nominal start
     is index ``cut``: moved to the nearest start that splits no pair, then without the
     results whose call is still outside."""
-    pairs = _pairs(loaded)
+    pairs, orphans = _pair_up(loaded)
     start = _safe_start(loaded, cut, pairs) if cut > 0 else 0
-    if any(e.turn is None for e in loaded):
+    if None in map(_TURN, loaded):
         # Turns counted from the events themselves may differ on the shorter list.
         return drop_orphan_results(loaded[start:])
     # ``start`` splits no pair, so the pairs of ``loaded[start:]`` are those of ``loaded``
     # after it (with stored turns, ``_pairs`` of the shorter list finds the same calls):
-    # one pass fewer than ``drop_orphan_results``.
-    answered = {result for _, result in pairs if result >= start}
-    return [
-        e for i, e in enumerate(loaded[start:], start) if e.action != "tool_result" or i in answered
-    ]
+    # its orphans are those of ``loaded`` after ``start``, no second pass.
+    return _without(loaded, orphans, start)
 
 
 def tail_window(
@@ -401,10 +427,10 @@ def tail_window(
         return drop_orphan_results(suffix)
     if cut < 0 or not suffix:
         return None  # fewer events than the window, and older ones not at hand
-    window = suffix[cut:]
+    window = list(suffix[cut:])
     needed = widening_turns(window)
     if not needed:
-        return list(window)
+        return window
     # Turn numbers grow with each user message, so walk back from the end only until
     # every needed turn's opening message is found or passed.
     starts: dict[int, int] = {}
