@@ -53,7 +53,11 @@ class IdempotencyRetention(msgspec.Struct, frozen=True):
 
 DEFAULT_RETENTION: Final = IdempotencyRetention()
 
-PRUNE_EVERY_SEQS: Final = 64
+# A prune reads and sorts every key of the session (about ``max_per_session``) and
+# deletes keys scattered over the table's pages: done every 256 seqs, it costs a quarter of
+# what it did every 64 (measured: 0.3-0.6 ms every 16 four-event turns), for at most 192
+# keys more per session.
+PRUNE_EVERY_SEQS: Final = 256
 
 
 def prune_idempotency(

@@ -27,6 +27,7 @@ from . import sqlite_ops as ops
 from .file_lock import try_exclusive_lock
 from .file_modes import make_dir
 from .schema import SCHEMA_VERSION
+from .wal_checkpoints import BACKSTOP_PAGES, BackgroundCheckpoints
 
 __all__ = ["LOCK_FILE", "StoreConnections", "Synchronous"]
 
@@ -64,6 +65,8 @@ class StoreConnections:
         self._reader: sqlite3.Connection | None = None
         self._read_lock = asyncio.Lock()
         self._lock_fd: int | None = None
+        # WAL checkpoints beside the writes, not inside one (writer stores only).
+        self.checkpoints: BackgroundCheckpoints | None = None
 
     # -- plumbing ------------------------------------------------------------------
 
@@ -88,6 +91,8 @@ class StoreConnections:
         result: T = await self._call(ops.write_txn, self.writer, what, body, *args)
         if self._on_commit is not None:  # seconds of the transaction, queueing included
             self._on_commit(time.perf_counter() - started, batch_size)
+        if self.checkpoints is not None:
+            self.checkpoints.committed(batch_size)
         return result
 
     def _reader_conn(self) -> sqlite3.Connection:
@@ -168,6 +173,9 @@ class StoreConnections:
                 )
                 try:
                     ops.migrate(conn)
+                    # SQLite's own checkpoint is the backstop; ``BackgroundCheckpoints``
+                    # does the usual ones off the commit path.
+                    conn.execute(f"PRAGMA wal_autocheckpoint={BACKSTOP_PAGES}")
                 except BaseException:
                     conn.close()
                     raise
@@ -193,9 +201,13 @@ class StoreConnections:
                 f"agent {agent_id!r}: database file {path.name} is unusable ({exc})",
                 data={"agent_id": agent_id},
             ) from exc
+        store.checkpoints = BackgroundCheckpoints(path, synchronous, store._call)
         return store
 
     async def close(self) -> None:
+        if self.checkpoints is not None:
+            # First: the writer, closing last, then checkpoints and removes the WAL.
+            await self.checkpoints.close()
         conns = [c for c in (self._reader, self._writer) if c is not None]
         self._reader = self._writer = None
         lock_fd, self._lock_fd = self._lock_fd, None

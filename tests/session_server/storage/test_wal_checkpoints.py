@@ -1,0 +1,157 @@
+"""WAL checkpoints run beside the writes, not inside one (``storage/wal_checkpoints.py``).
+
+Real agent files through ``AgentStore`` on a real thread pool: the writer's own automatic
+checkpoint is only the backstop, a passive checkpoint runs every
+``CHECKPOINT_EVERY_WRITES`` writes on a connection of its own, the WAL restarts once one has
+caught up, stays bounded when writes come back to back, and goes away at close.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sqlite3
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+from session_server.core.codec import message_to_event, new_event_ids
+from session_server.core.events import ContextMessage
+from session_server.core.plans import AppendBatch
+from session_server.storage.store import AgentStore
+from session_server.storage.wal_checkpoints import (
+    BACKSTOP_PAGES,
+    CHECKPOINT_EVERY_WRITES,
+    BackgroundCheckpoints,
+)
+
+SID = "s"
+PAGE = 4096
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[AgentStore]:
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        opened = await AgentStore.open(
+            tmp_path / "agent.sqlite", "a", synchronous="NORMAL", executor=pool
+        )
+        try:
+            await opened.create_session(None, SID)
+            yield opened
+        finally:
+            await opened.close()
+
+
+def turn(n: int) -> AppendBatch:
+    events = [
+        message_to_event(SID, ContextMessage(role="user", content=f"question {n} " * 40)),
+        message_to_event(SID, ContextMessage(role="assistant", content=f"answer {n} " * 40)),
+    ]
+    ids = new_event_ids(len(events))
+    events = [msgspec.structs.replace(e, id=i) for e, i in zip(events, ids, strict=True)]
+    return AppendBatch(session_id=SID, events=events, token_counts=None)
+
+
+def wal_frames(path: Path) -> tuple[int, int]:
+    """``(frames in the WAL, frames copied)`` as a passive checkpoint of a fresh
+    connection reports them (it copies what is left, which is what we measure)."""
+    conn = sqlite3.connect(path)
+    try:
+        _busy, log, done = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        return int(log), int(done)
+    finally:
+        conn.close()
+
+
+async def test_the_writer_keeps_sqlites_checkpoint_only_as_a_backstop(store: AgentStore) -> None:
+    assert store.writer.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == BACKSTOP_PAGES
+
+
+async def test_a_checkpoint_runs_every_n_writes_and_copies_everything_while_idle(
+    store: AgentStore,
+) -> None:
+    assert store.checkpoints is not None
+    for n in range(CHECKPOINT_EVERY_WRITES - 2):  # the session's creation was one write
+        await store.append(turn(n))
+    await store.checkpoints.settle()
+    assert store.checkpoints.runs == 0
+    await store.append(turn(99))
+    await store.checkpoints.settle()
+    assert store.checkpoints.runs == 1
+    log, done = wal_frames(store.path)
+    assert log > 0 and done == log  # nothing was left for anyone else to copy
+
+
+async def test_the_wal_restarts_after_a_checkpoint_caught_up(store: AgentStore) -> None:
+    assert store.checkpoints is not None
+    for n in range(3 * CHECKPOINT_EVERY_WRITES):
+        await store.append(turn(n))
+        if (n + 2) % CHECKPOINT_EVERY_WRITES == 0:
+            await store.checkpoints.settle()  # an idle gap: the checkpoint catches up
+    # Each round of writes began on a fully copied WAL and wrote from its start again: it
+    # holds one round's frames, not three.
+    log, _done = wal_frames(store.path)
+    one_round = CHECKPOINT_EVERY_WRITES * 8  # a two-event turn dirties far fewer pages
+    assert 0 < log <= one_round
+    wal = store.path.with_name(store.path.name + "-wal")
+    assert wal.stat().st_size <= 32 + (one_round + 8) * (24 + PAGE)
+
+
+async def test_back_to_back_writes_keep_the_wal_within_the_backstop(store: AgentStore) -> None:
+    turns = 0
+    wal = store.path.with_name(store.path.name + "-wal")
+    bound = 32 + (BACKSTOP_PAGES + 64) * (24 + PAGE)
+    # Enough writes to pass the backstop twice over (a turn dirties at least 4 pages).
+    while turns < 2 * BACKSTOP_PAGES // 4:
+        await store.append(turn(turns))
+        turns += 1
+        assert wal.stat().st_size <= bound
+    events = await store.load_events(SID, limit=None)
+    assert len(events) == 2 * turns
+
+
+async def test_close_settles_the_checkpoint_and_removes_the_wal(tmp_path: Path) -> None:
+    path = tmp_path / "agent.sqlite"
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        store = await AgentStore.open(path, "a", synchronous="FULL", executor=pool)
+        await store.create_session(None, SID)
+        for n in range(CHECKPOINT_EVERY_WRITES):
+            await store.append(turn(n))
+        await store.close()  # a checkpoint may be running: close waits for it
+    assert not path.with_name(path.name + "-wal").exists()
+    conn = sqlite3.connect(path)
+    try:
+        assert conn.execute("SELECT count(*) FROM events").fetchone()[0] == 2 * (
+            CHECKPOINT_EVERY_WRITES
+        )
+    finally:
+        conn.close()
+
+
+async def test_a_failed_checkpoint_is_logged_and_changes_nothing(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    not_a_db = tmp_path / "x.sqlite"
+    not_a_db.write_bytes(b"this is not a database file" * 100)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        loop = asyncio.get_running_loop()
+
+        async def on_thread(fn: Callable[[], Any]) -> Any:
+            return await loop.run_in_executor(pool, fn)
+
+        checkpoints = BackgroundCheckpoints(not_a_db, "NORMAL", on_thread, every=2)
+        with caplog.at_level(logging.WARNING):
+            checkpoints.committed()
+            checkpoints.committed()
+            await checkpoints.settle()
+            checkpoints.committed(2)  # counting goes on after a failure
+            await checkpoints.settle()
+        await checkpoints.close()
+    assert checkpoints.runs == 0
+    failures = [r for r in caplog.records if "background checkpoint" in r.getMessage()]
+    assert len(failures) == 2
+    assert "not a database" in failures[0].getMessage()
