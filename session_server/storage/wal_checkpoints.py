@@ -18,9 +18,11 @@ holds no more file descriptors than before (``limits.FDS_PER_AGENT``).
 SQLite starts the WAL over from its beginning only when a write begins with every frame
 copied. When writes come back to back, background checkpoints never quite catch up, so the
 writer keeps SQLite's automatic checkpoint as a backstop at ``BACKSTOP_PAGES``: it then has
-only the frames of the last few writes left to copy, and the WAL restarts. The WAL of a busy
-agent is thus at most about ``BACKSTOP_PAGES`` pages (8 MiB of 4 KiB pages); an idle gap of
-a few milliseconds lets a background checkpoint finish and the WAL restart sooner.
+only the frames of the last few writes left to copy, and the WAL restarts. (SQLite skips it
+while a background checkpoint runs; the next commit runs it.) The WAL of a busy agent is
+thus at most about ``BACKSTOP_PAGES`` pages (8 MiB of 4 KiB pages) plus the writes of one
+background checkpoint's time; an idle gap of a few milliseconds lets a background
+checkpoint finish and the WAL restart sooner.
 
 A failed background checkpoint is logged and changes nothing: the backstop still holds the
 WAL to its bound. Durability is SQLite's: a checkpoint never drops a committed frame, and a
