@@ -27,7 +27,7 @@ from . import sqlite_ops as ops
 from .file_lock import try_exclusive_lock
 from .file_modes import make_dir
 from .schema import SCHEMA_VERSION
-from .wal_checkpoints import BACKSTOP_PAGES, BackgroundCheckpoints
+from .wal_checkpoints import BACKSTOP_PAGES, BackgroundCheckpoints, catch_up_then
 
 __all__ = ["LOCK_FILE", "StoreConnections", "Synchronous"]
 
@@ -88,11 +88,18 @@ class StoreConnections:
 
     async def _write(self, what: str, body: Callable[..., T], *args: Any, batch_size: int = 1) -> T:
         started = time.perf_counter()
-        result: T = await self._call(ops.write_txn, self.writer, what, body, *args)
+        writer, checkpoints = self.writer, self.checkpoints
+        result: T
+        if checkpoints is not None and checkpoints.take_catch_up():
+            result = await self._call(
+                catch_up_then, writer, ops.write_txn, writer, what, body, *args
+            )
+        else:
+            result = await self._call(ops.write_txn, writer, what, body, *args)
         if self._on_commit is not None:  # seconds of the transaction, queueing included
             self._on_commit(time.perf_counter() - started, batch_size)
-        if self.checkpoints is not None:
-            self.checkpoints.committed(batch_size)
+        if checkpoints is not None:
+            checkpoints.committed(batch_size)
         return result
 
     def _reader_conn(self) -> sqlite3.Connection:

@@ -2,8 +2,9 @@
 
 Real agent files through ``AgentStore`` on a real thread pool: the writer's own automatic
 checkpoint is only the backstop, a passive checkpoint runs every
-``CHECKPOINT_EVERY_WRITES`` writes on a connection of its own, the WAL restarts once one has
-caught up, stays bounded when writes come back to back, and goes away at close.
+``CHECKPOINT_EVERY_WRITES`` appends on a connection of its own, the WAL restarts once one
+has caught up, a long WAL makes the next write catch up and start it over, the WAL stays
+bounded when writes come back to back, and it goes away at close.
 """
 
 from __future__ import annotations
@@ -26,7 +27,9 @@ from session_server.storage.store import AgentStore
 from session_server.storage.wal_checkpoints import (
     BACKSTOP_PAGES,
     CHECKPOINT_EVERY_WRITES,
+    RESTART_AT_PAGES,
     BackgroundCheckpoints,
+    catch_up_then,
 )
 
 SID = "s"
@@ -101,19 +104,83 @@ async def test_the_wal_restarts_after_a_checkpoint_caught_up(store: AgentStore) 
     assert wal.stat().st_size <= 32 + (one_round + 8) * (24 + PAGE)
 
 
-async def test_back_to_back_writes_keep_the_wal_within_the_backstop(store: AgentStore) -> None:
-    turns = 0
+async def wal_after_a_pinned_checkpoint(store: AgentStore, restart_at: int) -> int:
+    """Frames in the WAL after: 2 writes, a reader's snapshot taken, 2 more writes (the
+    background checkpoint they start can copy only up to that snapshot, as it would when
+    writes come faster than it), the reader gone, one more write."""
+    checkpoints = BackgroundCheckpoints(
+        store.path, "NORMAL", store._call, every=4, restart_at=restart_at
+    )
+    store.checkpoints = checkpoints
+    reader = sqlite3.connect(store.path, isolation_level=None)
+    try:
+        for n in range(2):
+            await store.append(turn(n))
+        reader.execute("BEGIN")
+        reader.execute("SELECT count(*) FROM events").fetchone()  # the snapshot is pinned
+        for n in range(2, 4):  # counting the session's creation: the 4th write starts one
+            await store.append(turn(n))
+        await checkpoints.settle()
+        assert checkpoints.runs == 1
+        reader.execute("COMMIT")
+    finally:
+        reader.close()
+    await store.append(turn(4))
+    log, _done = wal_frames(store.path)
+    assert len(await store.load_events(SID, limit=None)) == 10
+    return log
+
+
+async def test_a_long_wal_makes_the_next_write_catch_up_and_start_it_over(
+    store: AgentStore,
+) -> None:
+    log = await wal_after_a_pinned_checkpoint(store, restart_at=10)
+    assert store.checkpoints is not None and store.checkpoints.catch_ups == 1
+    # The write copied what was left, found every frame copied and wrote from the WAL's
+    # start: the WAL holds its frames only.
+    assert 0 < log <= 12
+
+
+async def test_without_a_catch_up_the_wal_goes_on_growing(store: AgentStore) -> None:
+    # The control of the test above: the same writes, no catch-up (threshold never met).
+    log = await wal_after_a_pinned_checkpoint(store, restart_at=10**9)
+    assert store.checkpoints is not None and store.checkpoints.catch_ups == 0
+    assert log > 12
+
+
+async def test_back_to_back_writes_keep_the_wal_bounded(store: AgentStore) -> None:
+    checkpoints = store.checkpoints
+    assert checkpoints is not None
     wal = store.path.with_name(store.path.name + "-wal")
-    # The backstop runs after the commit that reaches it, unless a background checkpoint
-    # is running then (SQLite skips it): the writes made meanwhile come on top.
-    bound = 32 + (BACKSTOP_PAGES + 512) * (24 + PAGE)
-    # Enough writes to pass the backstop twice over (a turn dirties at least 4 pages).
-    while turns < 2 * BACKSTOP_PAGES // 4:
-        await store.append(turn(turns))
-        turns += 1
-        assert wal.stat().st_size <= bound
+    per_write = 12  # pages a two-event turn dirties, at most (page splits included)
+    # The WAL grows until a background checkpoint reports RESTART_AT_PAGES or more; the
+    # next write starts it over. The report is the length when that checkpoint began: the
+    # one before it may have seen a little less, then come the writes made while it ran,
+    # CHECKPOINT_EVERY_WRITES more, and those made while the reporting one ran. How many
+    # writes one checkpoint overlaps depends on the machine: counted here, so the bound
+    # follows from the design, not from a timing guess.
+    overlapped = longest = 0
+    writes = 0
+    while writes < 1000 or checkpoints.catch_ups == 0:
+        assert writes < 5000, "no catch-up in 5000 back-to-back writes"
+        await store.append(turn(writes))
+        writes += 1
+        overlapped = overlapped + 1 if checkpoints.running else 0
+        longest = max(longest, overlapped)
+        pages = RESTART_AT_PAGES + per_write * (CHECKPOINT_EVERY_WRITES + 2 * longest + 2)
+        assert wal.stat().st_size <= 32 + pages * (24 + PAGE)
     events = await store.load_events(SID, limit=None)
-    assert len(events) == 2 * turns
+    assert len(events) == 2 * writes
+
+
+async def test_a_failed_catch_up_checkpoint_still_runs_the_write(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    conn = sqlite3.connect(tmp_path / "x.sqlite")
+    conn.close()  # any use of it fails
+    with caplog.at_level(logging.WARNING):
+        assert catch_up_then(conn, lambda a, b: a + b, 2, 3) == 5
+    assert any("catch-up checkpoint failed" in r.getMessage() for r in caplog.records)
 
 
 async def test_close_settles_the_checkpoint_and_removes_the_wal(tmp_path: Path) -> None:
