@@ -198,6 +198,8 @@ class AgentCore(ContextBuilds, CompactionDecisions):
         config = self.resolve(stored_strategy, turn.strategy)
         if isinstance(config, Need):
             return config
+        if turn.usage is None and config.mode == "none":
+            return None  # no size to measure: neither a reported one nor the server's count
         reported = None if turn.usage is None else usage_prompt_tokens(turn.usage)
         own: int | None = None
         if reported is None and config.mode != "none":

@@ -153,9 +153,10 @@ class RecentCache:
         entry.last_seq = last_seq
         entry.compaction_required = compaction_required
         for event in stored:
-            record = CompactionRecord.of(event)
-            if record is not None:
-                entry.record = record
+            if event.action == "compaction":  # the test of ``CompactionRecord.of``, inlined
+                record = CompactionRecord.of(event)
+                if record is not None:
+                    entry.record = record
         excess = len(entry.events) - self.cap
         if excess > 0:
             del entry.events[:excess]

@@ -29,9 +29,8 @@ store lazily and may be hibernated by its host (the registry); the next call re-
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from concurrent.futures import Executor
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
@@ -57,6 +56,7 @@ from ..core.recent import SessionView
 from ..mirror_io.snapshot_index import SnapshotIndex
 from ..storage.sqlite_ops import IdempotencyRetention
 from ..storage.store import AgentStore, Synchronous
+from .activity import ActivityScope
 from .commit_effects import GroupCommit
 from .compaction_turns import SUMMARY_BACKOFF_MAX as SUMMARY_BACKOFF_MAX
 from .compaction_turns import CompactionHost, CompactionTurns
@@ -296,20 +296,28 @@ class AgentActor(SessionReads, SessionWrites, SessionEdits):
         """The open store (opened now if needed); for tests and tools that read it."""
         return await self._ensure_store()
 
-    @contextlib.asynccontextmanager
-    async def _activity(self) -> AsyncIterator[AgentStore]:
+    def _activity(self) -> ActivityScope:
+        """``async with self._activity() as store``: the open store (opened now if needed),
+        counted as activity in flight until the block ends."""
+        return ActivityScope(self._begin_activity, self._end_activity)
+
+    async def _begin_activity(self) -> AgentStore:
         self._inflight += 1
         self.last_used = time.monotonic()
         try:
             store = await self._ensure_store()
             self.host.store_used(self)
-            yield store
-        finally:
-            self._inflight -= 1
-            self.last_used = time.monotonic()
-            if self._inflight == 0:
-                self._idle.set()
-                self.host.actor_idle()  # an actor skipped while busy may go now
+        except BaseException:
+            self._end_activity()
+            raise
+        return store
+
+    def _end_activity(self) -> None:
+        self._inflight -= 1
+        self.last_used = time.monotonic()
+        if self._inflight == 0:
+            self._idle.set()
+            self.host.actor_idle()  # an actor skipped while busy may go now
 
     async def run_read(self, fn: Callable[[AgentStore], Awaitable[T]]) -> T:
         """``fn(store)`` on the read connection, as an activity (the store opened if needed)."""

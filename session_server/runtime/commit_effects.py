@@ -31,16 +31,13 @@ class GroupCommit:
     async def commit_group(self, store: AgentStore, jobs: list[AppendJob]) -> None:
         """One transaction for ``jobs`` (under the write lock), then each one's effects
         and answer, in order."""
-        for sid in dict.fromkeys(job.plan.batch.session_id for job in jobs):
-            try:
-                await self.mirror.ensure_active(store, sid)
-            except Exception as exc:  # this session's appends fail; the others go on
-                for job in jobs:
-                    if job.plan.batch.session_id == sid:
-                        job.future.set_exception(exc)
-        live = [job for job in jobs if not job.future.done()]
-        if not live:
-            return
+        if any(self.mirror.needs_activation(job.plan.batch.session_id) for job in jobs):
+            await self._activate_mirrors(store, jobs)
+            live = [job for job in jobs if not job.settled]
+            if not live:
+                return
+        else:
+            live = jobs  # nothing can have failed them yet
         batches = []
         for job in live:
             batch = job.plan.batch
@@ -49,16 +46,29 @@ class GroupCommit:
         outcomes = await store.append_group(batches)
         for job, outcome in zip(live, outcomes, strict=True):
             if isinstance(outcome, SessionServerError):
-                job.future.set_exception(outcome)
+                job.fail(outcome)
                 continue
             try:
                 effects = self.core.committed(job.plan, outcome)
                 if effects is not None:
                     self.run(effects)
             except Exception as exc:  # committed, but its effects failed: say so
-                job.future.set_exception(exc)
+                job.fail(exc)
             else:
-                job.future.set_result(outcome.result)
+                job.resolve(outcome.result)
+
+    async def _activate_mirrors(self, store: AgentStore, jobs: list[AppendJob]) -> None:
+        """Activate the mirror of each session the group appends to; the appends to a
+        session whose activation failed fail, the others go on."""
+        for sid in dict.fromkeys(job.plan.batch.session_id for job in jobs):
+            if not self.mirror.needs_activation(sid):
+                continue
+            try:
+                await self.mirror.ensure_active(store, sid)
+            except Exception as exc:
+                for job in jobs:
+                    if job.plan.batch.session_id == sid:
+                        job.fail(exc)
 
     def run(self, effects: Effects) -> None:
         """Effects of a commit, in commit order (the write lock is held)."""

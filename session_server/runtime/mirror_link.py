@@ -191,10 +191,14 @@ class MirrorLink:
                 out.append(row.session_id)
         return out
 
+    def needs_activation(self, session_id: str) -> bool:
+        """Whether ``ensure_active`` has anything to do for ``session_id``."""
+        return self.enabled and session_id not in self._active
+
     async def ensure_active(self, store: AgentStore, session_id: str) -> None:
         """Schedule the session's activation: resume from its checkpoint when the files
         match it, else a streamed repair from SQLite."""
-        if not self.enabled or session_id in self._active:
+        if not self.needs_activation(session_id):
             return
         row = await store.mirror_row(session_id)
         if row is None:

@@ -1,9 +1,11 @@
 """``WriteQueue``: an actor's mailbox of writes, drained in order with group commit (I/O shell).
 
 Every write of an agent goes through the mailbox, a FIFO that one task drains under the
-write lock, so writes never interleave and seqs come out contiguous. The caller awaits
-its write through ``asyncio.shield``: once queued it completes (committed or rolled back)
-even when the caller is cancelled or disconnects.
+write lock, so writes never interleave and seqs come out contiguous. Once queued a write
+completes (committed or rolled back) even when its caller is cancelled or disconnects:
+the caller awaits only its answer (the job's future, which a cancelled caller cancels),
+while the job itself stays in the mailbox until the drainer ran it (``settled``). This
+is ``asyncio.shield`` without its second future and the extra loop step per answer.
 
 Group commit: the appends that queue up while a commit is in flight go together into the
 next transaction (the ``commit_group`` the owner gives); any other write runs alone, in
@@ -17,7 +19,6 @@ import logging
 from collections import deque
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
 from ..core.agent_core import AppendPlan
@@ -46,27 +47,59 @@ MAX_GROUP_APPENDS: Final = 64
 MAX_GROUP_EVENTS: Final = 2048
 
 
-@dataclass(slots=True)
-class WriteJob:
+class _Job:
+    """A queued write and its caller's answer.
+
+    ``future`` is what the caller awaits; cancelling the caller cancels it, never the
+    job. ``settled`` says the queue is done with the job (answered, failed or given up):
+    a job whose caller left still runs, and its outcome is dropped (an error is logged).
+    """
+
+    __slots__ = ("future", "settled")
+
+    def __init__(self, future: asyncio.Future[Any]) -> None:
+        self.future = future
+        self.settled = False
+
+    def resolve(self, result: Any) -> None:
+        """Done: answer ``result`` (unless the caller left)."""
+        self.settled = True
+        if not self.future.done():
+            self.future.set_result(result)
+
+    def fail(self, exc: BaseException) -> None:
+        """Done with ``exc``: the caller gets it (a ``CancelledError`` cancels the answer)."""
+        self.settled = True
+        if self.future.done():
+            # The caller left: nobody takes the error, say it here.
+            if not isinstance(exc, asyncio.CancelledError):
+                log.debug("write failed: %r", exc)
+        elif isinstance(exc, asyncio.CancelledError):
+            self.future.cancel()
+        else:
+            self.future.set_exception(exc)
+
+
+class WriteJob(_Job):
     """A write that runs alone in its place in the mailbox: ``fn(store)``."""
 
-    fn: Callable[[AgentStore], Awaitable[Any]]
-    future: asyncio.Future[Any]
+    __slots__ = ("fn",)
+
+    def __init__(
+        self, fn: Callable[[AgentStore], Awaitable[Any]], future: asyncio.Future[Any]
+    ) -> None:
+        super().__init__(future)
+        self.fn = fn
 
 
-@dataclass(slots=True)
-class AppendJob:
+class AppendJob(_Job):
     """An append plan waiting for its group commit."""
 
-    plan: AppendPlan
-    future: asyncio.Future[AppendResult]
+    __slots__ = ("plan",)
 
-
-def _retrieve(future: asyncio.Future[Any]) -> None:
-    # Read here so the error of a write whose caller left is not reported as unhandled;
-    # a caller still waiting gets it through its shield.
-    if not future.cancelled() and future.exception() is not None:
-        log.debug("write failed: %r", future.exception())
+    def __init__(self, plan: AppendPlan, future: asyncio.Future[AppendResult]) -> None:
+        super().__init__(future)
+        self.plan = plan
 
 
 class WriteQueue:
@@ -94,22 +127,26 @@ class WriteQueue:
     async def write(self, fn: Callable[[AgentStore], Awaitable[T]], activity: Activity) -> T:
         """Queue ``fn(store)``: it runs alone under the write lock, in queue order, and
         completes even when the caller is cancelled."""
-        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-        self._enqueue(WriteJob(fn, future), activity)
-        return await asyncio.shield(future)
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        self._enqueue(loop, WriteJob(fn, future), activity)
+        return await future
 
     async def commit(self, plan: AppendPlan, activity: Activity) -> AppendResult:
         """Queue an append plan for the next group commit; its answer after the commit."""
-        future: asyncio.Future[AppendResult] = asyncio.get_running_loop().create_future()
-        self._enqueue(AppendJob(plan, future), activity)
-        return await asyncio.shield(future)
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[AppendResult] = loop.create_future()
+        self._enqueue(loop, AppendJob(plan, future), activity)
+        return await future
 
-    def _enqueue(self, job: WriteJob | AppendJob, activity: Activity) -> None:
-        job.future.add_done_callback(_retrieve)
+    def _enqueue(
+        self, loop: asyncio.AbstractEventLoop, job: WriteJob | AppendJob, activity: Activity
+    ) -> None:
         self._mailbox.append(job)
         if self._drainer is None:
-            self._drainer = asyncio.ensure_future(self._drain(activity))
+            self._drainer = loop.create_task(self._drain(activity))
             self.pending.add(self._drainer)
+            # Its last step leaves ``pending``; this is for one cancelled before it ran.
             self._drainer.add_done_callback(self.pending.discard)
 
     async def _drain(self, activity: Activity) -> None:
@@ -125,27 +162,26 @@ class WriteQueue:
                     try:
                         async with activity() as store:
                             if isinstance(nxt, WriteJob):
-                                nxt.future.set_result(await nxt.fn(store))
+                                nxt.resolve(await nxt.fn(store))
                             else:
                                 await self._commit_group(store, nxt)
                     except BaseException as exc:
                         for job in jobs:
-                            if job.future.done():
-                                continue
-                            if isinstance(exc, asyncio.CancelledError):
-                                job.future.cancel()
-                            else:
-                                job.future.set_exception(exc)
+                            if not job.settled:
+                                job.fail(exc)
                         if not isinstance(exc, Exception):
                             raise
         finally:
             # In the drainer's last step, with no await after the check that the mailbox
             # is empty: a job queued from now on starts a new drainer. (A done callback
-            # would run too late: a job queued before it would wait forever.)
+            # would run too late: a job queued before it would wait forever; and a caller
+            # answered in this step, which runs next, must find the queue idle.)
+            if self._drainer is not None:
+                self.pending.discard(self._drainer)
             self._drainer = None
             if self._mailbox:  # cancelled (the loop shutting down): so are the jobs left
                 for job in self._mailbox:
-                    job.future.cancel()
+                    job.fail(asyncio.CancelledError())
                 self._mailbox.clear()
 
     def _next_jobs(self) -> WriteJob | list[AppendJob]:

@@ -678,3 +678,15 @@ def test_new_event_ids_are_distinct_time_ordered_uuid7_strings() -> None:
         pass  # spin to the next millisecond (well under 1 ms)
     assert new_event_id() > max(ids)
     assert new_event_ids(0) == []
+
+
+def test_new_event_ids_use_all_74_random_bits() -> None:
+    # rand_a (12 bits) and rand_b (62 bits) each vary bit by bit: no random bit of an id
+    # is stuck, and the version and variant bits are.
+    values = [uuid.UUID(v).int for v in new_event_ids(400)]
+    random_mask = (0xFFF << 64) | ((1 << 62) - 1)
+    varying = 0
+    for v in values:
+        varying |= v ^ values[0]
+    assert varying & random_mask == random_mask
+    assert {v >> 76 & 0xF for v in values} == {7} and {v >> 62 & 0b11 for v in values} == {2}
