@@ -85,6 +85,7 @@ class OperationsMetrics:
         self.registry = registry if registry is not None else CollectorRegistry()
         self.namespace = namespace
         self._prefix = f"{namespace}_" if namespace else ""
+        self._request_children: dict[tuple[str, str], tuple[Any, Any]] = {}
         common: dict[str, Any] = {"namespace": namespace, "registry": self.registry}
         self.requests = Counter(
             "requests",
@@ -155,8 +156,18 @@ class OperationsMetrics:
 
     def observe_request(self, method: str, code: str, seconds: float) -> None:
         """One answered request (``code``: ``ok`` or the JSON-RPC error code)."""
-        self.requests.labels(method=method, code=code).inc()
-        self.request_seconds.labels(method=method).observe(seconds)
+        # ``labels()`` looks its child up under a lock on every call: the pair is kept
+        # here instead. The keys are bounded: dispatch labels a method it does not know
+        # ``unknown`` and codes are the hierarchy's.
+        children = self._request_children.get((method, code))
+        if children is None:
+            children = (
+                self.requests.labels(method=method, code=code),
+                self.request_seconds.labels(method=method),
+            )
+            self._request_children[(method, code)] = children
+        children[0].inc()
+        children[1].observe(seconds)
 
     def observe_commit(self, seconds: float, batch_size: int = 1) -> None:
         """One commit of ``batch_size`` writes that took ``seconds``."""
