@@ -23,7 +23,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from operator import attrgetter
+from typing import Any, cast
 
 from ..core.codec import event_to_message
 from ..core.context import WorkingContext
@@ -37,6 +38,10 @@ from .placeholders import PlaceholderParams, call_name_index, compact_message
 from .records import record_memory
 
 __all__ = ["BuiltContext", "build_compacted_context", "build_parts", "load_from_seq"]
+
+_ACTION = attrgetter("action")
+_SEQ = attrgetter("seq")
+_TOKENS = attrgetter("token_count")
 
 
 @dataclass(frozen=True)
@@ -81,20 +86,22 @@ def build_parts(
     events: Sequence[SessionEvent],
     record: Mapping[str, Any] | None,
     *,
+    messages: Sequence[ContextMessage | None] | None = None,
     max_episodic_items: int = 3,
     max_semantic_items: int = 20,
     model: str | None = None,
 ) -> BuiltContext:
     """The messages (placeholders applied) and memory block for ``events`` and ``record``.
 
-    ``model`` picks the encoding used to count messages a placeholder changed.
+    ``messages``, when given, holds ``event_to_message`` of each of ``events`` (the
+    recent cache converts each event once); otherwise the shown events are converted
+    here. ``model`` picks the encoding used to count messages a placeholder changed.
     """
-    evs = [e for e in events if e.action != "compaction"]
     extra: list[str] = []
     memory = record_memory(record)
+    tail_start: int | None = None
     if memory is not None:
         tail_start = memory["tail_start_seq"]
-        evs = [e for e in evs if e.seq >= tail_start]
         extra.append(
             memory_block(
                 memory["episodic"],
@@ -104,18 +111,21 @@ def build_parts(
                 tail_start_turn=memory["tail_start_turn"],
             )
         )
+    evs, msgs = _shown(events, messages, tail_start)
     params = (
         PlaceholderParams.from_record(record)
         if record is not None and record.get("strategy") == "compact"
         else None
     )
     if params is None:
-        clean = _clean_messages(evs)
+        clean = _clean_messages(evs, msgs)
         if clean is not None:
             return BuiltContext(extra, clean[0], 0, clean[1])
+    # The events' messages by identity, for the events the orphan filter keeps.
+    message_of = {id(ev): msg for ev, msg in zip(evs, msgs, strict=True)}
     evs = drop_orphan_results(evs)
     names = call_name_index(evs) if params is not None else {}
-    messages: list[ContextMessage] = []
+    mapped: list[ContextMessage] = []
     turns: list[int | None] = []  # the stored turn of each message's event
     # Token count of each message by identity (None: the event has no stored count);
     # messages a placeholder changed are counted afresh, and so are the ones the repair
@@ -124,7 +134,7 @@ def build_parts(
     removed = 0
     counter = None
     for ev in evs:
-        msg = event_to_message(ev)
+        msg = message_of[id(ev)]
         if msg is None:
             continue
         n = 0
@@ -136,11 +146,10 @@ def build_parts(
             known[id(msg)] = counter.count_message(msg)
         else:
             known[id(msg)] = ev.token_count
-        messages.append(msg)
+        mapped.append(msg)
         turns.append(ev.turn)
     # ``mapped`` stays referenced (a local lives until the return): the ids in ``known``
     # cannot be reused by the messages the repair makes.
-    mapped = messages
     repaired = repair_tool_pairing(mapped, turns=turns)
     total = 0
     for msg in repaired:
@@ -155,31 +164,53 @@ def build_parts(
     return BuiltContext(extra, repaired, removed, total)
 
 
-def _clean_messages(
+def _shown(
     events: Sequence[SessionEvent],
+    messages: Sequence[ContextMessage | None] | None,
+    tail_start: int | None,
+) -> tuple[Sequence[SessionEvent], list[ContextMessage | None]]:
+    """The events a context shows (no ``compaction`` event, none before ``tail_start``)
+    and their messages, converted here unless ``messages`` has them."""
+    if (
+        messages is not None
+        and "compaction" not in map(_ACTION, events)
+        and (tail_start is None or not events or min(map(_SEQ, events)) >= tail_start)
+    ):
+        return events, list(messages)  # all shown: the checks above ran in C
+    keep = [
+        i
+        for i, e in enumerate(events)
+        if e.action != "compaction" and (tail_start is None or e.seq >= tail_start)
+    ]
+    evs = [events[i] for i in keep]
+    if messages is None:
+        return evs, list(map(event_to_message, evs))
+    return evs, [messages[i] for i in keep]
+
+
+def _clean_messages(
+    events: Sequence[SessionEvent], messages: list[ContextMessage | None]
 ) -> tuple[list[ContextMessage], int | None] | None:
     """The messages of ``events`` and their stored token total, when they need neither
     the orphan filter nor any repair (``needs_repair``: every result follows its call in
-    its group, so none is an orphan either); ``None`` otherwise. The common case, in
-    one pass over the events and one over the messages."""
-    messages: list[ContextMessage] = []
-    total: int | None = 0
-    for ev in events:
-        msg = event_to_message(ev)
-        if msg is None:
-            continue
-        messages.append(msg)
-        if total is not None:
-            total = None if ev.token_count is None else total + ev.token_count
-    if needs_repair(messages):
+    its group, so none is an orphan either); ``None`` otherwise."""
+    if None in messages:
+        pairs = [(e, m) for e, m in zip(events, messages, strict=True) if m is not None]
+        events = [e for e, _ in pairs]
+        shown = [m for _, m in pairs]
+    else:
+        shown = cast(list[ContextMessage], messages)
+    if needs_repair(shown):
         return None
-    return messages, total
+    counts = list(map(_TOKENS, events))
+    return shown, None if None in counts else sum(counts)
 
 
 def build_compacted_context(
     events: Sequence[SessionEvent],
     *,
     record: Mapping[str, Any] | None,
+    messages: Sequence[ContextMessage | None] | None = None,
     system_instructions: Iterable[str] | None = None,
     base_seq: int | None = None,
     config: StrategyConfig | None = None,
@@ -195,13 +226,14 @@ def build_compacted_context(
     ``config`` supplies ``max_episodic_items``/``max_semantic_items`` (defaults when
     ``None``). ``base_seq`` defaults to the highest seq among ``events``. With
     ``count_tokens`` the context's ``token_count`` is set (``model`` picks the encoding;
-    stored per-event counts are used when every event has one).
-    The memory block is the last system instruction, after ``system_instructions``.
+    stored per-event counts are used when every event has one). ``messages``: as for
+    ``build_parts``. The memory block is the last system instruction, after ``system_instructions``.
     """
     cfg = config or StrategyConfig()
     parts = build_parts(
         events,
         record,
+        messages=messages,
         max_episodic_items=cfg.max_episodic_items,
         max_semantic_items=cfg.max_semantic_items,
     )

@@ -85,6 +85,7 @@ class ContextBuilds(CoreState):
         ctx = build_compacted_context(
             view.events,
             record=None if view.record is None else view.record.data,
+            messages=view.messages,
             system_instructions=instructions,
             base_seq=view.last_seq,
             config=config,
@@ -167,6 +168,7 @@ class ContextBuilds(CoreState):
         built = build_compacted_context(
             view.events,
             record=None if view.record is None else view.record.data,
+            messages=view.messages,
             system_instructions=due.instructions,
         )
         return built.messages, built.system_instructions, view.last_seq

@@ -69,7 +69,9 @@ class ToolCall(msgspec.Struct, frozen=True, forbid_unknown_fields=True, gc=False
     arguments: ToolArguments = msgspec.field(default_factory=dict)
 
 
-class ContextMessage(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=True, gc=False):
+class ContextMessage(
+    msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True, gc=False
+):
     """One message of a working context.
 
     ``compacted`` marks a message whose payload a compaction replaced by a placeholder;
@@ -78,6 +80,10 @@ class ContextMessage(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=T
     ``is_error`` marks a tool result that reports a failure; ``images`` are image URLs
     (``data:`` URLs included); ``reasoning`` is kept for the record and never sent to a
     provider by the adapters.
+
+    Frozen: a built context's messages are shared with the actor's recent-events cache
+    (each cached event is converted once), so a caller changes a message by replacing it
+    (``msgspec.structs.replace``), never in place; its lists and dicts are shared too.
     """
 
     role: Role

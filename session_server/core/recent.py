@@ -7,6 +7,10 @@ compaction record, the pressure flag, the persisted strategy). ``window`` answer
 exactly as ``store.context_window`` would, or says it cannot (``None``) and the actor
 reads the store and ``seed``s the cache.
 
+Each cached event's message (``event_to_message``) is converted once, when a window
+first shows it, and kept beside the event until the event leaves the cache: a build
+reuses the messages of the events it showed before (messages are frozen values).
+
 Staleness: every commit that changes a session's events bumps its version; a seed read
 that raced with a commit is refused, and deletes drop the session's entry.
 """
@@ -16,11 +20,13 @@ from __future__ import annotations
 import bisect
 from collections import OrderedDict
 from collections.abc import Sequence
+from operator import attrgetter
 from typing import Any
 
 import msgspec
 
-from .events import SessionEvent
+from .codec import event_to_message
+from .events import ContextMessage, SessionEvent
 from .plans import ContextWindow
 from .records import CompactionRecord
 from .turns import drop_orphan_results, tail_window
@@ -29,13 +35,18 @@ __all__ = ["RecentCache", "SessionView"]
 
 
 class SessionView(msgspec.Struct):
-    """A context window and the session state it was read with."""
+    """A context window and the session state it was read with.
+
+    ``messages``, when the cache made the view, holds ``event_to_message`` of each of
+    ``events`` (one per event, shared with the cache: never to be modified).
+    """
 
     events: list[SessionEvent]
     last_seq: int
     record: CompactionRecord | None = None
     compaction_required: bool = False
     strategy: dict[str, Any] | None = None
+    messages: list[ContextMessage | None] | None = None
 
     @classmethod
     def of(cls, window: ContextWindow) -> SessionView:
@@ -52,8 +63,7 @@ class SessionView(msgspec.Struct):
 _MAX_VIEWS = 4
 
 
-def _seq(event: SessionEvent) -> int:
-    return event.seq
+_seq = attrgetter("seq")  # a C key for bisect (a Python function costs a call per probe)
 
 
 class _Entry:
@@ -62,6 +72,7 @@ class _Entry:
         "complete",
         "events",
         "last_seq",
+        "messages",
         "record",
         "strategy",
         "views",
@@ -69,6 +80,9 @@ class _Entry:
 
     def __init__(self, events: list[SessionEvent], complete: bool, view: SessionView) -> None:
         self.events = events
+        # ``event_to_message`` of ``events[i]`` once a window showed it (``None`` before):
+        # extended and trimmed with ``events``, so bounded by the same cap.
+        self.messages: list[ContextMessage | None] = [None] * len(events)
         self.complete = complete
         self.last_seq = view.last_seq
         self.record = view.record
@@ -150,6 +164,7 @@ class RecentCache:
             return
         entry.views.clear()
         entry.events.extend(stored)
+        entry.messages.extend([None] * len(stored))
         entry.last_seq = last_seq
         entry.compaction_required = compaction_required
         for event in stored:
@@ -160,6 +175,7 @@ class RecentCache:
         excess = len(entry.events) - self.cap
         if excess > 0:
             del entry.events[:excess]
+            del entry.messages[:excess]
             entry.complete = False
 
     def flag_changed(self, session_id: str, compaction_required: bool) -> None:
@@ -215,4 +231,38 @@ class RecentCache:
             record=entry.record,
             compaction_required=entry.compaction_required,
             strategy=entry.strategy,
+            messages=_messages(entry, events),
         )
+
+
+def _messages(entry: _Entry, events: list[SessionEvent]) -> list[ContextMessage | None]:
+    """``event_to_message`` of each of ``events`` (cached events, in order), converting
+    only the ones no window showed before."""
+    if not events:
+        return []
+    cached, memo = entry.events, entry.messages
+    start = bisect.bisect_left(cached, events[0].seq, key=_seq)
+    stop = start + len(events)
+    if stop <= len(cached) and cached[start] is events[0] and cached[stop - 1] is events[-1]:
+        # A run of the cache (a subsequence with its first and last where a run has
+        # them is that run): the messages are a slice; only new events are converted.
+        out = memo[start:stop]
+        if None in out:
+            for k in range(len(out)):
+                if out[k] is None:
+                    out[k] = memo[start + k] = event_to_message(cached[start + k])
+        return out
+    # Some events left out (orphan results): match the rest in the cache, in order.
+    messages: list[ContextMessage | None] = []
+    i = start
+    for event in events:
+        while i < len(cached) and cached[i] is not event:
+            i += 1
+        if i == len(cached):
+            messages.append(event_to_message(event))  # not a cached event: never kept
+            continue
+        msg = memo[i]
+        if msg is None:
+            msg = memo[i] = event_to_message(event)
+        messages.append(msg)
+    return messages

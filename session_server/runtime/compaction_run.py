@@ -79,11 +79,14 @@ async def run_compaction(
             f"summarizer {getattr(summ, 'name', type(summ).__name__)!r} failed: "
             f"{exc.__class__.__name__}: {exc}"
         ) from exc
-    limits = {
-        "max_episodic_items": config.max_episodic_items,
-        "max_semantic_items": config.max_semantic_items,
-    }
-    before = build_parts(events, previous_record, model=model, **limits)
+    episodic, semantic = config.max_episodic_items, config.max_semantic_items
+    before = build_parts(
+        events,
+        previous_record,
+        model=model,
+        max_episodic_items=episodic,
+        max_semantic_items=semantic,
+    )
     tokens_before = token_count if token_count is not None else before.token_count(system, model)
     triggers = [name for name, on in (("token_pressure", pressure), ("explicit", force)) if on]
     record = make_summary_record(
@@ -95,7 +98,9 @@ async def run_compaction(
         tokens_before=tokens_before,
         now_ms=now_ms,
     )
-    after = build_parts(events, record, model=model, **limits)
+    after = build_parts(
+        events, record, model=model, max_episodic_items=episodic, max_semantic_items=semantic
+    )
     tokens_after = after.token_count(system, model)
     record["tokens_after"] = tokens_after
     return CompactionPlan(

@@ -1,0 +1,102 @@
+"""The recent cache's per-event messages: a view's ``messages`` are ``event_to_message``
+of its events whatever the history of the cache (seeds, appends, trims at the cap,
+windows asked before), converted once per cached event, and bounded with the events."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from msgspec.structs import replace
+
+from session_server.core.codec import event_to_message
+from session_server.core.events import SessionEvent
+from session_server.core.plans import ContextWindow, SessionState
+from session_server.core.recent import RecentCache
+
+from .test_window_equivalence import raw_logs, stored
+
+SID = "s"
+
+
+def _seeded(suffix: list[SessionEvent], complete: bool, cap: int) -> RecentCache:
+    cache = RecentCache(cap=cap)
+    last = suffix[-1].seq if suffix else 0
+    window = ContextWindow(list(suffix), SessionState(SID, last_seq=last), list(suffix), complete)
+    cache.seed(SID, window, version=cache.version(SID))
+    return cache
+
+
+def _plain(log: list[SessionEvent]) -> list[SessionEvent]:
+    # Compaction events carry no record here (the record rules have their own tests).
+    return [replace(e, compaction=None) if e.action == "compaction" else e for e in log]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    raw_logs(40),
+    st.data(),
+    st.integers(4, 30),
+    st.lists(st.integers(1, 30), min_size=1, max_size=4),
+)
+def test_view_messages_are_the_events_messages(
+    events: list[SessionEvent], data: st.DataObject, cap: int, limits: list[int]
+) -> None:
+    log = _plain(stored(events))
+    first = data.draw(st.integers(0, len(log)))
+    seeded = data.draw(st.integers(first, len(log)))
+    cache = _seeded(log[first:seeded], first == 0, cap)
+    position = seeded
+    while True:
+        entry = cache._entries.get(SID)
+        if entry is not None:
+            assert len(entry.messages) == len(entry.events) <= cap
+        for limit in limits:
+            view = cache.window(SID, limit)
+            if view is None:
+                continue
+            assert view.messages == [event_to_message(e) for e in view.events]
+            # The same window as a cache that never showed a window before.
+            assert entry is not None
+            fresh = _seeded(entry.events, entry.complete, cap).window(SID, limit)
+            assert fresh is not None
+            assert fresh.events == view.events
+            assert fresh.messages == view.messages
+        if position == len(log):
+            break
+        step = data.draw(st.integers(1, 6))
+        batch = log[position : position + step]
+        position += len(batch)
+        cache.appended(SID, batch, batch[-1].seq, compaction_required=False)
+
+
+def test_each_event_is_converted_once_and_shared_between_views() -> None:
+    log = _plain(stored([SessionEvent(action="user_message", content=f"q{i}") for i in range(8)]))
+    cache = _seeded(log[:6], True, 100)
+    first = cache.window(SID, 4)
+    assert first is not None and first.messages is not None
+    cache.appended(SID, log[6:], log[-1].seq, compaction_required=False)
+    second = cache.window(SID, 4)
+    assert second is not None and second.messages is not None
+    # Events 5 and 6 were shown by the first window: the very same message objects.
+    assert second.messages[0] is first.messages[2]
+    assert second.messages[1] is first.messages[3]
+    assert [m.content for m in second.messages if m is not None] == ["q4", "q5", "q6", "q7"]
+
+
+def test_orphan_results_left_out_keep_the_rest_aligned() -> None:
+    """A window whose orphan results are dropped is not a run of the cache: each kept
+    event still gets its own message."""
+    log = stored(
+        [
+            SessionEvent(action="user_message", content="q"),
+            SessionEvent(action="tool_result", tool_call_id="gone", content="r1"),
+            SessionEvent(action="agent_message", content="a"),
+            SessionEvent(action="tool_result", tool_call_id="gone2", content="r2"),
+            SessionEvent(action="agent_message", content="b"),
+        ]
+    )
+    cache = _seeded(log, True, 100)
+    view = cache.window(SID, 10)
+    assert view is not None and view.messages is not None
+    assert [e.content for e in view.events] == ["q", "a", "b"]
+    assert [m.content for m in view.messages if m is not None] == ["q", "a", "b"]
