@@ -90,7 +90,7 @@ class StoreConnections:
         started = time.perf_counter()
         writer, checkpoints = self.writer, self.checkpoints
         result: T
-        if checkpoints is not None and checkpoints.take_catch_up():
+        if checkpoints is not None and checkpoints.attention and await checkpoints.before_write():
             result = await self._call(
                 catch_up_then, writer, ops.write_txn, writer, what, body, *args
             )

@@ -9,25 +9,35 @@ the whole p99 of a sequential NORMAL turn; at FULL about 1.2 ms every ~90 turns.
 
 ``BackgroundCheckpoints`` moves the bulk of that work beside the writes. Every
 ``CHECKPOINT_EVERY_WRITES`` committed appends it runs one ``PASSIVE`` checkpoint on a
-connection of its own (opened for it and closed after, so an open agent holds no more file
-descriptors: ``limits.FDS_PER_AGENT``), on a worker thread, while the writer goes on
-committing: WAL lets one checkpoint run beside one writer, and a passive checkpoint never
-waits for a reader or the writer.
+connection of its own (opened for it and closed after), on a worker thread, while the writer
+goes on committing: WAL lets one checkpoint run beside one writer, and a passive checkpoint
+never waits for a reader or the writer.
 
 SQLite starts the WAL over from its beginning only when a write begins with every frame
 copied and no checkpoint running. When writes come back to back a background checkpoint
-never quite catches up, so once one reports a WAL of ``RESTART_AT_PAGES`` or more, no new
-one starts and the next write first runs a passive checkpoint itself, on the writer's
-connection: only the frames of the writes since the background one are left to copy, and
-that write then starts the WAL over. A busy agent's WAL thus stays near ``RESTART_AT_PAGES``
-(4 MiB of 4 KiB pages, SQLite's own default); an idle gap lets a background checkpoint
-finish and the next write start the WAL over anyway. The writer keeps SQLite's automatic
-checkpoint at ``BACKSTOP_PAGES`` in case background checkpoints keep failing.
+never quite catches up. So once the WAL is estimated at ``RESTART_AT_PAGES`` or more when
+one ends (its length when it began, plus ``PAGES_PER_APPEND`` for each append committed
+while it ran), no new one starts and the next write first runs a passive checkpoint itself,
+on the writer's connection: only the frames written since the background one began are left
+to copy, and that write then starts the WAL over. A background checkpoint that has let
+``MAX_OVERLAP_APPENDS`` appends commit while it runs (a slow disk) makes the next write wait
+for it and then catch up the same way. The WAL of a busy agent thus stays under about
+``RESTART_AT_PAGES`` plus the pages of ``2 * MAX_OVERLAP_APPENDS + CHECKPOINT_EVERY_WRITES``
+appends (under 3000 pages, 12 MiB, for 4-event turns; near 1000 pages, 4 MiB, while the
+disk keeps up); after an idle gap the next write starts it over anyway. SQLite's own automatic checkpoint stays on the writer at
+``BACKSTOP_PAGES`` (it is skipped while a background checkpoint runs). As always with WAL, a
+reader holding an old snapshot keeps every frame after it: while such a read lasts (a
+mirror repair reads a session in pages from one snapshot) the WAL grows, whatever the
+checkpoints.
+
+A checkpoint's connection closes after it, but SQLite keeps that database descriptor open
+while the agent's other connections hold locks and reuses it for the next one: an agent
+holds one more descriptor once it has checkpointed, two while a checkpoint runs
+(``limits.FDS_PER_AGENT`` counts them).
 
 A failed checkpoint (background or catch-up) is logged and changes nothing else: the write
-goes on and the backstop still bounds the WAL. Durability is SQLite's: a checkpoint never
-drops a committed frame, and a process killed during one leaves a WAL that SQLite completes
-on the next open.
+goes on. Durability is SQLite's: a checkpoint never drops a committed frame, and a process
+killed during one leaves a WAL that SQLite completes on the next open.
 """
 
 from __future__ import annotations
@@ -42,6 +52,8 @@ from typing import Any, Final, TypeVar
 __all__ = [
     "BACKSTOP_PAGES",
     "CHECKPOINT_EVERY_WRITES",
+    "MAX_OVERLAP_APPENDS",
+    "PAGES_PER_APPEND",
     "RESTART_AT_PAGES",
     "BackgroundCheckpoints",
     "catch_up_then",
@@ -56,6 +68,11 @@ CHECKPOINT_EVERY_WRITES: Final = 16
 # A background checkpoint reporting a WAL this long (pages) asks the next write to catch
 # up and start the WAL over.
 RESTART_AT_PAGES: Final = 1000
+# Appends a write lets commit while a background checkpoint runs before it waits for it.
+MAX_OVERLAP_APPENDS: Final = 64
+# WAL pages an append is taken to add, to estimate the WAL's length when a checkpoint
+# ends (a 4-event turn dirties about 12); only when to catch up depends on it.
+PAGES_PER_APPEND: Final = 8
 # The writer's own automatic checkpoint (``PRAGMA wal_autocheckpoint``), in pages: the
 # last resort when background checkpoints fail.
 BACKSTOP_PAGES: Final = 4000
@@ -67,8 +84,9 @@ class BackgroundCheckpoints:
     """Passive checkpoints of one agent file, every ``every`` appends, off the commit path.
 
     ``run_on_thread(fn)`` runs ``fn()`` on a worker thread (the store's pool). Call
-    ``committed(n)`` after each write transaction that committed (``n`` appends in it) and
-    ``take_catch_up()`` before each write (``True``: run it with ``catch_up_then``);
+    ``committed(n)`` after each write transaction that committed (``n`` appends in it) and,
+    before each write, ``await before_write()`` when ``attention`` is set (``True``: run
+    the write with ``catch_up_then``);
     ``settle()`` waits for a checkpoint in flight (before a truncating checkpoint of the
     writer's own); ``close()`` stops new ones and settles (before the writer closes, so the
     writer's close still removes the WAL as the last connection).
@@ -88,6 +106,7 @@ class BackgroundCheckpoints:
         self.restart_at = restart_at
         self._run = run_on_thread
         self._writes = 0
+        self._overlap = 0  # appends committed while the running checkpoint runs
         self._task: asyncio.Task[None] | None = None
         self._closed = False
         # Set by a background checkpoint that found a long WAL; taken by the next write.
@@ -99,11 +118,13 @@ class BackgroundCheckpoints:
         """Count committed appends; start a checkpoint when ``every`` have gone by since
         the last one started, none is running and no catch-up is due."""
         self._writes += writes
+        if self.running:
+            self._overlap += writes
+            return  # one at a time; the count keeps growing until it ends
         if self._writes < self.every or self._closed or self._catch_up:
             return
-        if self.running:
-            return  # one at a time; the count keeps growing until it ends
         self._writes = 0
+        self._overlap = 0
         self._task = asyncio.get_running_loop().create_task(self._checkpoint())
 
     @property
@@ -115,9 +136,18 @@ class BackgroundCheckpoints:
         """Whether a background checkpoint is in flight."""
         return self._task is not None and not self._task.done()
 
-    def take_catch_up(self) -> bool:
-        """Whether the write about to run should catch up first (once per request). No
-        background checkpoint is running then: none starts while a catch-up is due."""
+    @property
+    def attention(self) -> bool:
+        """Whether ``before_write`` has something to do (else the write just runs)."""
+        return self._catch_up or (self._overlap >= MAX_OVERLAP_APPENDS and self.running)
+
+    async def before_write(self) -> bool:
+        """Whether the write about to run should catch up first (once per request). A
+        checkpoint that has overlapped ``MAX_OVERLAP_APPENDS`` appends is waited for
+        first. No background checkpoint is running when this answers ``True``."""
+        if self._overlap >= MAX_OVERLAP_APPENDS and self.running:
+            await self.settle()
+            self._catch_up = not self._closed
         if not self._catch_up:
             return False
         self._catch_up = False
@@ -128,8 +158,9 @@ class BackgroundCheckpoints:
     async def settle(self) -> None:
         """Wait for the checkpoint in flight, if any (its failure was logged already)."""
         task = self._task
-        if task is not None:
-            await asyncio.shield(task)
+        if task is not None and not task.done():
+            # ``wait``, not ``shield``: a task cancelled at shutdown raises nothing here.
+            await asyncio.wait({task})
 
     async def close(self) -> None:
         self._closed = True
@@ -141,7 +172,8 @@ class BackgroundCheckpoints:
         except Exception as exc:  # harmless: the writer's backstop still bounds the WAL
             log.warning("background checkpoint of %s failed: %s", self.path, exc)
             return
-        if wal_pages >= self.restart_at and not self._closed:
+        estimate = wal_pages + PAGES_PER_APPEND * self._overlap
+        if estimate >= self.restart_at and not self._closed:
             self._catch_up = True
 
     def _checkpoint_now(self) -> int:

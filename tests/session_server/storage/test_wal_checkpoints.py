@@ -3,8 +3,9 @@
 Real agent files through ``AgentStore`` on a real thread pool: the writer's own automatic
 checkpoint is only the backstop, a passive checkpoint runs every
 ``CHECKPOINT_EVERY_WRITES`` appends on a connection of its own, the WAL restarts once one
-has caught up, a long WAL makes the next write catch up and start it over, the WAL stays
-bounded when writes come back to back, and it goes away at close.
+has caught up, a long WAL makes the next write catch up and start it over, a checkpoint
+that overlaps too many appends makes the next write wait for it, the WAL stays bounded
+when writes come back to back, and close waits for a running checkpoint.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sqlite3
+import threading
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -27,6 +29,7 @@ from session_server.storage.store import AgentStore
 from session_server.storage.wal_checkpoints import (
     BACKSTOP_PAGES,
     CHECKPOINT_EVERY_WRITES,
+    MAX_OVERLAP_APPENDS,
     RESTART_AT_PAGES,
     BackgroundCheckpoints,
     catch_up_then,
@@ -118,7 +121,7 @@ async def wal_after_a_pinned_checkpoint(store: AgentStore, restart_at: int) -> i
             await store.append(turn(n))
         reader.execute("BEGIN")
         reader.execute("SELECT count(*) FROM events").fetchone()  # the snapshot is pinned
-        for n in range(2, 4):  # counting the session's creation: the 4th write starts one
+        for n in range(2, 4):  # the 4th append starts one
             await store.append(turn(n))
         await checkpoints.settle()
         assert checkpoints.runs == 1
@@ -149,28 +152,112 @@ async def test_without_a_catch_up_the_wal_goes_on_growing(store: AgentStore) -> 
 
 
 async def test_back_to_back_writes_keep_the_wal_bounded(store: AgentStore) -> None:
-    checkpoints = store.checkpoints
-    assert checkpoints is not None
     wal = store.path.with_name(store.path.name + "-wal")
     per_write = 12  # pages a two-event turn dirties, at most (page splits included)
-    # The WAL grows until a background checkpoint reports RESTART_AT_PAGES or more; the
-    # next write starts it over. The report is the length when that checkpoint began: the
-    # one before it may have seen a little less, then come the writes made while it ran,
-    # CHECKPOINT_EVERY_WRITES more, and those made while the reporting one ran. How many
-    # writes one checkpoint overlaps depends on the machine: counted here, so the bound
-    # follows from the design, not from a timing guess.
-    overlapped = longest = 0
-    writes = 0
-    while writes < 1000 or checkpoints.catch_ups == 0:
-        assert writes < 5000, "no catch-up in 5000 back-to-back writes"
-        await store.append(turn(writes))
-        writes += 1
-        overlapped = overlapped + 1 if checkpoints.running else 0
-        longest = max(longest, overlapped)
-        pages = RESTART_AT_PAGES + per_write * (CHECKPOINT_EVERY_WRITES + 2 * longest + 2)
-        assert wal.stat().st_size <= 32 + pages * (24 + PAGE)
+    # The bound of the module doc: a catch-up is decided when a checkpoint ends, at most
+    # MAX_OVERLAP_APPENDS after it began (then writes wait for it); the one before may
+    # have ended just under the threshold, as long, and the next starts 16 appends later.
+    appends = 2 * MAX_OVERLAP_APPENDS + CHECKPOINT_EVERY_WRITES + 4
+    bound = 32 + (RESTART_AT_PAGES + per_write * appends) * (24 + PAGE)
+    for n in range(1500):
+        await store.append(turn(n))
+        assert wal.stat().st_size <= bound
     events = await store.load_events(SID, limit=None)
-    assert len(events) == 2 * writes
+    assert len(events) == 2 * 1500
+
+
+class Gate:
+    """A ``run_on_thread`` for ``BackgroundCheckpoints`` whose checkpoints wait for
+    ``open()`` on their worker thread (the store's pool runs everything else)."""
+
+    def __init__(self, store: AgentStore) -> None:
+        self.store = store
+        self.event = threading.Event()
+        self.started = threading.Event()
+
+    async def __call__(self, fn: Callable[[], Any]) -> Any:
+        def gated() -> Any:
+            self.started.set()
+            self.event.wait(30)
+            return fn()
+
+        return await self.store._call(gated)
+
+    def open(self) -> None:
+        self.event.set()
+
+
+async def test_a_checkpoint_overlapping_too_many_appends_makes_the_next_write_wait(
+    store: AgentStore,
+) -> None:
+    gate = Gate(store)
+    checkpoints = BackgroundCheckpoints(store.path, "NORMAL", gate, every=4)
+    store.checkpoints = checkpoints
+    submitted: list[str] = []
+    call = store._call
+
+    async def recording_call(fn: Callable[..., Any], *args: Any) -> Any:
+        submitted.append(getattr(fn, "__name__", "?"))
+        return await call(fn, *args)
+
+    store._call = recording_call  # type: ignore[method-assign]
+    try:
+        for n in range(4 + MAX_OVERLAP_APPENDS):  # the 4th starts one; it stays blocked
+            await store.append(turn(n))
+        assert checkpoints.running and checkpoints.attention
+        submitted.clear()
+        write = asyncio.create_task(store.append(turn(999)))
+        for _ in range(20):
+            await asyncio.sleep(0)  # let the write run up to where it waits
+        assert submitted == [] and not write.done()  # it waits for the checkpoint
+        gate.open()
+        await write
+        assert submitted == ["catch_up_then"] and checkpoints.catch_ups == 1
+        log, _done = wal_frames(store.path)
+        assert 0 < log <= 12  # that write started the WAL over
+    finally:
+        gate.open()
+        store._call = call  # type: ignore[method-assign]
+
+
+async def test_close_waits_for_a_running_checkpoint(store: AgentStore) -> None:
+    gate = Gate(store)
+    checkpoints = BackgroundCheckpoints(store.path, "NORMAL", gate, every=4)
+    store.checkpoints = checkpoints
+    try:
+        for n in range(4):
+            await store.append(turn(n))
+        assert checkpoints.running
+        await asyncio.to_thread(gate.started.wait, 30)
+        closing = asyncio.create_task(checkpoints.close())
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert not closing.done()
+        gate.open()
+        await closing
+        # It ended before close did (a checkpoint not begun when close starts is skipped).
+        assert not checkpoints.running and checkpoints.runs == 0
+    finally:
+        gate.open()
+
+
+async def test_a_cancelled_checkpoint_lets_close_and_settle_end_quietly(
+    store: AgentStore,
+) -> None:
+    gate = Gate(store)
+    checkpoints = BackgroundCheckpoints(store.path, "NORMAL", gate, every=4)
+    store.checkpoints = checkpoints
+    try:
+        for n in range(4):
+            await store.append(turn(n))
+        task = checkpoints._task
+        assert task is not None
+        task.cancel()  # as a loop shutting down cancels its tasks
+        await checkpoints.settle()
+        await checkpoints.close()
+        assert task.cancelled()
+    finally:
+        gate.open()
 
 
 async def test_a_failed_catch_up_checkpoint_still_runs_the_write(
@@ -183,14 +270,14 @@ async def test_a_failed_catch_up_checkpoint_still_runs_the_write(
     assert any("catch-up checkpoint failed" in r.getMessage() for r in caplog.records)
 
 
-async def test_close_settles_the_checkpoint_and_removes_the_wal(tmp_path: Path) -> None:
+async def test_the_wal_is_gone_after_close(tmp_path: Path) -> None:
     path = tmp_path / "agent.sqlite"
     with ThreadPoolExecutor(max_workers=2) as pool:
         store = await AgentStore.open(path, "a", synchronous="FULL", executor=pool)
         await store.create_session(None, SID)
         for n in range(CHECKPOINT_EVERY_WRITES):
             await store.append(turn(n))
-        await store.close()  # a checkpoint may be running: close waits for it
+        await store.close()
     assert not path.with_name(path.name + "-wal").exists()
     conn = sqlite3.connect(path)
     try:
