@@ -140,6 +140,7 @@ class StoreConnections:
         on_commit: Callable[[float, int], None] | None = None,
         readonly: bool = False,
         idempotency: ops.IdempotencyRetention = ops.DEFAULT_RETENTION,
+        checkpoint_executor: Executor | None = None,
     ) -> Self:
         """Open (creating and migrating if needed) the agent file.
 
@@ -150,6 +151,7 @@ class StoreConnections:
         ``on_commit(seconds, writes)`` is called after each write transaction that
         committed (``writes``: how many appends a group commit held, else 1).
         ``idempotency``: how long keyed writes can be replayed (``IdempotencyRetention``).
+        ``checkpoint_executor``: where background WAL checkpoints run (default: ``executor``).
         """
         store = cls(
             path, agent_id, synchronous, busy_timeout_ms, executor, on_commit, readonly, idempotency
@@ -208,7 +210,15 @@ class StoreConnections:
                 f"agent {agent_id!r}: database file {path.name} is unusable ({exc})",
                 data={"agent_id": agent_id},
             ) from exc
-        store.checkpoints = BackgroundCheckpoints(path, synchronous, store._call)
+        if checkpoint_executor is None:
+            run_checkpoint = store._call
+        else:
+
+            async def run_checkpoint(fn: Callable[[], Any]) -> Any:
+                loop = asyncio.get_running_loop()
+                return await loop.run_in_executor(checkpoint_executor, fn)
+
+        store.checkpoints = BackgroundCheckpoints(path, synchronous, run_checkpoint)
         return store
 
     async def close(self) -> None:
