@@ -23,8 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from operator import attrgetter
-from typing import Any, cast
+from typing import Any
 
 from ..core.codec import event_to_message
 from ..core.context import WorkingContext
@@ -38,10 +37,6 @@ from .placeholders import PlaceholderParams, call_name_index, compact_message
 from .records import record_memory
 
 __all__ = ["BuiltContext", "build_compacted_context", "build_parts", "load_from_seq"]
-
-_ACTION = attrgetter("action")
-_SEQ = attrgetter("seq")
-_TOKENS = attrgetter("token_count")
 
 
 @dataclass(frozen=True)
@@ -111,16 +106,16 @@ def build_parts(
                 tail_start_turn=memory["tail_start_turn"],
             )
         )
-    evs, msgs = _shown(events, messages, tail_start)
+    evs, msgs, total = _shown(events, messages, tail_start)
     params = (
         PlaceholderParams.from_record(record)
         if record is not None and record.get("strategy") == "compact"
         else None
     )
-    if params is None:
-        clean = _clean_messages(evs, msgs)
-        if clean is not None:
-            return BuiltContext(extra, clean[0], 0, clean[1])
+    # The common case: no placeholders and nothing to repair (``needs_repair``: every
+    # result follows its call in its group, so none is an orphan either).
+    if params is None and not needs_repair(msgs):
+        return BuiltContext(extra, msgs, 0, total)
     # The events' messages by identity, for the events the orphan filter keeps.
     message_of = {id(ev): msg for ev, msg in zip(evs, msgs, strict=True)}
     evs = drop_orphan_results(evs)
@@ -135,8 +130,6 @@ def build_parts(
     counter = None
     for ev in evs:
         msg = message_of[id(ev)]
-        if msg is None:
-            continue
         n = 0
         if params is not None:
             msg, n = compact_message(ev, msg, params, names)
@@ -168,42 +161,25 @@ def _shown(
     events: Sequence[SessionEvent],
     messages: Sequence[ContextMessage | None] | None,
     tail_start: int | None,
-) -> tuple[Sequence[SessionEvent], list[ContextMessage | None]]:
-    """The events a context shows (no ``compaction`` event, none before ``tail_start``)
-    and their messages, converted here unless ``messages`` has them."""
-    if (
-        messages is not None
-        and "compaction" not in map(_ACTION, events)
-        and (tail_start is None or not events or min(map(_SEQ, events)) >= tail_start)
-    ):
-        return events, list(messages)  # all shown: the checks above ran in C
-    keep = [
-        i
-        for i, e in enumerate(events)
-        if e.action != "compaction" and (tail_start is None or e.seq >= tail_start)
-    ]
-    evs = [events[i] for i in keep]
-    if messages is None:
-        return evs, list(map(event_to_message, evs))
-    return evs, [messages[i] for i in keep]
-
-
-def _clean_messages(
-    events: Sequence[SessionEvent], messages: list[ContextMessage | None]
-) -> tuple[list[ContextMessage], int | None] | None:
-    """The messages of ``events`` and their stored token total, when they need neither
-    the orphan filter nor any repair (``needs_repair``: every result follows its call in
-    its group, so none is an orphan either); ``None`` otherwise."""
-    if None in messages:
-        pairs = [(e, m) for e, m in zip(events, messages, strict=True) if m is not None]
-        events = [e for e, _ in pairs]
-        shown = [m for _, m in pairs]
-    else:
-        shown = cast(list[ContextMessage], messages)
-    if needs_repair(shown):
-        return None
-    counts = list(map(_TOKENS, events))
-    return shown, None if None in counts else sum(counts)
+) -> tuple[list[SessionEvent], list[ContextMessage], int | None]:
+    """The events a context shows (no ``compaction`` event, none before ``tail_start``,
+    none without a message), their messages (converted here unless ``messages`` has
+    them) and the events' stored token total (``None`` when one has no count): one pass."""
+    evs: list[SessionEvent] = []
+    msgs: list[ContextMessage] = []
+    total: int | None = 0
+    for i, ev in enumerate(events):
+        if ev.action == "compaction" or (tail_start is not None and ev.seq < tail_start):
+            continue
+        msg = event_to_message(ev) if messages is None else messages[i]
+        if msg is None:
+            continue
+        evs.append(ev)
+        msgs.append(msg)
+        if total is not None:
+            tokens = ev.token_count
+            total = None if tokens is None else total + tokens
+    return evs, msgs, total
 
 
 def build_compacted_context(

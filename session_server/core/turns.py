@@ -155,12 +155,21 @@ def _pairs(events: Sequence[SessionEvent]) -> list[tuple[int, int]]:
     so a window that starts between a call and its result is widened instead of giving
     the result to another turn's call.
     """
-    return _pair_up(events)[0]
+    return _pair_up(events).pairs
 
 
-def _pair_up(events: Sequence[SessionEvent]) -> tuple[list[tuple[int, int]], list[int]]:
-    """``_pairs`` of ``events``, and the indexes of the results that pair with nothing
-    (the orphans ``drop_orphan_results`` leaves out), from the same single pass."""
+class _Pairing(NamedTuple):
+    """What one pass over a run of events finds: its ``_pairs``, the indexes of the
+    results that pair with nothing (the orphans ``drop_orphan_results`` leaves out), and
+    whether some result had no call with its id before it (only then are turns read)."""
+
+    pairs: list[tuple[int, int]]
+    orphans: list[int]
+    counted: bool
+
+
+def _pair_up(events: Sequence[SessionEvent]) -> _Pairing:
+    """The ``_Pairing`` of ``events`` (see ``_pairs`` for the rule)."""
     turns: list[int] | None = None
     later: dict[tuple[str, int], int] = {}  # (call id, turn) -> its first call's index
     latest: dict[str, int] = {}
@@ -186,7 +195,7 @@ def _pair_up(events: Sequence[SessionEvent]) -> tuple[list[tuple[int, int]], lis
                 orphans.append(j)
             else:
                 out.append((call, j))
-    return out, orphans
+    return _Pairing(out, orphans, turns is not None)
 
 
 def splits_tool_pair(events: Sequence[SessionEvent], start: int, end: int | None = None) -> bool:
@@ -356,7 +365,7 @@ def drop_orphan_results(events: Sequence[SessionEvent]) -> list[SessionEvent]:
     Such a result cannot be sent to a provider (every provider rejects it); it stays in
     storage. Used when a loaded window starts after the call it answers.
     """
-    return _without(events, _pair_up(events)[1], 0)
+    return _without(events, _pair_up(events).orphans, 0)
 
 
 def _without(events: Sequence[SessionEvent], orphans: list[int], start: int) -> list[SessionEvent]:
@@ -399,14 +408,16 @@ def window_from(loaded: Sequence[SessionEvent], cut: int) -> list[SessionEvent]:
     """The window of ``loaded`` (widened as ``widening_turns`` says) whose nominal start
     is index ``cut``: moved to the nearest start that splits no pair, then without the
     results whose call is still outside."""
-    pairs, orphans = _pair_up(loaded)
+    pairs, orphans, counted = _pair_up(loaded)
     start = _safe_start(loaded, cut, pairs) if cut > 0 else 0
-    if None in map(_TURN, loaded):
+    if counted and None in map(_TURN, loaded):
         # Turns counted from the events themselves may differ on the shorter list.
         return drop_orphan_results(loaded[start:])
     # ``start`` splits no pair, so the pairs of ``loaded[start:]`` are those of ``loaded``
-    # after it (with stored turns, ``_pairs`` of the shorter list finds the same calls):
-    # its orphans are those of ``loaded`` after ``start``, no second pass.
+    # after it, and its orphans those of ``loaded`` after ``start``: no second pass. (With
+    # stored turns, ``_pairs`` of the shorter list finds the same calls; without, when no
+    # result of ``loaded`` needed a turn, none of the shorter list does either: a result
+    # after ``start`` whose latest call is before ``start`` would be a split pair.)
     return _without(loaded, orphans, start)
 
 
@@ -444,12 +455,11 @@ def tail_window(
             starts[turn] = i
         if turn <= lowest:
             break
-    lower = cut
-    for turn in needed:
-        if turn in starts:
-            lower = min(lower, starts[turn])
-        elif complete and turn == 0:
-            lower = 0  # turn 0: everything before the first user message
-        else:
+    missing = needed.difference(starts)
+    if missing:
+        if not complete or missing != {0}:
             return None
+        lower = 0  # turn 0: everything before the first user message
+    else:
+        lower = min(cut, *map(starts.__getitem__, needed))
     return window_from(suffix[lower:], cut - lower)
