@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import msgspec
 
@@ -61,28 +61,36 @@ def _convert(obj: Any, kind: type[T], where: str) -> T:
         raise InvalidParamsError(f"{path}: {text}", data={"field": path}) from exc
 
 
+def _refuse(field: str, problem: str) -> NoReturn:
+    raise InvalidParamsError(f"{field}: {problem}", data={"field": field})
+
+
 def _require(cond: bool, field: str, problem: str) -> None:
     if not cond:
-        raise InvalidParamsError(f"{field}: {problem}", data={"field": field})
+        _refuse(field, problem)
+
+
+# The checks of every persisted message and event test first and name the field only
+# when they refuse: a field path formatted for each check that passes cost more than
+# the check.
 
 
 def _check_tool_calls(calls: Sequence[Any] | None, where: str) -> None:
     for i, call in enumerate(calls or ()):
-        _require(bool(call.id), f"{where}.tool_calls[{i}].id", "must be a non-empty string")
-        _require(bool(call.name), f"{where}.tool_calls[{i}].name", "must be a non-empty string")
+        if not call.id:
+            _refuse(f"{where}.tool_calls[{i}].id", "must be a non-empty string")
+        if not call.name:
+            _refuse(f"{where}.tool_calls[{i}].name", "must be a non-empty string")
 
 
 def parse_message(obj: Any, where: str = "message") -> ContextMessage:
     """Validate one message given as a JSON object; return it as a ``ContextMessage``."""
     msg = _convert(obj, ContextMessage, where)
-    if msg.role == "tool":
-        _require(bool(msg.tool_call_id), f"{where}.tool_call_id", "required for role 'tool'")
+    if msg.role == "tool" and not msg.tool_call_id:
+        _refuse(f"{where}.tool_call_id", "required for role 'tool'")
     if msg.tool_calls is not None:
-        _require(
-            msg.role == "assistant",
-            f"{where}.tool_calls",
-            "only assistant messages carry tool calls",
-        )
+        if msg.role != "assistant":
+            _refuse(f"{where}.tool_calls", "only assistant messages carry tool calls")
         _check_tool_calls(msg.tool_calls, where)
     return msg
 
@@ -95,19 +103,14 @@ def parse_messages(objs: Any, where: str = "messages") -> list[ContextMessage]:
 def parse_event(obj: Any, where: str = "event") -> SessionEvent:
     """Validate one event given as a JSON object (server-assigned fields may be omitted)."""
     ev = _convert(obj, SessionEvent, where)
-    if ev.action == "tool_result":
-        _require(
-            bool(ev.tool_call_id), f"{where}.tool_call_id", "required for action 'tool_result'"
-        )
+    if ev.action == "tool_result" and not ev.tool_call_id:
+        _refuse(f"{where}.tool_call_id", "required for action 'tool_result'")
     if ev.action == "tool_call_request":
-        _require(
-            bool(ev.tool_calls),
-            f"{where}.tool_calls",
-            "required (non-empty) for 'tool_call_request'",
-        )
+        if not ev.tool_calls:
+            _refuse(f"{where}.tool_calls", "required (non-empty) for 'tool_call_request'")
         _check_tool_calls(ev.tool_calls, where)
     elif ev.tool_calls:
-        _require(False, f"{where}.tool_calls", "only 'tool_call_request' events carry tool calls")
+        _refuse(f"{where}.tool_calls", "only 'tool_call_request' events carry tool calls")
     return ev
 
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from concurrent.futures import Executor
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
@@ -311,7 +311,9 @@ class AgentActor(SessionReads, SessionWrites, SessionEdits):
         self._inflight += 1
         self.last_used = time.monotonic()
         try:
-            store = await self._ensure_store()
+            store = self._store
+            if store is None or self._activated is not store:
+                store = await self._ensure_store()
             self.host.store_used(self)
         except BaseException:
             self._end_activity()
@@ -335,9 +337,10 @@ class AgentActor(SessionReads, SessionWrites, SessionEdits):
         completes even when the caller is cancelled."""
         return await self.queue.write(fn, self._activity)
 
-    async def commit(self, plan: AppendPlan) -> AppendResult:
-        """Queue an append plan for the next group commit; its answer after the commit."""
-        return await self.queue.commit(plan, self._activity)
+    def commit(self, plan: AppendPlan) -> Coroutine[Any, Any, AppendResult]:
+        """Queue an append plan for the next group commit; await its answer (after the
+        commit). The queue's coroutine itself: no frame of its own on every persist."""
+        return self.queue.commit(plan, self._activity)
 
     # -- the pump --------------------------------------------------------------------------
 

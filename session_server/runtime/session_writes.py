@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Executor
 from typing import Any, Literal, Protocol, TypeVar
 
-from ..core.agent_core import AgentCore, AppendPlan, Known, Need
+from ..core.agent_core import AgentCore, AppendPlan, Known, Need, PreparedTurn
 from ..core.context import WorkingContext
 from ..core.errors import InvalidParamsError
 from ..core.events import ContextMessage, SessionEvent
@@ -34,7 +34,11 @@ LARGE_CONTENT_CHARS = 256 * 1024
 
 def _content_chars(items: Iterable[SessionEvent | ContextMessage]) -> int:
     """Characters of content (not validated yet: a non-string counts as nothing)."""
-    return sum(len(i.content) for i in items if isinstance(i.content, str))
+    total = 0
+    for item in items:  # a loop, not a generator: this runs for every persist
+        if isinstance(item.content, str):
+            total += len(item.content)
+    return total
 
 
 async def off_loop_if_large(executor: Executor, size: int, plan: Callable[[], T]) -> T:
@@ -162,10 +166,9 @@ class SessionWrites:
         ``core.validation.parse_messages`` (as the RPC layer's do): they are not checked
         again.
         """
-        turn = await off_loop_if_large(
-            self.host.executor,
-            _content_chars(ctx.get_new_messages()),
-            lambda: self.core.prepare_turn(
+
+        def prepare() -> PreparedTurn:
+            return self.core.prepare_turn(
                 session_id,
                 ctx,
                 usage=usage,
@@ -173,7 +176,14 @@ class SessionWrites:
                 idempotency_key=idempotency_key,
                 validated=validated,
                 strategy=strategy,
-            ),
+            )
+
+        size = _content_chars(ctx.get_new_messages())
+        # ``off_loop_if_large`` inlined for the common small turn: no coroutine for it.
+        turn = (
+            prepare()
+            if size < LARGE_CONTENT_CHARS
+            else await off_loop_if_large(self.host.executor, size, prepare)
         )
         step: AppendPlan | AppendResult = await self.decide(
             lambda known: self.core.plan_turn(turn, known)

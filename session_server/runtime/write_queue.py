@@ -57,9 +57,9 @@ class _Job:
 
     __slots__ = ("future", "settled")
 
-    def __init__(self, future: asyncio.Future[Any]) -> None:
-        self.future = future
-        self.settled = False
+    # Set by each kind's ``__init__`` (one call per job, no ``super()`` chain).
+    future: asyncio.Future[Any]
+    settled: bool
 
     def resolve(self, result: Any) -> None:
         """Done: answer ``result`` (unless the caller left)."""
@@ -88,7 +88,8 @@ class WriteJob(_Job):
     def __init__(
         self, fn: Callable[[AgentStore], Awaitable[Any]], future: asyncio.Future[Any]
     ) -> None:
-        super().__init__(future)
+        self.future = future
+        self.settled = False
         self.fn = fn
 
 
@@ -98,7 +99,8 @@ class AppendJob(_Job):
     __slots__ = ("plan",)
 
     def __init__(self, plan: AppendPlan, future: asyncio.Future[AppendResult]) -> None:
-        super().__init__(future)
+        self.future = future
+        self.settled = False
         self.plan = plan
 
 
