@@ -30,8 +30,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import msgspec
-
 from ..compaction.config import validate_strategy
 from ..compaction.triggers import token_pressure, usage_prompt_tokens
 from .codec import message_to_event, new_event_ids
@@ -49,6 +47,7 @@ from .decisions import (
     StrategyWrite,
 )
 from .errors import InvalidParamsError, NotFoundError
+from .message_values import check_messages
 from .needs import (
     Known,
     Need,
@@ -62,7 +61,6 @@ from .needs import (
 )
 from .plans import AppendBatch, AppendOutcome, AppendResult, Effects, SnapshotDue
 from .turn_pressure import context_tokens, highest_turn, summarizable
-from .validation import parse_message
 
 __all__ = [
     "AGENT_STRATEGY_KEY",
@@ -122,13 +120,7 @@ class AgentCore(ContextBuilds, CompactionDecisions):
         if usage is not None and not isinstance(usage, Mapping):
             raise InvalidParamsError("usage: must be an object", data={"field": "usage"})
         new = ctx.get_new_messages()
-        checked = (
-            new
-            if validated
-            else [
-                parse_message(msgspec.to_builtins(m), f"messages[{i}]") for i, m in enumerate(new)
-            ]
-        )
+        checked = new if validated else check_messages(new)
         return PreparedTurn(
             session_id=session_id,
             events=[
