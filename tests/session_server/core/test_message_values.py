@@ -121,8 +121,7 @@ def one_odd_field(draw: st.DrawFn) -> ContextMessage:
         st.lists(st.one_of(calls, texts), max_size=2),
         st.dictionaries(st.one_of(st.text(max_size=2), st.integers(0, 2)), values, max_size=2),
     )
-    setattr(message, field, draw(odd))
-    return message
+    return msgspec.structs.replace(message, **{field: draw(odd)})
 
 
 # Mostly plain messages (the direct copy), some with odd values the round trip accepts
