@@ -68,5 +68,6 @@ def context_tokens(
                 tail_start_turn=memory["tail_start_turn"],
             )
         )
-    instructions = sum(MESSAGE_OVERHEAD + counter.count(text) for text in system)
+    # Remembered per text (``count_instruction``): the same prompt comes with every turn.
+    instructions = sum(MESSAGE_OVERHEAD + counter.count_instruction(text) for text in system)
     return stored + sum(turn_tokens(turn, known)) + instructions
