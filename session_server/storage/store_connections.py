@@ -27,6 +27,7 @@ from . import sqlite_ops as ops
 from .file_lock import try_exclusive_lock
 from .file_modes import make_dir
 from .schema import SCHEMA_VERSION
+from .thread_calls import call_on
 from .wal_checkpoints import BACKSTOP_PAGES, BackgroundCheckpoints, catch_up_then
 
 __all__ = ["LOCK_FILE", "StoreConnections", "Synchronous"]
@@ -71,8 +72,10 @@ class StoreConnections:
     # -- plumbing ------------------------------------------------------------------
 
     async def _call(self, fn: Callable[..., T], *args: Any) -> T:
+        if self._executor is not None:
+            return await call_on(self._executor, fn, *args)  # the lighter hop
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, fn, *args)
+        return await loop.run_in_executor(None, fn, *args)
 
     @property
     def writer(self) -> sqlite3.Connection:
@@ -215,8 +218,7 @@ class StoreConnections:
         else:
 
             async def run_checkpoint(fn: Callable[[], Any]) -> Any:
-                loop = asyncio.get_running_loop()
-                return await loop.run_in_executor(checkpoint_executor, fn)
+                return await call_on(checkpoint_executor, fn)
 
         store.checkpoints = BackgroundCheckpoints(path, synchronous, run_checkpoint)
         return store

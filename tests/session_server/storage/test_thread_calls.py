@@ -1,0 +1,98 @@
+"""``call_on``: one call on a worker thread, awaited from the loop (``storage/thread_calls``)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+import pytest
+
+from session_server.storage.thread_calls import call_on
+
+
+@pytest.fixture
+def pool() -> Iterator[ThreadPoolExecutor]:
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="calls-test") as executor:
+        yield executor
+
+
+async def test_the_result_comes_back_from_a_pool_thread(pool: ThreadPoolExecutor) -> None:
+    def where(a: int, b: int) -> tuple[str, int]:
+        return threading.current_thread().name, a + b
+
+    name, total = await call_on(pool, where, 2, 3)
+    assert name.startswith("calls-test") and total == 5
+
+
+async def test_an_exception_is_raised_in_the_caller_as_it_was(pool: ThreadPoolExecutor) -> None:
+    def fail() -> None:
+        raise KeyError("missing")
+
+    with pytest.raises(KeyError, match="missing"):
+        await call_on(pool, fail)
+
+    def stop() -> None:
+        raise StopIteration("done")
+
+    with pytest.raises(RuntimeError, match="StopIteration"):
+        await call_on(pool, stop)
+
+
+async def test_a_caller_that_leaves_does_not_break_the_job_or_the_loop(
+    pool: ThreadPoolExecutor,
+) -> None:
+    started, release, finished = threading.Event(), threading.Event(), threading.Event()
+
+    def slow() -> str:
+        started.set()
+        release.wait(30)
+        finished.set()
+        return "late"
+
+    call = asyncio.create_task(call_on(pool, slow))
+    await asyncio.to_thread(started.wait, 30)
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    release.set()
+    await asyncio.to_thread(finished.wait, 30)
+    # The job ran to its end; its answer went nowhere, and the next call works.
+    assert await call_on(pool, lambda: "next") == "next"
+
+
+class RecordingPool(ThreadPoolExecutor):
+    """A pool that keeps the futures of the jobs submitted to it."""
+
+    def __init__(self) -> None:
+        super().__init__(max_workers=1)
+        self.submitted: list[Future[Any]] = []
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        future = super().submit(fn, *args, **kwargs)
+        self.submitted.append(future)
+        return future
+
+
+def test_a_job_that_ends_after_its_loop_closed_raises_nothing_on_its_thread() -> None:
+    release = threading.Event()
+    with RecordingPool() as pool:
+
+        def slow() -> int:
+            release.wait(30)
+            return 1
+
+        async def start() -> None:
+            task = asyncio.create_task(call_on(pool, slow))
+            await asyncio.sleep(0)  # submitted
+            task.cancel()
+
+        loop = asyncio.new_event_loop()
+        loop.run_until_complete(start())
+        loop.close()
+        release.set()
+        [job] = pool.submitted
+        # Answering a closed loop raises RuntimeError; the job keeps it to itself.
+        assert job.result(timeout=30) is None
