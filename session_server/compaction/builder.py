@@ -23,11 +23,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from ..core.codec import event_to_message
 from ..core.context import WorkingContext
 from ..core.events import ContextMessage, SessionEvent
+from ..core.recent import ViewMessages
 from ..core.repair import needs_repair, repair_tool_pairing
 from ..core.tokens import MESSAGE_OVERHEAD, count_messages, get_counter
 from ..core.turns import drop_orphan_results
@@ -81,15 +82,15 @@ def build_parts(
     events: Sequence[SessionEvent],
     record: Mapping[str, Any] | None,
     *,
-    messages: Sequence[ContextMessage | None] | None = None,
+    messages: ViewMessages | None = None,
     max_episodic_items: int = 3,
     max_semantic_items: int = 20,
     model: str | None = None,
 ) -> BuiltContext:
     """The messages (placeholders applied) and memory block for ``events`` and ``record``.
 
-    ``messages``, when given, holds ``event_to_message`` of each of ``events`` (the
-    recent cache converts each event once); otherwise the shown events are converted
+    ``messages``, when given, are the recent cache's for ``events`` (each event converted
+    once, the totals kept as events arrive); otherwise the shown events are converted
     here. ``model`` picks the encoding used to count messages a placeholder changed.
     """
     extra: list[str] = []
@@ -106,7 +107,19 @@ def build_parts(
                 tail_start_turn=memory["tail_start_turn"],
             )
         )
-    evs, msgs, total = _shown(events, messages, tail_start)
+    evs: Sequence[SessionEvent]
+    if (
+        messages is not None
+        and messages.plain
+        and (tail_start is None or messages.first_seq >= tail_start)
+    ):
+        # Every event is shown: what ``_shown`` would find, the cache has already.
+        msgs = cast(list[ContextMessage], list(messages.messages))  # the view's is shared
+        evs, total = events, messages.tokens
+    else:
+        evs, msgs, total = _shown(
+            events, None if messages is None else messages.messages, tail_start
+        )
     params = (
         PlaceholderParams.from_record(record)
         if record is not None and record.get("strategy") == "compact"
@@ -186,7 +199,7 @@ def build_compacted_context(
     events: Sequence[SessionEvent],
     *,
     record: Mapping[str, Any] | None,
-    messages: Sequence[ContextMessage | None] | None = None,
+    messages: ViewMessages | None = None,
     system_instructions: Iterable[str] | None = None,
     base_seq: int | None = None,
     config: StrategyConfig | None = None,

@@ -31,22 +31,36 @@ from .plans import ContextWindow
 from .records import CompactionRecord
 from .turns import drop_orphan_results, tail_window
 
-__all__ = ["RecentCache", "SessionView"]
+__all__ = ["RecentCache", "SessionView", "ViewMessages"]
+
+
+class ViewMessages(msgspec.Struct):
+    """The messages of a view's events as the cache keeps them, with what the builder
+    would otherwise find in a pass over the events.
+
+    ``messages``: ``event_to_message`` of each event (shared with the cache: never to be
+    modified); ``plain``: no ``compaction`` event among the events and no message
+    ``None``; ``first_seq``: the lowest seq among the events (0 when there are none);
+    ``tokens``: the total of the stored token counts of the events other than
+    ``compaction`` ones, ``None`` when one has no count.
+    """
+
+    messages: list[ContextMessage | None]
+    plain: bool
+    first_seq: int
+    tokens: int | None
 
 
 class SessionView(msgspec.Struct):
-    """A context window and the session state it was read with.
-
-    ``messages``, when the cache made the view, holds ``event_to_message`` of each of
-    ``events`` (one per event, shared with the cache: never to be modified).
-    """
+    """A context window and the session state it was read with (``messages`` when the
+    cache made the view)."""
 
     events: list[SessionEvent]
     last_seq: int
     record: CompactionRecord | None = None
     compaction_required: bool = False
     strategy: dict[str, Any] | None = None
-    messages: list[ContextMessage | None] | None = None
+    messages: ViewMessages | None = None
 
     @classmethod
     def of(cls, window: ContextWindow) -> SessionView:
@@ -69,12 +83,16 @@ _seq = attrgetter("seq")  # a C key for bisect (a Python function costs a call p
 class _Entry:
     __slots__ = (
         "compaction_required",
+        "compactions",
         "complete",
+        "converted",
         "events",
         "last_seq",
         "messages",
         "record",
         "strategy",
+        "tokens",
+        "untokened",
         "views",
     )
 
@@ -83,6 +101,16 @@ class _Entry:
         # ``event_to_message`` of ``events[i]`` once a window showed it (``None`` before):
         # extended and trimmed with ``events``, so bounded by the same cap.
         self.messages: list[ContextMessage | None] = [None] * len(events)
+        # Indexes ``[lo, hi)`` whose messages are all converted (one run: a window moves
+        # forward, so only its newest events fall outside the run the last one left).
+        self.converted = (0, 0)
+        # Running totals over ``events`` (index i: the events before ``events[i]``; one
+        # more entry than events, trimmed with them, so differences stay exact): compaction
+        # events, stored token counts of the others, and how many of those have none.
+        self.compactions = [0]
+        self.tokens = [0]
+        self.untokened = [0]
+        self.add_totals(events)
         self.complete = complete
         self.last_seq = view.last_seq
         self.record = view.record
@@ -92,6 +120,29 @@ class _Entry:
         # the same window several times (build, pressure check, snapshot) between commits.
         # Every mutation of the entry clears it.
         self.views: dict[int, SessionView | None] = {}
+
+    def add_totals(self, events: Sequence[SessionEvent]) -> None:
+        compactions, tokens, untokened = self.compactions[-1], self.tokens[-1], self.untokened[-1]
+        for event in events:
+            if event.action == "compaction":
+                compactions += 1
+            elif event.token_count is None:
+                untokened += 1
+            else:
+                tokens += event.token_count
+            self.compactions.append(compactions)
+            self.tokens.append(tokens)
+            self.untokened.append(untokened)
+
+    def trim(self, excess: int) -> None:
+        """Drop the ``excess`` oldest events (and what is kept beside them)."""
+        del self.events[:excess]
+        del self.messages[:excess]
+        del self.compactions[:excess]
+        del self.tokens[:excess]
+        del self.untokened[:excess]
+        lo, hi = self.converted
+        self.converted = (max(0, lo - excess), max(0, hi - excess))
 
 
 class RecentCache:
@@ -165,6 +216,7 @@ class RecentCache:
         entry.views.clear()
         entry.events.extend(stored)
         entry.messages.extend([None] * len(stored))
+        entry.add_totals(stored)
         entry.last_seq = last_seq
         entry.compaction_required = compaction_required
         for event in stored:
@@ -174,8 +226,7 @@ class RecentCache:
                     entry.record = record
         excess = len(entry.events) - self.cap
         if excess > 0:
-            del entry.events[:excess]
-            del entry.messages[:excess]
+            entry.trim(excess)
             entry.complete = False
 
     def flag_changed(self, session_id: str, compaction_required: bool) -> None:
@@ -235,23 +286,34 @@ class RecentCache:
         )
 
 
-def _messages(entry: _Entry, events: list[SessionEvent]) -> list[ContextMessage | None]:
-    """``event_to_message`` of each of ``events`` (cached events, in order), converting
-    only the ones no window showed before."""
+def _messages(entry: _Entry, events: list[SessionEvent]) -> ViewMessages:
+    """The ``ViewMessages`` of ``events`` (cached events, in order), converting only the
+    events no window showed before."""
     if not events:
-        return []
+        return ViewMessages([], True, 0, 0)
     cached, memo = entry.events, entry.messages
     start = bisect.bisect_left(cached, events[0].seq, key=_seq)
     stop = start + len(events)
     if stop <= len(cached) and cached[start] is events[0] and cached[stop - 1] is events[-1]:
         # A run of the cache (a subsequence with its first and last where a run has
-        # them is that run): the messages are a slice; only new events are converted.
+        # them is that run): the messages are a slice, the totals differences; only new
+        # events are converted.
+        lo, hi = entry.converted
+        plain = True
+        if start < lo or stop > hi:
+            for i in (*range(start, min(stop, lo)), *range(max(start, hi), stop)):
+                if memo[i] is None:
+                    memo[i] = event_to_message(cached[i])
+                    plain = plain and memo[i] is not None
+            if plain:  # no message None: [start, stop) is converted, joined with the run
+                joined = lo < hi and lo <= stop and start <= hi
+                entry.converted = (min(lo, start), max(hi, stop)) if joined else (start, stop)
         out = memo[start:stop]
-        if None in out:
-            for k in range(len(out)):
-                if out[k] is None:
-                    out[k] = memo[start + k] = event_to_message(cached[start + k])
-        return out
+        plain = plain and entry.compactions[stop] == entry.compactions[start]
+        tokens = None
+        if entry.untokened[stop] == entry.untokened[start]:
+            tokens = entry.tokens[stop] - entry.tokens[start]
+        return ViewMessages(out, plain, events[0].seq, tokens)
     # Some events left out (orphan results): match the rest in the cache, in order.
     messages: list[ContextMessage | None] = []
     i = start
@@ -265,4 +327,11 @@ def _messages(entry: _Entry, events: list[SessionEvent]) -> list[ContextMessage 
         if msg is None:
             msg = memo[i] = event_to_message(event)
         messages.append(msg)
-    return messages
+    shown = [e for e in events if e.action != "compaction"]
+    counts = [e.token_count for e in shown]
+    return ViewMessages(
+        messages,
+        len(shown) == len(events) and None not in messages,
+        min(e.seq for e in events),
+        None if None in counts else sum(c or 0 for c in counts),
+    )

@@ -192,15 +192,16 @@ def needs_repair(messages: Sequence[ContextMessage]) -> bool:
     left to the full repair, which also decides attribution by turns.
     """
     seen: set[str] = set()
-    pending: set[str] = set()  # calls of the current group without a result yet
+    pending: set[str | None] = set()  # calls of the current group without a result yet
     answered = False  # a result of the current group was seen
     for msg in messages:
         role = msg.role
         if role == "tool":
-            call_id = msg.tool_call_id
-            if not call_id or call_id not in pending:
+            # An empty or ``None`` id is never pending (a call with one returns above).
+            try:
+                pending.remove(msg.tool_call_id)
+            except KeyError:
                 return True
-            pending.discard(call_id)
             answered = True
         elif role == "assistant" and msg.tool_calls:
             if answered:

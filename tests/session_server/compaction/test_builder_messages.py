@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 from msgspec.structs import replace
 
 from session_server.compaction.builder import build_compacted_context, build_parts
-from session_server.core.codec import event_to_message
 from session_server.core.events import SessionEvent
 
+from ..core.test_recent_messages import expected_messages
 from ..core.test_window_equivalence import raw_logs, stored
 from . import builder_reference as reference
 
@@ -63,14 +63,14 @@ def test_build_parts_is_the_reference(events: list[SessionEvent], data: st.DataO
     record = data.draw(records(len(log)))
     expected = reference.build_parts(shown, record)
     assert build_parts(shown, record) == expected
-    messages = [event_to_message(e) for e in shown]
+    messages = expected_messages(shown)
     assert build_parts(shown, record, messages=messages) == expected
-    assert messages == [event_to_message(e) for e in shown]  # the caller's list untouched
+    assert messages == expected_messages(shown)  # the cache's list untouched
 
 
 def test_the_context_copies_the_callers_message_list() -> None:
     log = stored([SessionEvent(action="user_message", content="q")])
-    messages = [event_to_message(e) for e in log]
+    messages = expected_messages(log)
     ctx = build_compacted_context(log, record=None, messages=messages)
     ctx.messages.clear()
-    assert len(messages) == 1
+    assert len(messages.messages) == 1

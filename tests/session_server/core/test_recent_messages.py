@@ -1,6 +1,7 @@
 """The recent cache's per-event messages: a view's ``messages`` are ``event_to_message``
-of its events whatever the history of the cache (seeds, appends, trims at the cap,
-windows asked before), converted once per cached event, and bounded with the events."""
+of its events, with the totals the builder would count (``ViewMessages``), whatever the
+history of the cache (seeds, appends, trims at the cap, windows asked before); each event
+is converted once, and what is kept beside the events is bounded with them."""
 
 from __future__ import annotations
 
@@ -11,11 +12,24 @@ from msgspec.structs import replace
 from session_server.core.codec import event_to_message
 from session_server.core.events import SessionEvent
 from session_server.core.plans import ContextWindow, SessionState
-from session_server.core.recent import RecentCache
+from session_server.core.recent import RecentCache, ViewMessages
 
 from .test_window_equivalence import raw_logs, stored
 
 SID = "s"
+
+
+def expected_messages(events: list[SessionEvent]) -> ViewMessages:
+    """``ViewMessages`` from its definition (the oracle)."""
+    messages = [event_to_message(e) for e in events]
+    others = [e for e in events if e.action != "compaction"]
+    counts = [e.token_count for e in others]
+    return ViewMessages(
+        messages=messages,
+        plain=len(others) == len(events) and all(m is not None for m in messages),
+        first_seq=min((e.seq for e in events), default=0),
+        tokens=None if any(c is None for c in counts) else sum(c or 0 for c in counts),
+    )
 
 
 def _seeded(suffix: list[SessionEvent], complete: bool, cap: int) -> RecentCache:
@@ -26,9 +40,18 @@ def _seeded(suffix: list[SessionEvent], complete: bool, cap: int) -> RecentCache
     return cache
 
 
-def _plain(log: list[SessionEvent]) -> list[SessionEvent]:
-    # Compaction events carry no record here (the record rules have their own tests).
-    return [replace(e, compaction=None) if e.action == "compaction" else e for e in log]
+def _plain(log: list[SessionEvent], data: st.DataObject | None = None) -> list[SessionEvent]:
+    """Compaction events without a record (the record rules have their own tests);
+    token counts drawn, some missing."""
+    counts = st.one_of(st.none(), st.integers(1, 9))
+    return [
+        replace(
+            e,
+            compaction=None,
+            token_count=3 if data is None else data.draw(counts, label="tokens"),
+        )
+        for e in log
+    ]
 
 
 @settings(max_examples=200, deadline=None)
@@ -41,7 +64,7 @@ def _plain(log: list[SessionEvent]) -> list[SessionEvent]:
 def test_view_messages_are_the_events_messages(
     events: list[SessionEvent], data: st.DataObject, cap: int, limits: list[int]
 ) -> None:
-    log = _plain(stored(events))
+    log = _plain(stored(events), data)
     first = data.draw(st.integers(0, len(log)))
     seeded = data.draw(st.integers(first, len(log)))
     cache = _seeded(log[first:seeded], first == 0, cap)
@@ -50,11 +73,14 @@ def test_view_messages_are_the_events_messages(
         entry = cache._entries.get(SID)
         if entry is not None:
             assert len(entry.messages) == len(entry.events) <= cap
+            assert len(entry.tokens) == len(entry.compactions) == len(entry.events) + 1
+            lo, hi = entry.converted
+            assert None not in entry.messages[lo:hi]
         for limit in limits:
             view = cache.window(SID, limit)
             if view is None:
                 continue
-            assert view.messages == [event_to_message(e) for e in view.events]
+            assert view.messages == expected_messages(view.events)
             # The same window as a cache that never showed a window before.
             assert entry is not None
             fresh = _seeded(entry.events, entry.complete, cap).window(SID, limit)
@@ -78,9 +104,11 @@ def test_each_event_is_converted_once_and_shared_between_views() -> None:
     second = cache.window(SID, 4)
     assert second is not None and second.messages is not None
     # Events 5 and 6 were shown by the first window: the very same message objects.
-    assert second.messages[0] is first.messages[2]
-    assert second.messages[1] is first.messages[3]
-    assert [m.content for m in second.messages if m is not None] == ["q4", "q5", "q6", "q7"]
+    assert second.messages.messages[0] is first.messages.messages[2]
+    assert second.messages.messages[1] is first.messages.messages[3]
+    shown = [m.content for m in second.messages.messages if m is not None]
+    assert shown == ["q4", "q5", "q6", "q7"]
+    assert second.messages.tokens == 4 * 3 and second.messages.plain
 
 
 def test_orphan_results_left_out_keep_the_rest_aligned() -> None:
@@ -99,4 +127,5 @@ def test_orphan_results_left_out_keep_the_rest_aligned() -> None:
     view = cache.window(SID, 10)
     assert view is not None and view.messages is not None
     assert [e.content for e in view.events] == ["q", "a", "b"]
-    assert [m.content for m in view.messages if m is not None] == ["q", "a", "b"]
+    assert [m.content for m in view.messages.messages if m is not None] == ["q", "a", "b"]
+    assert view.messages == expected_messages(view.events)
