@@ -697,7 +697,7 @@ async def sequential_section(
     ratios = [
         f"| cost (b)/(a): store vs raw sqlite3 | {b_over_a:.2f}x"
         f" | {store.p50_ms / raw.p50_ms:.2f}x | <= 1.3x | {verdict(b_over_a <= 1.3)} |",
-        f"| floor (f)/(a): the least (b)/(a) can be (same checkpoints) | {f_over_a:.2f}x"
+        f"| floor (f)/(a): the least (b)/(a) can be | {f_over_a:.2f}x"
         f" | {floor.p50_ms / raw.p50_ms:.2f}x | <= 1.3x | {verdict(f_over_a <= 1.3)} |",
         f"| speed (b) vs (c): cost (c)/(b) | {c_over_b:.2f}x"
         f" | {sdk.p50_ms / store.p50_ms:.2f}x | > 1x | {verdict(c_over_b > 1)} |",
@@ -722,9 +722,7 @@ async def sequential_section(
         f" same rounds: the token count of the turn (mean {1000 * count.per_turn_ms:.0f} us)"
         f" and one worker-thread round trip for the commit (mean"
         f" {1000 * hop.per_turn_ms:.0f} us). (f)/(a) = {f_over_a:.2f}x is the least (b)/(a)"
-        " can be with (a)'s checkpoints: (a) and (c) checkpoint the WAL inside the commit that"
-        " crosses SQLite's threshold (its default), (b) beside its commits"
-        " (storage/wal_checkpoints.py), so (b) may come under (f).",
+        " can be.",
         "",
         "| ratio | value (means) | value (p50s) | target | met (means) |",
         "|---|---:|---:|---:|:---:|",

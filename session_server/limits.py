@@ -1,9 +1,8 @@
 """File-descriptor budget of the process (I/O shell).
 
 An open agent holds about six descriptors (the SQLite writer's database, WAL and shared
-memory files, the reader's database and WAL, the ``agent.lock``), one more once it has
-run a background WAL checkpoint and two while one runs (``storage.wal_checkpoints``), plus
-one or two while its mirror appends; a WebSocket connection holds one. The server's defaults are derived
+memory files, the reader's database and WAL, the ``agent.lock``) plus one or two while
+its mirror appends; a WebSocket connection holds one. The server's defaults are derived
 from ``RLIMIT_NOFILE`` so that open agents and connections together can never exhaust it:
 
 - ``raise_nofile_limit()`` raises the soft limit to the hard limit (allowed without
@@ -41,7 +40,7 @@ __all__ = [
     "raise_nofile_limit",
 ]
 
-FDS_PER_AGENT: Final = 10
+FDS_PER_AGENT: Final = 8
 FD_RESERVE: Final = 64
 MAX_DEFAULT_OPEN_AGENTS: Final = 256
 MAX_DEFAULT_CONNECTIONS: Final = 1024

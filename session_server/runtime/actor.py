@@ -95,11 +95,6 @@ class ActorHost(CompactionHost, Protocol):
         ...
 
     @property
-    def checkpoint_executor(self) -> Executor:
-        """Where background WAL checkpoints run: threads of their own, for the same reason."""
-        ...
-
-    @property
     def snapshot_index(self) -> SnapshotIndex | None:
         """The index ``memory.list_snapshots`` reads (``None``: read-only, no mirror)."""
         ...
@@ -224,7 +219,6 @@ class AgentActor(SessionReads, SessionWrites, SessionEdits):
                         on_commit=self.host.operations.observe_commit,
                         readonly=self.host.readonly,
                         idempotency=self.host.idempotency,
-                        checkpoint_executor=self.host.checkpoint_executor,
                     )
                     self.host.store_opened(self)
             if self._activated is not self._store:

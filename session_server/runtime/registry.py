@@ -59,9 +59,6 @@ MIRROR_THREADS = 2
 time, in commit order): apart from the SQLite threads, so that mirror writes never delay a
 commit. Measured with 64 connections over 16 agents at FULL, 600 turns/s offered: p99
 33-35 ms with them apart, 39-100 ms sharing the SQLite threads."""
-# Background WAL checkpoints (``storage.wal_checkpoints``): their flushes never hold the
-# threads commits wait for; across many agents they queue here, not before commits.
-CHECKPOINT_THREADS = 2
 
 DEFAULT_MAX_AGENTS = 100_000
 """Agents (folders under ``<memory_dir>/agents``) a registry lets writes create in total."""
@@ -193,9 +190,6 @@ class ActorRegistry:
         # callers wait for commits, nobody waits for the mirror.
         self.mirror_executor = ThreadPoolExecutor(
             max_workers=MIRROR_THREADS, thread_name_prefix="session-server-mirror"
-        )
-        self.checkpoint_executor = ThreadPoolExecutor(
-            max_workers=CHECKPOINT_THREADS, thread_name_prefix="session-server-checkpoint"
         )
         # Load the token encoding now, beside start-up: the first commit counts its turn
         # and would otherwise wait for the load (and every caller queued behind it).
@@ -444,7 +438,6 @@ class ActorRegistry:
             )
         self.executor.shutdown(wait=True)
         self.mirror_executor.shutdown(wait=True)
-        self.checkpoint_executor.shutdown(wait=True)
 
 
 def _log_failure(task: asyncio.Task[None]) -> None:

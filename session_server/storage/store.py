@@ -110,9 +110,6 @@ class AgentStore(StoreConnections):
         truncation wait up to the busy timeout; if it still cannot, the next delete retries.
         """
 
-        if self.checkpoints is not None:
-            await self.checkpoints.settle()  # a passive one running would make this busy
-
         def run() -> None:
             try:
                 busy = self.writer.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]

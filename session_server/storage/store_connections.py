@@ -28,7 +28,6 @@ from .file_lock import try_exclusive_lock
 from .file_modes import make_dir
 from .schema import SCHEMA_VERSION
 from .thread_calls import call_on
-from .wal_checkpoints import BACKSTOP_PAGES, BackgroundCheckpoints, catch_up_then
 
 __all__ = ["LOCK_FILE", "StoreConnections", "Synchronous"]
 
@@ -66,8 +65,6 @@ class StoreConnections:
         self._reader: sqlite3.Connection | None = None
         self._read_lock = asyncio.Lock()
         self._lock_fd: int | None = None
-        # WAL checkpoints beside the writes, not inside one (writer stores only).
-        self.checkpoints: BackgroundCheckpoints | None = None
 
     # -- plumbing ------------------------------------------------------------------
 
@@ -91,18 +88,9 @@ class StoreConnections:
 
     async def _write(self, what: str, body: Callable[..., T], *args: Any, batch_size: int = 1) -> T:
         started = time.perf_counter()
-        writer, checkpoints = self.writer, self.checkpoints
-        result: T
-        if checkpoints is not None and checkpoints.attention and await checkpoints.before_write():
-            result = await self._call(
-                catch_up_then, writer, ops.write_txn, writer, what, body, *args
-            )
-        else:
-            result = await self._call(ops.write_txn, writer, what, body, *args)
+        result: T = await self._call(ops.write_txn, self.writer, what, body, *args)
         if self._on_commit is not None:  # seconds of the transaction, queueing included
             self._on_commit(time.perf_counter() - started, batch_size)
-        if checkpoints is not None:
-            checkpoints.committed(batch_size)
         return result
 
     def _reader_conn(self) -> sqlite3.Connection:
@@ -143,7 +131,6 @@ class StoreConnections:
         on_commit: Callable[[float, int], None] | None = None,
         readonly: bool = False,
         idempotency: ops.IdempotencyRetention = ops.DEFAULT_RETENTION,
-        checkpoint_executor: Executor | None = None,
     ) -> Self:
         """Open (creating and migrating if needed) the agent file.
 
@@ -154,7 +141,6 @@ class StoreConnections:
         ``on_commit(seconds, writes)`` is called after each write transaction that
         committed (``writes``: how many appends a group commit held, else 1).
         ``idempotency``: how long keyed writes can be replayed (``IdempotencyRetention``).
-        ``checkpoint_executor``: where background WAL checkpoints run (default: ``executor``).
         """
         store = cls(
             path, agent_id, synchronous, busy_timeout_ms, executor, on_commit, readonly, idempotency
@@ -185,9 +171,6 @@ class StoreConnections:
                 )
                 try:
                     ops.migrate(conn)
-                    # SQLite's own checkpoint is the backstop; ``BackgroundCheckpoints``
-                    # does the usual ones off the commit path.
-                    conn.execute(f"PRAGMA wal_autocheckpoint={BACKSTOP_PAGES}")
                 except BaseException:
                     conn.close()
                     raise
@@ -213,20 +196,9 @@ class StoreConnections:
                 f"agent {agent_id!r}: database file {path.name} is unusable ({exc})",
                 data={"agent_id": agent_id},
             ) from exc
-        if checkpoint_executor is None:
-            run_checkpoint = store._call
-        else:
-
-            async def run_checkpoint(fn: Callable[[], Any]) -> Any:
-                return await call_on(checkpoint_executor, fn)
-
-        store.checkpoints = BackgroundCheckpoints(path, synchronous, run_checkpoint)
         return store
 
     async def close(self) -> None:
-        if self.checkpoints is not None:
-            # First: the writer, closing last, then checkpoints and removes the WAL.
-            await self.checkpoints.close()
         conns = [c for c in (self._reader, self._writer) if c is not None]
         self._reader = self._writer = None
         lock_fd, self._lock_fd = self._lock_fd, None

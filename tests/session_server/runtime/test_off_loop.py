@@ -23,7 +23,6 @@ from session_server.mirror_io.snapshot_index import SnapshotIndex
 from session_server.mirror_io.writer import MirrorWriter
 from session_server.rpc import memory_methods
 from session_server.runtime import mirror_link, transfer
-from session_server.storage.wal_checkpoints import CHECKPOINT_EVERY_WRITES, BackgroundCheckpoints
 from tests.support.server import running_server
 
 WORKER_PREFIX = "session-server-sqlite"
@@ -163,21 +162,3 @@ async def test_mirror_writes_run_on_the_mirror_threads_not_the_sqlite_ones(
     names = threads["append"] + threads["write_snapshot"]
     assert threads["append"] and threads["write_snapshot"], threads
     assert all(n.startswith("session-server-mirror") for n in names), threads
-
-
-async def test_wal_checkpoints_run_on_the_checkpoint_threads_not_the_sqlite_ones(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, threads: dict[str, list[str]]
-) -> None:
-    """A background checkpoint flushes the WAL and the database: on threads of its own,
-    so across many agents checkpoints queue behind each other, never before a commit."""
-    recording(monkeypatch, BackgroundCheckpoints, "_checkpoint_now", threads)
-    async with ActorRegistry(tmp_path, idle_timeout=None, mirror=False) as reg:
-        actor = await reg.get("agent")
-        sid = await actor.create_session()
-        for n in range(CHECKPOINT_EVERY_WRITES):
-            await actor.append_events(sid, [SessionEvent(action="user_message", content=f"{n}")])
-        store = actor._store
-        assert store is not None and store.checkpoints is not None
-        await store.checkpoints.settle()
-    names = threads["_checkpoint_now"]
-    assert names and all(n.startswith("session-server-checkpoint") for n in names), threads
