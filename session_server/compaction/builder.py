@@ -107,30 +107,37 @@ def build_parts(
                 tail_start_turn=memory["tail_start_turn"],
             )
         )
-    evs: Sequence[SessionEvent]
-    if (
-        messages is not None
-        and messages.plain
-        and (tail_start is None or messages.first_seq >= tail_start)
-    ):
-        # Every event is shown: what ``_shown`` would find, the cache has already.
-        msgs = cast(list[ContextMessage], list(messages.messages))  # the view's is shared
-        evs, total = events, messages.tokens
-    else:
-        evs, msgs, total = _shown(
-            events, None if messages is None else messages.messages, tail_start
-        )
     params = (
         PlaceholderParams.from_record(record)
         if record is not None and record.get("strategy") == "compact"
         else None
     )
-    # The common case: no placeholders and nothing to repair (``needs_repair``: every
-    # result follows its call in its group, so none is an orphan either).
-    if params is None and not needs_repair(msgs):
-        return BuiltContext(extra, msgs, 0, total)
-    # The events' messages by identity, for the events the orphan filter keeps.
-    message_of = {id(ev): msg for ev, msg in zip(evs, msgs, strict=True)}
+    evs: Sequence[SessionEvent]
+    msgs: list[ContextMessage] | None = None
+    total: int | None = None
+    if messages is None:
+        # Converted below, only the events the context shows (the orphan filter first
+        # under placeholders).
+        evs = [
+            e
+            for e in events
+            if e.action != "compaction" and (tail_start is None or e.seq >= tail_start)
+        ]
+    elif messages.plain and (tail_start is None or messages.first_seq >= tail_start):
+        # Every event is shown: what ``_shown`` would find, the cache has already.
+        msgs = cast(list[ContextMessage], list(messages.messages))  # the view's is shared
+        evs, total = events, messages.tokens
+    else:
+        evs, msgs, total = _shown(events, messages.messages, tail_start)
+    if params is None:
+        if msgs is None:
+            msgs, total = _converted(evs)
+        # The common case: nothing to repair (``needs_repair``: every result follows its
+        # call in its group, so none is an orphan either).
+        if not needs_repair(msgs):
+            return BuiltContext(extra, msgs, 0, total)
+    # The cache's messages by event identity, for the events the orphan filter keeps.
+    message_of = None if messages is None else dict(zip(map(id, evs), msgs or (), strict=True))
     evs = drop_orphan_results(evs)
     names = call_name_index(evs) if params is not None else {}
     mapped: list[ContextMessage] = []
@@ -142,7 +149,9 @@ def build_parts(
     removed = 0
     counter = None
     for ev in evs:
-        msg = message_of[id(ev)]
+        msg = event_to_message(ev) if message_of is None else message_of[id(ev)]
+        if msg is None:
+            continue
         n = 0
         if params is not None:
             msg, n = compact_message(ev, msg, params, names)
@@ -172,19 +181,18 @@ def build_parts(
 
 def _shown(
     events: Sequence[SessionEvent],
-    messages: Sequence[ContextMessage | None] | None,
+    messages: Sequence[ContextMessage | None],
     tail_start: int | None,
 ) -> tuple[list[SessionEvent], list[ContextMessage], int | None]:
     """The events a context shows (no ``compaction`` event, none before ``tail_start``,
-    none without a message), their messages (converted here unless ``messages`` has
-    them) and the events' stored token total (``None`` when one has no count): one pass."""
+    none without a message), their ``messages`` and the events' stored token total
+    (``None`` when one has no count): one pass."""
     evs: list[SessionEvent] = []
     msgs: list[ContextMessage] = []
     total: int | None = 0
-    for i, ev in enumerate(events):
+    for ev, msg in zip(events, messages, strict=True):
         if ev.action == "compaction" or (tail_start is not None and ev.seq < tail_start):
             continue
-        msg = event_to_message(ev) if messages is None else messages[i]
         if msg is None:
             continue
         evs.append(ev)
@@ -193,6 +201,22 @@ def _shown(
             tokens = ev.token_count
             total = None if tokens is None else total + tokens
     return evs, msgs, total
+
+
+def _converted(events: Sequence[SessionEvent]) -> tuple[list[ContextMessage], int | None]:
+    """The messages of ``events`` (none for an event without one) and the events'
+    stored token total (``None`` when one has no count)."""
+    msgs: list[ContextMessage] = []
+    total: int | None = 0
+    for ev in events:
+        msg = event_to_message(ev)
+        if msg is None:
+            continue
+        msgs.append(msg)
+        if total is not None:
+            tokens = ev.token_count
+            total = None if tokens is None else total + tokens
+    return msgs, total
 
 
 def build_compacted_context(
