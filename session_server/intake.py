@@ -234,12 +234,6 @@ class IntakeConnection(ServerConnection):
         held = self._held()
         self.pool.add_held(held - self.counted)
         self.counted = held
-        if (
-            held <= self.threshold
-            and not (self.permit or self.waiting or self._intake_paused)
-            and self._stall is None
-        ):
-            return  # small messages, nothing held or paused: every step below is a no-op
         if held <= self.threshold:
             self._withdraw()
             if self.permit:  # what needed it was small messages, claimed since

@@ -178,12 +178,8 @@ class SessionWrites:
                 strategy=strategy,
             )
 
-        size = _content_chars(ctx.get_new_messages())
-        # ``off_loop_if_large`` inlined for the common small turn: no coroutine for it.
-        turn = (
-            prepare()
-            if size < LARGE_CONTENT_CHARS
-            else await off_loop_if_large(self.host.executor, size, prepare)
+        turn = await off_loop_if_large(
+            self.host.executor, _content_chars(ctx.get_new_messages()), prepare
         )
         step: AppendPlan | AppendResult = await self.decide(
             lambda known: self.core.plan_turn(turn, known)
