@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from session_server import ActorRegistry
+from session_server import ActorRegistry, AgentActor
 from session_server.client import SessionClient
 from session_server.core.events import ContextMessage, SessionEvent, ToolCall
 from session_server.core.tokens import TokenCounter, get_counter
@@ -46,6 +46,15 @@ def recording(
     monkeypatch.setattr(module, name, wrapped)
 
 
+async def one_turn(actor: AgentActor, text: str) -> str:
+    """A new session holding one persisted user message; its id."""
+    sid = await actor.create_session()
+    ctx = await actor.build_working_context(sid)
+    ctx.add_messages([ContextMessage(role="user", content=text)])
+    await actor.persist_working_context(sid, ctx)
+    return sid
+
+
 def on_workers(names: list[str]) -> bool:
     return bool(names) and all(n.startswith(WORKER_PREFIX) for n in names)
 
@@ -55,10 +64,7 @@ async def test_snapshot_restore_reads_the_file_on_a_worker(
 ) -> None:
     async with ActorRegistry(tmp_path, idle_timeout=None) as reg:
         actor = await reg.get("agent")
-        sid = await actor.create_session()
-        ctx = await actor.build_working_context(sid)
-        ctx.add_messages([ContextMessage(role="user", content="q")])
-        await actor.persist_working_context(sid, ctx)
+        sid = await one_turn(actor, "q")
     recording(monkeypatch, mirror_link, "load_snapshot_cache", threads)
     async with ActorRegistry(tmp_path, idle_timeout=None) as reg:
         restored = await (await reg.get("agent")).build_working_context(sid)
@@ -74,10 +80,7 @@ async def test_export_and_import_touch_files_on_workers(
     recording(monkeypatch, transfer, "read_rows_file", threads)
     async with ActorRegistry(tmp_path, idle_timeout=None) as reg:
         actor = await reg.get("agent")
-        sid = await actor.create_session()
-        ctx = await actor.build_working_context(sid)
-        ctx.add_messages([ContextMessage(role="user", content="q")])
-        await actor.persist_working_context(sid, ctx)
+        sid = await one_turn(actor, "q")
         exported = await transfer.export_files(actor, sid)
         # A copy beside the original (lossless, fresh ids), then the reference files alone.
         imported = await transfer.import_files(actor, exported["files"], new_ids=True)
@@ -154,10 +157,7 @@ async def test_mirror_writes_run_on_the_mirror_threads_not_the_sqlite_ones(
     recording(monkeypatch, MirrorWriter, "write_snapshot", threads)
     async with ActorRegistry(tmp_path, idle_timeout=None) as reg:
         actor = await reg.get("agent")
-        sid = await actor.create_session()
-        ctx = await actor.build_working_context(sid)
-        ctx.add_messages([ContextMessage(role="user", content="hello")])
-        await actor.persist_working_context(sid, ctx)
+        await one_turn(actor, "hello")
         await actor.mirror.drain()
     names = threads["append"] + threads["write_snapshot"]
     assert threads["append"] and threads["write_snapshot"], threads
