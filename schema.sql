@@ -1,4 +1,4 @@
--- session-server schema, version 2 (PRAGMA user_version). The store executes this file
+-- session-server schema, version 3 (PRAGMA user_version). The store executes this file
 -- on a new database; older files are brought forward by the migrations in
 -- session_server/storage/sqlite_ops.py (MIGRATIONS).
 
@@ -34,8 +34,9 @@ CREATE TABLE IF NOT EXISTS events (
   token_count INTEGER NOT NULL DEFAULT 0    -- tokens of the event's message, counted on write
 );
 
+-- A session's events in order; also serves ``since`` reads (a scan of the session's
+-- events: a created_at index cost every append about 1.8 of its 12 WAL pages).
 CREATE UNIQUE INDEX IF NOT EXISTS idx_events_session_seq ON events(session_id, seq);
-CREATE INDEX IF NOT EXISTS idx_events_session_created ON events(session_id, created_at);
 -- the latest compaction of a session, found without scanning its events (partial: tiny)
 CREATE INDEX IF NOT EXISTS idx_events_compaction ON events(session_id, seq)
   WHERE action = 'compaction';

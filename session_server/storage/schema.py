@@ -6,9 +6,13 @@ import functools
 from importlib import resources
 from pathlib import Path
 
-__all__ = ["SCHEMA_VERSION", "schema_sql"]
+__all__ = ["READABLE_SCHEMA_VERSION", "SCHEMA_VERSION", "schema_sql"]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
+
+# The oldest version a read-only store reads as it is (it cannot migrate): version 3 only
+# dropped an index (``MIGRATIONS[2]``), so a file of version 2 has every column it reads.
+READABLE_SCHEMA_VERSION = 2
 
 
 @functools.cache

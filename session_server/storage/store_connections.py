@@ -26,7 +26,7 @@ from ..limits import descriptor_error, out_of_descriptors
 from . import sqlite_ops as ops
 from .file_lock import try_exclusive_lock
 from .file_modes import make_dir
-from .schema import SCHEMA_VERSION
+from .schema import READABLE_SCHEMA_VERSION, SCHEMA_VERSION
 from .thread_calls import call_on
 
 __all__ = ["LOCK_FILE", "StoreConnections", "Synchronous"]
@@ -149,13 +149,14 @@ class StoreConnections:
             version = await store._read(
                 lambda conn: int(conn.execute("PRAGMA user_version").fetchone()[0])
             )
-            if version < SCHEMA_VERSION:
+            if version < READABLE_SCHEMA_VERSION:
                 # A reader cannot migrate it (a server started on it, or any command
                 # that opens it read-write, does).
                 raise AgentUnavailableError(
                     f"agent {agent_id!r}: its file has schema version {version}, older than "
-                    f"this program's ({SCHEMA_VERSION}); open it read-write once (start the "
-                    "server on it) to migrate it",
+                    f"this program reads without migrating ({READABLE_SCHEMA_VERSION} to "
+                    f"{SCHEMA_VERSION}); open it read-write once (start the server on it) to "
+                    "migrate it",
                     data={"agent_id": agent_id},
                 )
             await store._read(lambda conn: conn.execute("SELECT 1 FROM sessions LIMIT 1"))
