@@ -5,8 +5,8 @@ Run: ``.venv/bin/python scripts/bench_store.py [--turns N] [--synchronous FULL|N
 turn shape (user message, assistant tool call, tool result, assistant answer) and the same
 ``synchronous`` level, WAL everywhere:
 
-(a) raw ``sqlite3`` with the store's own schema (``schema_sql()``): per turn, a read of the
-    last 50 events and one ``BEGIN IMMEDIATE`` transaction inserting the 4 event rows and
+(a) raw ``sqlite3`` with the store's own schema (``schema_sql()``) and WAL checkpoint size:
+    per turn, a read of the last 50 events and one ``BEGIN IMMEDIATE`` transaction inserting the 4 event rows and
     updating the session row. This is the physical limit.
 (b) this store: ``build_working_context(limit=50)`` then ``persist_working_context`` of the
     4 new messages (with an idempotency key, as an RPC client sends one; ``--no-idempotency``
@@ -69,6 +69,7 @@ from session_server.core.events import ContextMessage, SessionEvent, ToolCall
 from session_server.core.tokens import count_events
 from session_server.runtime.registry import ActorRegistry
 from session_server.storage.schema import SCHEMA_VERSION, schema_sql
+from session_server.storage.sqlite_open import WAL_AUTOCHECKPOINT_PAGES
 from tests.support.bench_env import token_mode, use_shared_tiktoken
 from tests.support.flush_shim import (
     ShimUnavailable,
@@ -254,6 +255,7 @@ def bench_raw(path: Path, synchronous: str, warmup: int, turns: int) -> Timing:
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute(f"PRAGMA synchronous={synchronous}")
     conn.execute("PRAGMA busy_timeout=5000")
+    conn.execute(f"PRAGMA wal_autocheckpoint={WAL_AUTOCHECKPOINT_PAGES}")  # as the store
     conn.executescript(schema_sql())
     conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
     sid = "raw-session"
