@@ -6,8 +6,8 @@ turn shape (user message, assistant tool call, tool result, assistant answer) an
 ``synchronous`` level, WAL everywhere:
 
 (a) raw ``sqlite3`` with the store's own schema (``schema_sql()``) and WAL checkpoint size:
-    per turn, a read of the last 50 events and one ``BEGIN IMMEDIATE`` transaction inserting the 4 event rows and
-    updating the session row. This is the physical limit.
+    per turn, a read of the last 50 events and one ``BEGIN IMMEDIATE`` transaction
+    inserting the 4 event rows and updating the session row. This is the physical limit.
 (b) this store: ``build_working_context(limit=50)`` then ``persist_working_context`` of the
     4 new messages (with an idempotency key, as an RPC client sends one; ``--no-idempotency``
     drops it).
