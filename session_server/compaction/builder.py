@@ -115,6 +115,7 @@ def build_parts(
     evs: Sequence[SessionEvent]
     msgs: list[ContextMessage] | None = None
     total: int | None = None
+    clean = False  # the cache found that ``msgs`` need no repair
     if messages is None:
         # Converted below, only the events the context shows (the orphan filter first
         # under placeholders).
@@ -126,7 +127,7 @@ def build_parts(
     elif messages.plain and (tail_start is None or messages.first_seq >= tail_start):
         # Every event is shown: what ``_shown`` would find, the cache has already.
         msgs = cast(list[ContextMessage], list(messages.messages))  # the view's is shared
-        evs, total = events, messages.tokens
+        evs, total, clean = events, messages.tokens, messages.clean
     else:
         evs, msgs, total = _shown(events, messages.messages, tail_start)
     if params is None:
@@ -134,7 +135,7 @@ def build_parts(
             msgs, total = _converted(evs)
         # The common case: nothing to repair (``needs_repair``: every result follows its
         # call in its group, so none is an orphan either).
-        if not needs_repair(msgs):
+        if clean or not needs_repair(msgs):
             return BuiltContext(extra, msgs, 0, total)
     # The cache's messages by event identity, for the events the orphan filter keeps.
     message_of = None if messages is None else dict(zip(map(id, evs), msgs or (), strict=True))

@@ -21,7 +21,7 @@ import bisect
 from collections import OrderedDict
 from collections.abc import Sequence
 from operator import attrgetter
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 
@@ -29,6 +29,7 @@ from .codec import event_to_message
 from .events import ContextMessage, SessionEvent
 from .plans import ContextWindow
 from .records import CompactionRecord
+from .repair import RepairScan, needs_repair, resumes_scan, scan_repair
 from .turns import drop_orphan_results, tail_window
 
 __all__ = ["RecentCache", "SessionView", "ViewMessages"]
@@ -42,13 +43,16 @@ class ViewMessages(msgspec.Struct):
     modified); ``plain``: no ``compaction`` event among the events and no message
     ``None``; ``first_seq``: the lowest seq among the events (0 when there are none);
     ``tokens``: the total of the stored token counts of the events other than
-    ``compaction`` ones, ``None`` when one has no count.
+    ``compaction`` ones, ``None`` when one has no count; ``clean``: ``plain`` and
+    ``needs_repair(messages)`` is ``False`` (the cache extends the check of the last
+    clean run instead of passing over every message again).
     """
 
     messages: list[ContextMessage | None]
     plain: bool
     first_seq: int
     tokens: int | None
+    clean: bool = False
 
 
 class SessionView(msgspec.Struct):
@@ -90,6 +94,7 @@ class _Entry:
         "last_seq",
         "messages",
         "record",
+        "repair",
         "strategy",
         "tokens",
         "untokened",
@@ -104,6 +109,10 @@ class _Entry:
         # Indexes ``[lo, hi)`` whose messages are all converted (one run: a window moves
         # forward, so only its newest events fall outside the run the last one left).
         self.converted = (0, 0)
+        # ``(lo, hi, scan)``: ``messages[lo:hi]`` need no repair and ``scan`` is where
+        # ``scan_repair`` stands after them (``None``: no such run known). Trimmed with
+        # the events, dropped when its start goes: its ids seen stay bounded by the cap.
+        self.repair: tuple[int, int, RepairScan] | None = None
         # Running totals over ``events`` (index i: the events before ``events[i]``; one
         # more entry than events, trimmed with them, so differences stay exact): compaction
         # events, stored token counts of the others, and how many of those have none.
@@ -143,6 +152,9 @@ class _Entry:
         del self.untokened[:excess]
         lo, hi = self.converted
         self.converted = (max(0, lo - excess), max(0, hi - excess))
+        if self.repair is not None:
+            lo, hi, scan = self.repair
+            self.repair = None if lo < excess else (lo - excess, hi - excess, scan)
 
 
 class RecentCache:
@@ -290,7 +302,7 @@ def _messages(entry: _Entry, events: list[SessionEvent]) -> ViewMessages:
     """The ``ViewMessages`` of ``events`` (cached events, in order), converting only the
     events no window showed before."""
     if not events:
-        return ViewMessages([], True, 0, 0)
+        return ViewMessages([], True, 0, 0, True)
     cached, memo = entry.events, entry.messages
     start = bisect.bisect_left(cached, events[0].seq, key=_seq)
     stop = start + len(events)
@@ -313,7 +325,8 @@ def _messages(entry: _Entry, events: list[SessionEvent]) -> ViewMessages:
         tokens = None
         if entry.untokened[stop] == entry.untokened[start]:
             tokens = entry.tokens[stop] - entry.tokens[start]
-        return ViewMessages(out, plain, events[0].seq, tokens)
+        clean = plain and _clean(entry, start, stop, cast(list[ContextMessage], out))
+        return ViewMessages(out, plain, events[0].seq, tokens, clean)
     # Some events left out (orphan results): match the rest in the cache, in order.
     messages: list[ContextMessage | None] = []
     i = start
@@ -329,9 +342,30 @@ def _messages(entry: _Entry, events: list[SessionEvent]) -> ViewMessages:
         messages.append(msg)
     shown = [e for e in events if e.action != "compaction"]
     counts = [e.token_count for e in shown]
+    plain = len(shown) == len(events) and None not in messages
     return ViewMessages(
         messages,
-        len(shown) == len(events) and None not in messages,
+        plain,
         min(e.seq for e in events),
         None if None in counts else sum(c or 0 for c in counts),
+        plain and not needs_repair(cast(list[ContextMessage], messages)),
     )
+
+
+def _clean(entry: _Entry, start: int, stop: int, messages: list[ContextMessage]) -> bool:
+    """Whether ``messages`` (the cache's ``[start, stop)``, all converted) need no
+    repair: the kept scan continued over the messages after its run when the view may
+    take it over (``scan_repair``'s rule), one pass over ``messages`` otherwise."""
+    if entry.repair is not None:
+        lo, hi, scan = entry.repair
+        if lo <= start <= hi <= stop and (start == lo or resumes_scan(messages[0])):
+            extended = scan_repair(cast(list[ContextMessage], entry.messages[hi:stop]), scan)
+            if extended is not None:
+                entry.repair = (lo, stop, extended)
+                return True
+        entry.repair = None  # advanced in part, or not a run the view can take over
+    fresh = scan_repair(messages)
+    if fresh is None:
+        return False
+    entry.repair = (start, stop, fresh)
+    return True

@@ -44,7 +44,14 @@ import msgspec
 
 from .events import ContextMessage, ToolCall
 
-__all__ = ["missing_result_text", "needs_repair", "repair_tool_pairing"]
+__all__ = [
+    "RepairScan",
+    "missing_result_text",
+    "needs_repair",
+    "repair_tool_pairing",
+    "resumes_scan",
+    "scan_repair",
+]
 
 
 def missing_result_text(tool_name: str, call_id: str) -> str:
@@ -178,6 +185,72 @@ def _next_in_group(
     return k if k in slots_of else None
 
 
+class RepairScan:
+    """Where :func:`scan_repair` stands after a run of messages that needs no repair: the
+    call ids seen, the calls of the current group without a result yet, and whether a
+    result of that group was seen. Continuing it over the messages that follow answers
+    :func:`needs_repair` for the longer run without a second pass over the first part."""
+
+    __slots__ = ("answered", "pending", "seen")
+
+    def __init__(self) -> None:
+        self.seen: set[str] = set()
+        # An empty or ``None`` id is never pending (a call with one needs repair).
+        self.pending: set[str | None] = set()
+        self.answered = False
+
+
+def scan_repair(
+    messages: Sequence[ContextMessage], scan: RepairScan | None = None
+) -> RepairScan | None:
+    """:func:`needs_repair`'s pass over ``messages``, continuing ``scan`` (a fresh one
+    when ``None``): the scan after them, or ``None`` when the run needs repair (``scan``
+    is then partly advanced: drop it).
+
+    Resuming from a later start (the rule the recent cache relies on): when the scan of
+    ``run`` found it clean and ``run[k]`` is neither a result nor a message with calls,
+    then ``run[k:] + more`` needs no repair if continuing that scan over ``more`` finds
+    none. Before such a message no call of the scan is pending (one would need repair
+    there) and after it no result of the group was seen, in both passes; from there the
+    pass over ``run[k:]`` alone holds the same state except fewer ids seen, and fewer
+    ids seen never finds a repair the longer pass did not.
+    """
+    if scan is None:
+        scan = RepairScan()
+    seen, pending, answered = scan.seen, scan.pending, scan.answered
+    for msg in messages:
+        role = msg.role
+        if role == "tool":
+            try:
+                pending.remove(msg.tool_call_id)
+            except KeyError:
+                return None
+            answered = True
+        elif role == "assistant" and msg.tool_calls:
+            if answered:
+                if pending:
+                    return None  # an earlier call of the group gets a synthetic result
+                answered = False  # a new group begins
+            for call in msg.tool_calls:
+                call_id = call.id
+                if not call_id or call_id in seen:
+                    return None
+                seen.add(call_id)
+                pending.add(call_id)
+        else:
+            if pending:
+                return None  # a call left unanswered before another message
+            answered = False
+    scan.answered = answered
+    return scan
+
+
+def resumes_scan(message: ContextMessage) -> bool:
+    """Whether a run that starts at ``message`` may take over the scan of a longer clean
+    run holding it (see :func:`scan_repair`): neither a result nor a message with calls."""
+    return message.role != "tool" and not (message.role == "assistant" and message.tool_calls)
+
+
 def needs_repair(messages: Sequence[ContextMessage]) -> bool:
     """Whether :func:`repair_tool_pairing` could change ``messages``; ``False`` only when
     it returns them as they are (one pass, no allocation per message).
@@ -191,34 +264,7 @@ def needs_repair(messages: Sequence[ContextMessage]) -> bool:
     Anything else (a reused id, a late, duplicate or orphan result, a missing one) is
     left to the full repair, which also decides attribution by turns.
     """
-    seen: set[str] = set()
-    pending: set[str | None] = set()  # calls of the current group without a result yet
-    answered = False  # a result of the current group was seen
-    for msg in messages:
-        role = msg.role
-        if role == "tool":
-            # An empty or ``None`` id is never pending (a call with one returns above).
-            try:
-                pending.remove(msg.tool_call_id)
-            except KeyError:
-                return True
-            answered = True
-        elif role == "assistant" and msg.tool_calls:
-            if answered:
-                if pending:
-                    return True  # an earlier call of the group gets a synthetic result
-                answered = False  # a new group begins
-            for call in msg.tool_calls:
-                call_id = call.id
-                if not call_id or call_id in seen:
-                    return True
-                seen.add(call_id)
-                pending.add(call_id)
-        else:
-            if pending:
-                return True  # a call left unanswered before another message
-            answered = False
-    return False
+    return scan_repair(messages) is None
 
 
 def repair_tool_pairing(

@@ -13,6 +13,7 @@ from session_server.core.codec import event_to_message
 from session_server.core.events import SessionEvent
 from session_server.core.plans import ContextWindow, SessionState
 from session_server.core.recent import RecentCache, ViewMessages
+from session_server.core.repair import needs_repair
 
 from .test_window_equivalence import raw_logs, stored
 
@@ -24,11 +25,13 @@ def expected_messages(events: list[SessionEvent]) -> ViewMessages:
     messages = [event_to_message(e) for e in events]
     others = [e for e in events if e.action != "compaction"]
     counts = [e.token_count for e in others]
+    plain = len(others) == len(events) and all(m is not None for m in messages)
     return ViewMessages(
         messages=messages,
-        plain=len(others) == len(events) and all(m is not None for m in messages),
+        plain=plain,
         first_seq=min((e.seq for e in events), default=0),
         tokens=None if any(c is None for c in counts) else sum(c or 0 for c in counts),
+        clean=plain and not needs_repair([m for m in messages if m is not None]),
     )
 
 

@@ -1,0 +1,209 @@
+"""The resumable repair check (``scan_repair``) and the recent cache's use of it: a view's
+``clean`` is exactly ``plain and not needs_repair(messages)`` whatever the cache saw
+before, though the cache only extends the scan of the last clean run over new messages.
+
+Logs are drawn in the shape agents write (user turns, call groups in both the Chat and
+the Responses shape, results in any order, answers), then broken the ways real ones
+break (a reused id, a dropped, duplicated or orphan result, a message between a call and
+its result), so that clean runs, dirty ones and runs that turn clean again all occur.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from msgspec.structs import replace
+
+from session_server.core.codec import event_to_message
+from session_server.core.events import ContextMessage, SessionEvent, ToolCall
+from session_server.core.plans import ContextWindow, SessionState
+from session_server.core.recent import RecentCache
+from session_server.core.repair import RepairScan, needs_repair, resumes_scan, scan_repair
+
+from .test_window_equivalence import stored
+
+SID = "s"
+
+
+@st.composite
+def agent_logs(draw: st.DrawFn, max_turns: int = 12) -> list[SessionEvent]:
+    """Events (ids and seqs from 1, no turns) of agent-shaped turns, some broken."""
+    raw: list[dict[str, Any]] = []
+    fresh = 0
+    for _ in range(draw(st.integers(0, max_turns))):
+        raw.append({"action": "user_message", "content": "q"})
+        for _ in range(draw(st.integers(0, 2))):
+            ids = []
+            for _ in range(draw(st.integers(1, 3))):
+                fresh += 1
+                ids.append(f"c{fresh}")
+            if draw(st.booleans()):
+                raw.append({"action": "tool_call_request", "tool_calls": ids})
+            else:  # the Responses shape: one call per item
+                raw.extend({"action": "tool_call_request", "tool_calls": [i]} for i in ids)
+            raw.extend(
+                {"action": "tool_result", "tool_call_id": i} for i in draw(st.permutations(ids))
+            )
+        if draw(st.booleans()):
+            raw.append({"action": "agent_message", "content": "a"})
+    for _ in range(draw(st.integers(0, 2))):
+        if not raw:
+            break
+        k = draw(st.integers(0, len(raw) - 1))
+        edit = draw(st.sampled_from(["drop", "dup", "orphan", "reuse", "between"]))
+        if edit == "drop":
+            del raw[k]
+        elif edit == "dup":
+            raw.insert(draw(st.integers(0, len(raw))), raw[k])
+        elif edit == "orphan":
+            raw.insert(k, {"action": "tool_result", "tool_call_id": "gone"})
+        elif edit == "reuse":
+            raw.insert(k, {"action": "tool_call_request", "tool_calls": [f"c{max(fresh, 1)}"]})
+        else:
+            raw.insert(k, {"action": "system_instruction", "content": "between"})
+    out = []
+    for seq, fields in enumerate(raw, start=1):
+        fields = dict(fields)
+        if "tool_calls" in fields:
+            fields["tool_calls"] = [ToolCall(i, "f") for i in fields["tool_calls"]]
+        if fields["action"] == "tool_result":
+            fields["tool_name"] = "f"
+        out.append(SessionEvent(id=f"e{seq}", session_id=SID, seq=seq, token_count=2, **fields))
+    return stored(out)
+
+
+def _messages(events: list[SessionEvent]) -> list[ContextMessage]:
+    return [m for m in map(event_to_message, events) if m is not None]
+
+
+def _copy(scan: RepairScan) -> RepairScan:
+    out = RepairScan()
+    out.seen, out.pending, out.answered = set(scan.seen), set(scan.pending), scan.answered
+    return out
+
+
+@settings(max_examples=400, deadline=None)
+@given(agent_logs(), st.data())
+def test_a_continued_scan_is_the_check_of_the_whole_run(
+    events: list[SessionEvent], data: st.DataObject
+) -> None:
+    messages = _messages(events)
+    cut = data.draw(st.integers(0, len(messages)))
+    first = scan_repair(messages[:cut])
+    assert (first is None) == needs_repair(messages[:cut])
+    if first is not None:
+        continued = scan_repair(messages[cut:], first)
+        assert (continued is None) == needs_repair(messages)
+
+
+@settings(max_examples=400, deadline=None)
+@given(agent_logs(), st.data())
+def test_a_later_start_may_take_over_the_scan_of_a_clean_run(
+    events: list[SessionEvent], data: st.DataObject
+) -> None:
+    """``scan_repair``'s rule: from a start that ``resumes_scan`` allows, a clean
+    continuation of the longer run's scan proves the shorter run clean."""
+    messages = _messages(events)
+    cut = data.draw(st.integers(0, len(messages)))
+    run, more = messages[:cut], messages[cut:]
+    scan = scan_repair(run)
+    if scan is None:
+        return
+    continued = scan_repair(more, _copy(scan))
+    for k in range(len(run) + 1):
+        if k < len(run) and k > 0 and not resumes_scan(run[k]):
+            continue
+        if k == len(run) and more and not resumes_scan(more[0]):
+            continue
+        if continued is not None:
+            assert not needs_repair(run[k:] + more), k
+
+
+def _seeded(events: list[SessionEvent], cap: int) -> RecentCache:
+    cache = RecentCache(cap=cap)
+    last = events[-1].seq if events else 0
+    window = ContextWindow(list(events), SessionState(SID, last_seq=last), list(events), True)
+    cache.seed(SID, window, version=cache.version(SID))
+    return cache
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    agent_logs(16),
+    st.data(),
+    st.integers(6, 40),
+    st.lists(st.integers(1, 30), min_size=1, max_size=3),
+)
+def test_the_caches_clean_flag_is_the_full_check(
+    events: list[SessionEvent], data: st.DataObject, cap: int, limits: list[int]
+) -> None:
+    seeded = data.draw(st.integers(0, len(events)))
+    cache = _seeded(events[:seeded], cap)
+    position = seeded
+    while True:
+        for limit in limits:
+            view = cache.window(SID, limit)
+            if view is None or view.messages is None:
+                continue
+            messages = view.messages.messages
+            expected = view.messages.plain and not needs_repair(
+                [m for m in messages if m is not None]
+            )
+            assert view.messages.clean == expected, (limit, view.events)
+            entry = cache._entries[SID]
+            if entry.repair is not None:
+                # The kept scan covers a run of the cache, its ids those of that run's
+                # calls (bounded by the cap).
+                lo, hi, scan = entry.repair
+                assert 0 <= lo <= hi <= len(entry.messages)
+                calls = {c.id for e in entry.events[lo:hi] for c in e.tool_calls or ()}
+                assert scan.seen == calls
+        if position == len(events):
+            break
+        step = data.draw(st.integers(1, 6))
+        batch = events[position : position + step]
+        position += len(batch)
+        cache.appended(SID, batch, batch[-1].seq, compaction_required=False)
+
+
+def _turn(n: int) -> list[SessionEvent]:
+    return [
+        SessionEvent(action="user_message", content=f"q{n}"),
+        SessionEvent(action="tool_call_request", tool_calls=[ToolCall(f"c{n}", "f")]),
+        SessionEvent(action="tool_result", tool_call_id=f"c{n}", tool_name="f", content="r"),
+        SessionEvent(action="agent_message", content=f"a{n}"),
+    ]
+
+
+def test_a_turn_after_a_clean_window_scans_only_its_own_messages() -> None:
+    log = stored(
+        [
+            replace(e, id=f"e{seq}", session_id=SID, seq=seq, token_count=1)
+            for seq, e in enumerate((e for n in range(12) for e in _turn(n)), start=1)
+        ]
+    )
+    cache = _seeded(log[:40], cap=100)
+    view = cache.window(SID, 10)
+    assert view is not None and view.messages is not None and view.messages.clean
+    entry = cache._entries[SID]
+    assert entry.repair is not None
+    lo, hi, scan = entry.repair
+    assert (lo, hi) == (28, 40)  # the widened window: the turn of its first event
+    for end in (44, 48):
+        cache.appended(SID, log[end - 4 : end], end, compaction_required=False)
+        view = cache.window(SID, 10)
+        assert view is not None and view.messages is not None and view.messages.clean
+        # The same scan, carried on over the new turn; the run still starts where it did.
+        assert entry.repair is not None and entry.repair[:2] == (lo, end)
+        assert entry.repair[2] is scan
+    # A dirty turn (a call never answered) ends the run; the next clean window starts one.
+    broken = [
+        replace(e, id=f"x{i}", session_id=SID, seq=49 + i, token_count=1)
+        for i, e in enumerate([*_turn(99)[:2], SessionEvent(action="user_message", content="q")])
+    ]
+    cache.appended(SID, stored(log[:48] + broken)[48:], 51, compaction_required=False)
+    view = cache.window(SID, 10)
+    assert view is not None and view.messages is not None and not view.messages.clean
+    assert entry.repair is None
