@@ -1,7 +1,8 @@
 """The recent cache's per-event messages: a view's ``messages`` are ``event_to_message``
-of its events, with the totals the builder would count (``ViewMessages``), whatever the
-history of the cache (seeds, appends, trims at the cap, windows asked before); each event
-is converted once, and what is kept beside the events is bounded with them."""
+of its events, with the totals the builder would count (``ViewMessages``, its ``clean``
+flag the full ``needs_repair``), whatever the history of the cache (seeds, appends, trims
+at the cap, windows asked before); each event is converted once, and what is kept beside
+the events is bounded with them."""
 
 from __future__ import annotations
 
@@ -10,11 +11,12 @@ from hypothesis import strategies as st
 from msgspec.structs import replace
 
 from session_server.core.codec import event_to_message
-from session_server.core.events import SessionEvent
+from session_server.core.events import SessionEvent, ToolCall
 from session_server.core.plans import ContextWindow, SessionState
 from session_server.core.recent import RecentCache, ViewMessages
 from session_server.core.repair import needs_repair
 
+from .test_repair_scan import agent_logs
 from .test_window_equivalence import raw_logs, stored
 
 SID = "s"
@@ -57,9 +59,9 @@ def _plain(log: list[SessionEvent], data: st.DataObject | None = None) -> list[S
     ]
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(
-    raw_logs(40),
+    st.one_of(raw_logs(40), agent_logs(16)),
     st.data(),
     st.integers(4, 30),
     st.lists(st.integers(1, 30), min_size=1, max_size=4),
@@ -79,6 +81,12 @@ def test_view_messages_are_the_events_messages(
             assert len(entry.tokens) == len(entry.compactions) == len(entry.events) + 1
             lo, hi = entry.converted
             assert None not in entry.messages[lo:hi]
+            if entry.repair is not None:
+                # The kept repair scan covers a run of the cache, its ids those of that
+                # run's calls (bounded by the cap with it).
+                lo, hi, scan = entry.repair
+                assert 0 <= lo <= hi <= len(entry.messages)
+                assert scan.seen == {c.id for e in entry.events[lo:hi] for c in e.tool_calls or ()}
         for limit in limits:
             view = cache.window(SID, limit)
             if view is None:
@@ -132,3 +140,44 @@ def test_orphan_results_left_out_keep_the_rest_aligned() -> None:
     assert [e.content for e in view.events] == ["q", "a", "b"]
     assert [m.content for m in view.messages.messages if m is not None] == ["q", "a", "b"]
     assert view.messages == expected_messages(view.events)
+
+
+def _turn(n: int) -> list[SessionEvent]:
+    return [
+        SessionEvent(action="user_message", content=f"q{n}"),
+        SessionEvent(action="tool_call_request", tool_calls=[ToolCall(f"c{n}", "f")]),
+        SessionEvent(action="tool_result", tool_call_id=f"c{n}", tool_name="f", content="r"),
+        SessionEvent(action="agent_message", content=f"a{n}"),
+    ]
+
+
+def test_a_turn_after_a_clean_window_scans_only_its_own_messages() -> None:
+    log = stored(
+        [
+            replace(e, id=f"e{seq}", session_id=SID, seq=seq, token_count=1)
+            for seq, e in enumerate((e for n in range(12) for e in _turn(n)), start=1)
+        ]
+    )
+    cache = _seeded(log[:40], True, 100)
+    view = cache.window(SID, 10)
+    assert view is not None and view.messages is not None and view.messages.clean
+    entry = cache._entries[SID]
+    assert entry.repair is not None
+    lo, hi, scan = entry.repair
+    assert (lo, hi) == (28, 40)  # the widened window: the turn of its first event
+    for end in (44, 48):
+        cache.appended(SID, log[end - 4 : end], end, compaction_required=False)
+        view = cache.window(SID, 10)
+        assert view is not None and view.messages is not None and view.messages.clean
+        # The same scan, carried on over the new turn; the run still starts where it did.
+        assert entry.repair is not None and entry.repair[:2] == (lo, end)
+        assert entry.repair[2] is scan
+    # A dirty turn (a call never answered) ends the run; the next clean window starts one.
+    broken = [
+        replace(e, id=f"x{i}", session_id=SID, seq=49 + i, token_count=1)
+        for i, e in enumerate([*_turn(99)[:2], SessionEvent(action="user_message", content="q")])
+    ]
+    cache.appended(SID, stored(log[:48] + broken)[48:], 51, compaction_required=False)
+    view = cache.window(SID, 10)
+    assert view is not None and view.messages is not None and not view.messages.clean
+    assert entry.repair is None

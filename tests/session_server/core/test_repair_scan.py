@@ -1,6 +1,6 @@
-"""The resumable repair check (``scan_repair``) and the recent cache's use of it: a view's
-``clean`` is exactly ``plain and not needs_repair(messages)`` whatever the cache saw
-before, though the cache only extends the scan of the last clean run over new messages.
+"""The resumable repair check (``scan_repair``): a continued scan is the check of the
+whole run, and a later start may take over the scan of a clean run (the rule the recent
+cache's ``ViewMessages.clean`` relies on: ``test_recent_messages``).
 
 Logs are drawn in the shape agents write (user turns, call groups in both the Chat and
 the Responses shape, results in any order, answers), then broken the ways real ones
@@ -14,12 +14,9 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from msgspec.structs import replace
 
 from session_server.core.codec import event_to_message
 from session_server.core.events import ContextMessage, SessionEvent, ToolCall
-from session_server.core.plans import ContextWindow, SessionState
-from session_server.core.recent import RecentCache
 from session_server.core.repair import RepairScan, needs_repair, resumes_scan, scan_repair
 
 from .test_window_equivalence import stored
@@ -119,91 +116,3 @@ def test_a_later_start_may_take_over_the_scan_of_a_clean_run(
             continue
         if continued is not None:
             assert not needs_repair(run[k:] + more), k
-
-
-def _seeded(events: list[SessionEvent], cap: int) -> RecentCache:
-    cache = RecentCache(cap=cap)
-    last = events[-1].seq if events else 0
-    window = ContextWindow(list(events), SessionState(SID, last_seq=last), list(events), True)
-    cache.seed(SID, window, version=cache.version(SID))
-    return cache
-
-
-@settings(max_examples=300, deadline=None)
-@given(
-    agent_logs(16),
-    st.data(),
-    st.integers(6, 40),
-    st.lists(st.integers(1, 30), min_size=1, max_size=3),
-)
-def test_the_caches_clean_flag_is_the_full_check(
-    events: list[SessionEvent], data: st.DataObject, cap: int, limits: list[int]
-) -> None:
-    seeded = data.draw(st.integers(0, len(events)))
-    cache = _seeded(events[:seeded], cap)
-    position = seeded
-    while True:
-        for limit in limits:
-            view = cache.window(SID, limit)
-            if view is None or view.messages is None:
-                continue
-            messages = view.messages.messages
-            expected = view.messages.plain and not needs_repair(
-                [m for m in messages if m is not None]
-            )
-            assert view.messages.clean == expected, (limit, view.events)
-            entry = cache._entries[SID]
-            if entry.repair is not None:
-                # The kept scan covers a run of the cache, its ids those of that run's
-                # calls (bounded by the cap).
-                lo, hi, scan = entry.repair
-                assert 0 <= lo <= hi <= len(entry.messages)
-                calls = {c.id for e in entry.events[lo:hi] for c in e.tool_calls or ()}
-                assert scan.seen == calls
-        if position == len(events):
-            break
-        step = data.draw(st.integers(1, 6))
-        batch = events[position : position + step]
-        position += len(batch)
-        cache.appended(SID, batch, batch[-1].seq, compaction_required=False)
-
-
-def _turn(n: int) -> list[SessionEvent]:
-    return [
-        SessionEvent(action="user_message", content=f"q{n}"),
-        SessionEvent(action="tool_call_request", tool_calls=[ToolCall(f"c{n}", "f")]),
-        SessionEvent(action="tool_result", tool_call_id=f"c{n}", tool_name="f", content="r"),
-        SessionEvent(action="agent_message", content=f"a{n}"),
-    ]
-
-
-def test_a_turn_after_a_clean_window_scans_only_its_own_messages() -> None:
-    log = stored(
-        [
-            replace(e, id=f"e{seq}", session_id=SID, seq=seq, token_count=1)
-            for seq, e in enumerate((e for n in range(12) for e in _turn(n)), start=1)
-        ]
-    )
-    cache = _seeded(log[:40], cap=100)
-    view = cache.window(SID, 10)
-    assert view is not None and view.messages is not None and view.messages.clean
-    entry = cache._entries[SID]
-    assert entry.repair is not None
-    lo, hi, scan = entry.repair
-    assert (lo, hi) == (28, 40)  # the widened window: the turn of its first event
-    for end in (44, 48):
-        cache.appended(SID, log[end - 4 : end], end, compaction_required=False)
-        view = cache.window(SID, 10)
-        assert view is not None and view.messages is not None and view.messages.clean
-        # The same scan, carried on over the new turn; the run still starts where it did.
-        assert entry.repair is not None and entry.repair[:2] == (lo, end)
-        assert entry.repair[2] is scan
-    # A dirty turn (a call never answered) ends the run; the next clean window starts one.
-    broken = [
-        replace(e, id=f"x{i}", session_id=SID, seq=49 + i, token_count=1)
-        for i, e in enumerate([*_turn(99)[:2], SessionEvent(action="user_message", content="q")])
-    ]
-    cache.appended(SID, stored(log[:48] + broken)[48:], 51, compaction_required=False)
-    view = cache.window(SID, 10)
-    assert view is not None and view.messages is not None and not view.messages.clean
-    assert entry.repair is None
