@@ -30,7 +30,7 @@ from .events import ContextMessage, SessionEvent
 from .plans import ContextWindow
 from .records import CompactionRecord
 from .repair import RepairScan, needs_repair, resumes_scan, scan_repair
-from .turns import drop_orphan_results, tail_window
+from .turns import TailIndex, drop_orphan_results, tail_window
 
 __all__ = ["RecentCache", "SessionView", "ViewMessages"]
 
@@ -91,6 +91,7 @@ class _Entry:
         "complete",
         "converted",
         "events",
+        "index",
         "last_seq",
         "messages",
         "record",
@@ -103,6 +104,9 @@ class _Entry:
 
     def __init__(self, events: list[SessionEvent], complete: bool, view: SessionView) -> None:
         self.events = events
+        # Where the user messages and results of ``events`` are (``TailIndex``): a window
+        # passes over those only. Extended and trimmed with ``events``.
+        self.index = TailIndex(events)
         # ``event_to_message`` of ``events[i]`` once a window showed it (``None`` before):
         # extended and trimmed with ``events``, so bounded by the same cap.
         self.messages: list[ContextMessage | None] = [None] * len(events)
@@ -146,6 +150,7 @@ class _Entry:
     def trim(self, excess: int) -> None:
         """Drop the ``excess`` oldest events (and what is kept beside them)."""
         del self.events[:excess]
+        self.index.trim(excess)
         del self.messages[:excess]
         del self.compactions[:excess]
         del self.tokens[:excess]
@@ -227,6 +232,7 @@ class RecentCache:
             return
         entry.views.clear()
         entry.events.extend(stored)
+        entry.index.extend(stored)
         entry.messages.extend([None] * len(stored))
         entry.add_totals(stored)
         entry.last_seq = last_seq
@@ -277,7 +283,7 @@ class RecentCache:
         from_seq = None if entry.record is None else entry.record.from_seq
         events: list[SessionEvent] | None
         if from_seq is None:
-            events = tail_window(entry.events, limit, complete=entry.complete)
+            events = entry.index.window(entry.events, limit, complete=entry.complete)
         else:
             covered = entry.complete or (bool(entry.events) and entry.events[0].seq <= from_seq)
             sub = [e for e in entry.events if e.seq >= from_seq]

@@ -1,0 +1,76 @@
+"""``TailIndex.window`` is ``tail_window`` on the run it indexes, whatever the history of
+the run (built at once, extended batch by batch, trimmed at its start), on logs with
+reused ids, results before their calls, orphans, results without an id, compactions
+and (when drawn) no stored turns; and the ids it keeps stay bounded by the run."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from msgspec.structs import replace
+
+from session_server.core.events import SessionEvent, ToolCall
+from session_server.core.turns import TailIndex, tail_window
+
+from .test_repair_scan import agent_logs
+from .test_window_equivalence import raw_logs, stored
+
+
+def _check(index: TailIndex, run: list[SessionEvent]) -> None:
+    assert index.end - index.base == len(run)
+    for limit in range(1, len(run) + 3):
+        for complete in (True, False):
+            got = index.window(run, limit, complete=complete)
+            assert got == tail_window(run, limit, complete=complete), (limit, complete)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(raw_logs(40), agent_logs(12)), st.booleans(), st.data())
+def test_the_index_gives_the_tail_window_through_appends_and_trims(
+    events: list[SessionEvent], with_turns: bool, data: st.DataObject
+) -> None:
+    log = stored(events) if with_turns else [replace(e, turn=None) for e in events]
+    seeded = data.draw(st.integers(0, len(log)), label="seeded")
+    run = log[:seeded]
+    index = TailIndex(run)
+    _check(index, run)
+    position = seeded
+    while position < len(log):
+        step = data.draw(st.integers(1, 6), label="step")
+        batch = log[position : position + step]
+        position += len(batch)
+        run.extend(batch)
+        index.extend(batch)
+        excess = data.draw(st.integers(0, len(run)), label="trim")
+        if excess:
+            del run[:excess]
+            index.trim(excess)
+        _check(index, run)
+
+
+def test_ids_of_dropped_calls_are_forgotten() -> None:
+    """A run trimmed to a few events keeps only the ids its calls could still name."""
+    log: list[SessionEvent] = []
+    for n in range(300):
+        log += [
+            SessionEvent(action="user_message", content="q"),
+            SessionEvent(action="tool_call_request", tool_calls=[ToolCall(f"c{n}", "f")]),
+            SessionEvent(action="tool_result", tool_call_id=f"c{n}", tool_name="f"),
+        ]
+    log = stored([replace(e, id=f"e{i}", seq=i + 1) for i, e in enumerate(log)])
+    index, run = TailIndex(), []
+    for k in range(0, len(log), 3):
+        run.extend(log[k : k + 3])
+        index.extend(log[k : k + 3])
+        if len(run) > 12:
+            excess = len(run) - 12
+            del run[:excess]
+            index.trim(excess)
+        assert len(index.latest) <= 2 * len(run) + 64 + 1
+    assert len(index.users) == 4 and len(index.results) == len(index.prev) == 4
+    _check(index, run)
+    # A result naming a call that left the run is an orphan there, as tail_window says.
+    late = replace(log[2], id="late", seq=len(log) + 1, tool_call_id="c0")
+    run.append(late)
+    index.extend([late])
+    _check(index, run)
