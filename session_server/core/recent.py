@@ -202,10 +202,11 @@ class RecentCache:
         events = entry.events
         if not entry.complete and events[0].seq > low:
             return None
-        # The run is in seq order: find the range, then count only inside it.
+        # The run is in seq order: find the range; the running count of compaction
+        # events tells how many of it are not.
         start = bisect.bisect_left(events, low, key=_seq)
         stop = bisect.bisect_left(events, high, lo=start, key=_seq)
-        return sum(1 for i in range(start, stop) if events[i].action != "compaction")
+        return stop - start - (entry.compactions[stop] - entry.compactions[start])
 
     def seed(self, session_id: str, window: ContextWindow, version: int) -> SessionView:
         """Keep what a store read returned, unless a commit happened since ``version``;

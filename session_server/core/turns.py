@@ -567,5 +567,38 @@ class TailIndex:
             if call < origin:
                 return window_from(loaded, cut - lower)
             pairs.append((call - origin, results[k] - origin))
-        start = _safe_start(loaded, cut - lower, pairs) if cut > lower else 0
+        start = self._safe_start(loaded, origin, cut - lower, pairs) if cut > lower else 0
         return list(loaded[start:])
+
+    def _safe_start(
+        self, loaded: Sequence[SessionEvent], origin: int, start: int, pairs: list[tuple[int, int]]
+    ) -> int:
+        """``_safe_start(loaded, start, pairs)`` (``0 < start``; ``loaded`` the run from
+        position ``origin``), trying only the user messages the index knows instead of
+        summing the pairs' spans over every position: a span ``(lo, hi)`` splits a start
+        ``s`` exactly when ``lo < s <= hi``."""
+        n = len(loaded)
+        start = min(start, n)
+        spans = [(c, r) if c < r else (r, c) for c, r in pairs]
+        if not any(lo < start <= hi for lo, hi in spans):
+            return start
+        # The turn boundaries ``_safe_start`` tries, nearest first and the earlier one at
+        # equal distance: user messages at ``start - d`` and ``start + d`` for
+        # ``0 < d < start`` (then 0). Few are ever tried: past a handful, the spans
+        # summed once are cheaper than testing each candidate against every span.
+        users = self.users
+        left, first = bisect_left(users, origin + start) - 1, bisect_left(users, origin + 1)
+        right = bisect_left(users, origin + start + 1)
+        last = origin + min(2 * start - 1, n - 1)
+        for _ in range(8):
+            below = users[left] - origin if left >= first else None
+            above = users[right] - origin if right < len(users) and users[right] <= last else None
+            if below is not None and (above is None or start - below <= above - start):
+                i, left = below, left - 1
+            elif above is not None:
+                i, right = above, right + 1
+            else:
+                return 0
+            if not any(lo < i <= hi for lo, hi in spans):
+                return i
+        return _safe_start(loaded, start, pairs)

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from msgspec.structs import replace
 
 from session_server.core.events import SessionEvent, ToolCall
-from session_server.core.turns import TailIndex, tail_window
+from session_server.core.turns import TailIndex, _pairs, _safe_start, tail_window
 
 from .test_repair_scan import agent_logs
 from .test_window_equivalence import raw_logs, stored
@@ -74,3 +74,47 @@ def test_ids_of_dropped_calls_are_forgotten() -> None:
     run.append(late)
     index.extend([late])
     _check(index, run)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(raw_logs(40), agent_logs(12)), st.data())
+def test_the_indexed_safe_start_is_the_one_of_the_spans(
+    events: list[SessionEvent], data: st.DataObject
+) -> None:
+    """Every start, on every loaded tail of a trimmed run (``TailIndex.window`` asks for
+    fewer: the cut of a tail window only)."""
+    log = stored(events)
+    excess = data.draw(st.integers(0, len(log)), label="trim")
+    index = TailIndex(log)
+    index.trim(excess)
+    run = log[excess:]
+    for lower in range(len(run)):
+        loaded = run[lower:]
+        pairs = _pairs(loaded)
+        for start in range(1, len(loaded) + 1):
+            got = index._safe_start(loaded, index.base + lower, start, pairs)
+            assert got == _safe_start(loaded, start, pairs), (lower, start)
+
+
+def test_equally_near_boundaries_go_to_the_earlier_one() -> None:
+    def ev(action: str, **fields: object) -> SessionEvent:
+        return SessionEvent(action=action, **fields)  # type: ignore[arg-type]
+
+    # A pair across the start (3) only: the user messages at 1 and 5 split nothing and
+    # nothing nearer is a boundary; at equal distance the earlier one wins.
+    loaded = stored(
+        [
+            ev("agent_message"),
+            ev("user_message"),
+            ev("tool_call_request", tool_calls=[ToolCall("a", "f")]),
+            ev("tool_result", tool_call_id="a"),
+            ev("agent_message"),
+            ev("user_message"),
+            ev("agent_message"),
+        ]
+    )
+    index = TailIndex(loaded)
+    for start in range(1, len(loaded) + 1):
+        pairs = _pairs(loaded)
+        assert index._safe_start(loaded, 0, start, pairs) == _safe_start(loaded, start, pairs)
+    assert index._safe_start(loaded, 0, 3, _pairs(loaded)) == 1
