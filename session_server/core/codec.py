@@ -25,6 +25,8 @@ __all__ = [
     "arguments_text",
     "dehydrate_event",
     "encode_json",
+    "encode_json_bytes",
+    "event_metadata",
     "event_to_message",
     "hydrate_event",
     "message_to_event",
@@ -50,6 +52,12 @@ OWN_METADATA_KEYS: Final[dict[str, tuple[str, ...]]] = {
 def encode_json(value: Any) -> str:
     """Compact JSON (``,``/``:`` separators) with non-ASCII characters kept as they are."""
     return _ENCODER.encode(value).decode("utf-8")
+
+
+def encode_json_bytes(value: Any) -> bytes:
+    """``encode_json(value)`` as UTF-8 bytes, without the round trip through text (the
+    encoder only writes valid UTF-8: it refuses lone surrogates)."""
+    return _ENCODER.encode(value)
 
 
 def arguments_text(arguments: ToolArguments) -> str:
@@ -241,6 +249,20 @@ def dehydrate_event(event: SessionEvent) -> dict[str, Any]:
 
     An explicit empty ``metadata`` object is stored as ``"{}"``, never dropped.
     """
+    return {
+        "id": event.id,
+        "session_id": event.session_id,
+        "seq": event.seq,
+        "action": event.action,
+        "content": event.content,
+        "metadata": event_metadata(event),
+        "created_at": event.timestamp,
+    }
+
+
+def event_metadata(event: SessionEvent) -> str | None:
+    """The ``metadata`` column of ``event``'s row (``dehydrate_event``'s rule), alone: what
+    an append needs of the row beside the event's own fields."""
     meta: dict[str, Any] = dict(event.metadata) if event.metadata else {}
     action = event.action
     if action in ("agent_message", "tool_call_request") and event.model is not None:
@@ -266,22 +288,9 @@ def dehydrate_event(event: SessionEvent) -> dict[str, Any]:
         meta["reasoning"] = event.reasoning
     if event.images and "images" in own:
         meta["images"] = event.images
-    metadata: str | None
     if meta:
-        metadata = encode_json(meta)
-    elif event.metadata is not None:
-        metadata = "{}"
-    else:
-        metadata = None
-    return {
-        "id": event.id,
-        "session_id": event.session_id,
-        "seq": event.seq,
-        "action": action,
-        "content": event.content,
-        "metadata": metadata,
-        "created_at": event.timestamp,
-    }
+        return encode_json(meta)
+    return None if event.metadata is None else "{}"
 
 
 def event_to_message(event: SessionEvent) -> ContextMessage | None:

@@ -10,11 +10,11 @@ from __future__ import annotations
 import hashlib
 import sqlite3
 from collections.abc import Sequence
-from typing import Any, Final
+from typing import Final
 
 import msgspec
 
-from ..core.codec import dehydrate_event, encode_json
+from ..core.codec import encode_json_bytes, event_metadata
 from ..core.errors import ConflictError
 from ..core.events import SessionEvent
 from ..core.plans import AppendResult
@@ -23,10 +23,10 @@ __all__ = [
     "DEFAULT_RETENTION",
     "PRUNE_EVERY_SEQS",
     "IdempotencyRetention",
+    "columns_digest",
     "prune_idempotency",
     "replayed_result",
     "request_digest",
-    "rows_digest",
 ]
 
 
@@ -77,13 +77,18 @@ def request_digest(events: Sequence[SessionEvent], expected_last_seq: int | None
     """A digest of what a write asks for: each event's action, content and metadata (as
     stored) and the expected seq. Ids and timestamps are left out: a client retrying a
     persist does not resend them, the server makes fresh ones."""
-    return rows_digest([dehydrate_event(e) for e in events], expected_last_seq)
+    return columns_digest(
+        [(e.action, e.content, event_metadata(e)) for e in events], expected_last_seq
+    )
 
 
-def rows_digest(rows: Sequence[dict[str, Any]], expected_last_seq: int | None) -> str:
-    """``request_digest`` of events already dehydrated (``append`` dehydrates each once)."""
-    body = [expected_last_seq, [[r["action"], r["content"], r["metadata"]] for r in rows]]
-    return hashlib.sha256(encode_json(body).encode("utf-8")).hexdigest()
+def columns_digest(
+    columns: Sequence[tuple[str, str, str | None]], expected_last_seq: int | None
+) -> str:
+    """``request_digest`` of each event's action, content and metadata column (``append``
+    has the metadata columns already): the SHA-256 of ``[expected_last_seq, columns]`` as
+    compact JSON."""
+    return hashlib.sha256(encode_json_bytes([expected_last_seq, columns])).hexdigest()
 
 
 def replayed_result(

@@ -21,7 +21,7 @@ from typing import Any, Final
 
 import msgspec
 
-from ..core.codec import dehydrate_event, encode_json, now_ms
+from ..core.codec import encode_json, event_metadata, now_ms
 from ..core.errors import ConflictError, NotFoundError, SessionServerError
 from ..core.events import SessionEvent
 from ..core.plans import AppendBatch, AppendOutcome, AppendResult
@@ -31,10 +31,10 @@ from .idempotency import (
     DEFAULT_RETENTION,
     PRUNE_EVERY_SEQS,
     IdempotencyRetention,
+    columns_digest,
     prune_idempotency,
     replayed_result,
     request_digest,
-    rows_digest,
 )
 from .sqlite_open import MIGRATIONS as MIGRATIONS
 from .sqlite_open import connect, migrate
@@ -137,10 +137,10 @@ def append(
         raise NotFoundError.session(session_id)
     last_seq = int(row[0])
     last = TurnPosition(int(row[1]), int(row[2]))
-    # Each event's row, once: its metadata is the digest's and the stored row's (the
-    # fields the append sets, seq, turn and session, are not part of it).
-    dehydrated = [dehydrate_event(e) for e in batch.events]
+    # Each event's metadata column, once: the digest's and the stored row's (the fields
+    # the append sets, seq, turn and session, are not part of it).
     events = batch.events
+    metadata = [event_metadata(e) for e in events]
     now = now_ms()
     flag = bool(row[3]) if batch.compaction_required is None else batch.compaction_required
     seq = last_seq + len(events)
@@ -154,7 +154,10 @@ def append(
         # The request's digest is kept beside the result (same JSON column, so files
         # written before it existed read unchanged): a reuse of the key is a replay only
         # when the request is the same. Anything refused below rolls the row back.
-        digest = rows_digest(dehydrated, batch.expected_last_seq)
+        digest = columns_digest(
+            [(e.action, e.content, m) for e, m in zip(events, metadata, strict=True)],
+            batch.expected_last_seq,
+        )
         saved = {**msgspec.to_builtins(result), "digest": digest}
         claimed = conn.execute(
             "INSERT INTO idempotency (session_id, key, result, created_at) VALUES (?, ?, ?, ?)"
@@ -191,8 +194,8 @@ def append(
     counts = batch.token_counts
     if counts is None:  # counted here, off the event loop (tiktoken releases the GIL)
         counts = count_events(events)
-    rows = zip(events, dehydrated, counts, positions, strict=True)
-    for ev_seq, (ev, d, tokens, pos) in enumerate(rows, start=last_seq + 1):
+    rows = zip(events, metadata, counts, positions, strict=True)
+    for ev_seq, (ev, meta, tokens, pos) in enumerate(rows, start=last_seq + 1):
         if ev.action == "user_message":
             last = pos
         created = ev.timestamp or now
@@ -201,7 +204,7 @@ def append(
             token_count=tokens,
         )  # fmt: skip
         rows_out.append(
-            (ev.id, session_id, ev_seq, d["action"], d["content"], d["metadata"], created,
+            (ev.id, session_id, ev_seq, ev.action, ev.content, meta, created,
              pos.turn, pos.start_seq, tokens)
         )  # fmt: skip
         stored.append(new)
