@@ -314,7 +314,11 @@ def _messages(entry: _Entry, events: list[SessionEvent]) -> ViewMessages:
     if not events:
         return ViewMessages([], True, 0, 0, True)
     cached, memo = entry.events, entry.messages
-    start = bisect.bisect_left(cached, events[0].seq, key=_seq)
+    # Seqs are unique and in order in the cache: where its first event is. A tail window
+    # ends at the cache's end, where it is found without a search.
+    start = len(cached) - len(events)
+    if start < 0 or cached[start] is not events[0]:
+        start = bisect.bisect_left(cached, events[0].seq, key=_seq)
     stop = start + len(events)
     if stop <= len(cached) and cached[start] is events[0] and cached[stop - 1] is events[-1]:
         # A run of the cache (a subsequence with its first and last where a run has

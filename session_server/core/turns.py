@@ -559,25 +559,26 @@ class TailIndex:
         # ``window_from(events[lower:], cut - lower)`` when every result there has a call
         # with its id before it there: ``_pair_up`` pairs it with the latest one, finds no
         # orphan and reads no turn.
-        loaded = events[lower:]
         origin = base + lower
         pairs: list[tuple[int, int]] = []
         for k in range(bisect_left(results, origin), len(results)):
             call = prev[k]
             if call < origin:
-                return window_from(loaded, cut - lower)
+                return window_from(events[lower:], cut - lower)
             pairs.append((call - origin, results[k] - origin))
-        start = self._safe_start(loaded, origin, cut - lower, pairs) if cut > lower else 0
-        return list(loaded[start:])
+        if cut > lower:
+            return list(events[lower + self._safe_start(events, lower, cut - lower, pairs) :])
+        return list(events[lower:])
 
     def _safe_start(
-        self, loaded: Sequence[SessionEvent], origin: int, start: int, pairs: list[tuple[int, int]]
+        self, events: Sequence[SessionEvent], lower: int, start: int, pairs: list[tuple[int, int]]
     ) -> int:
-        """``_safe_start(loaded, start, pairs)`` (``0 < start``; ``loaded`` the run from
-        position ``origin``), trying only the user messages the index knows instead of
-        summing the pairs' spans over every position: a span ``(lo, hi)`` splits a start
-        ``s`` exactly when ``lo < s <= hi``."""
-        n = len(loaded)
+        """``_safe_start(events[lower:], start, pairs)`` (``0 < start``; ``events`` the
+        run), trying only the user messages the index knows instead of summing the pairs'
+        spans over every position: a span ``(lo, hi)`` splits a start ``s`` exactly when
+        ``lo < s <= hi``."""
+        origin = self.base + lower
+        n = len(events) - lower
         start = min(start, n)
         spans = [(c, r) if c < r else (r, c) for c, r in pairs]
         if not any(lo < start <= hi for lo, hi in spans):
@@ -601,4 +602,4 @@ class TailIndex:
                 return 0
             if not any(lo < i <= hi for lo, hi in spans):
                 return i
-        return _safe_start(loaded, start, pairs)
+        return _safe_start(events[lower:], start, pairs)

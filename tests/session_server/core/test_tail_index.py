@@ -92,7 +92,7 @@ def test_the_indexed_safe_start_is_the_one_of_the_spans(
         loaded = run[lower:]
         pairs = _pairs(loaded)
         for start in range(1, len(loaded) + 1):
-            got = index._safe_start(loaded, index.base + lower, start, pairs)
+            got = index._safe_start(run, lower, start, pairs)
             assert got == _safe_start(loaded, start, pairs), (lower, start)
 
 
