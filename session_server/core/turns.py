@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_left
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from itertools import accumulate
 from operator import attrgetter
 from typing import NamedTuple
@@ -444,15 +444,33 @@ def tail_window(
     needed = widening_turns(window)
     if not needed:
         return window
+    openings = (i for i in range(n - 1, -1, -1) if suffix[i].action == "user_message")
+    lower = _widened_start(suffix, cut, needed, openings, 0, complete=complete)
+    if lower is None:
+        return None
+    return window_from(suffix[lower:], cut - lower)
+
+
+def _widened_start(
+    events: Sequence[SessionEvent],
+    cut: int,
+    needed: set[int],
+    openings: Iterable[int],
+    offset: int,
+    *,
+    complete: bool,
+) -> int | None:
+    """Where ``tail_window`` widens the window of ``events`` cut at ``cut`` to: the
+    opening message of each turn in ``needed`` (``openings``: the indexes of the user
+    messages plus ``offset``, the last first), or ``cut`` when it is lower; ``None`` when
+    an opening is not in ``events`` (turn 0 opens at 0 when ``complete``)."""
     # Turn numbers grow with each user message, so walk back from the end only until
     # every needed turn's opening message is found or passed.
     starts: dict[int, int] = {}
     lowest = min(needed)
-    for i in range(n - 1, -1, -1):
-        ev = suffix[i]
-        if ev.action != "user_message":
-            continue
-        turn = ev.turn or 0
+    for p in openings:
+        i = p - offset
+        turn = events[i].turn or 0
         if turn in needed:
             starts[turn] = i
         if turn <= lowest:
@@ -461,10 +479,8 @@ def tail_window(
     if missing:
         if not complete or missing != {0}:
             return None
-        lower = 0  # turn 0: everything before the first user message
-    else:
-        lower = min(cut, *map(starts.__getitem__, needed))
-    return window_from(suffix[lower:], cut - lower)
+        return 0  # turn 0: everything before the first user message
+    return min(cut, *map(starts.__getitem__, needed))
 
 
 class TailIndex:
@@ -539,23 +555,10 @@ class TailIndex:
             return list(events[cut:])
         needed = {events[results[k] - base].turn or 0 for k in range(first, len(results))}
         needed.add(events[cut].turn or 0)
-        # ``tail_window``'s walk back over the user messages (the others it skips).
-        starts: dict[int, int] = {}
-        lowest = min(needed)
-        for p in reversed(self.users):
-            i = p - base
-            turn = events[i].turn or 0
-            if turn in needed:
-                starts[turn] = i
-            if turn <= lowest:
-                break
-        missing = needed.difference(starts)
-        if missing:
-            if not complete or missing != {0}:
-                return None
-            lower = 0
-        else:
-            lower = min(cut, *map(starts.__getitem__, needed))
+        # ``tail_window``'s walk back, over the user messages only (it skips the others).
+        lower = _widened_start(events, cut, needed, reversed(self.users), base, complete=complete)
+        if lower is None:
+            return None
         # ``window_from(events[lower:], cut - lower)`` when every result there has a call
         # with its id before it there: ``_pair_up`` pairs it with the latest one, finds no
         # orphan and reads no turn.
