@@ -171,13 +171,26 @@ class RecentCache:
         self.cap = cap
         self.max_sessions = max_sessions
         self._entries: OrderedDict[str, _Entry] = OrderedDict()
+        # Versions come from one clock for every session, so they never repeat. At most
+        # ``max_versions`` sessions keep one (not every session the actor ever wrote);
+        # past it they are all dropped and every session without one is at ``_floor``,
+        # above any version handed out before: a read planned before the drop is then
+        # refused (and read again), never taken for current.
+        self.max_versions = 4 * max(1, max_sessions)
         self._versions: dict[str, int] = {}
+        self._clock = 0
+        self._floor = 0
 
     def version(self, session_id: str) -> int:
-        return self._versions.get(session_id, 0)
+        return self._versions.get(session_id, self._floor)
 
     def _bump(self, session_id: str) -> None:
-        self._versions[session_id] = self._versions.get(session_id, 0) + 1
+        if len(self._versions) >= self.max_versions and session_id not in self._versions:
+            self._versions.clear()
+            self._clock += 1
+            self._floor = self._clock
+        self._clock += 1
+        self._versions[session_id] = self._clock
 
     def clear(self) -> None:
         self._entries.clear()
