@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -14,6 +15,7 @@ from session_server.core.codec import message_to_event
 from session_server.core.errors import ConflictError, InvalidParamsError, NotFoundError
 from session_server.core.events import ContextMessage, SessionEvent, ToolCall
 from session_server.core.turns import assign_turns
+from session_server.storage import sqlite_ops
 from session_server.storage.schema import SCHEMA_VERSION
 
 
@@ -78,7 +80,12 @@ async def test_reopening_an_existing_file_keeps_data(tmp_path: Path) -> None:
         assert [e.content for e in await actor.load_events(sid)] == ["hello"]
 
 
-async def test_session_crud_and_ordering(actor: AgentActor) -> None:
+async def test_session_crud_and_ordering(
+    actor: AgentActor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Every write a millisecond after the last: two writes in one millisecond would tie
+    # on updated_at, and the order asserted below would then follow created_at instead.
+    monkeypatch.setattr(sqlite_ops, "now_ms", itertools.count(1_700_000_000_000).__next__)
     s1 = await actor.create_session({"name": "first"})
     s2 = await actor.create_session(session_id="chosen-id")
     assert s2 == "chosen-id"
@@ -94,7 +101,7 @@ async def test_session_crud_and_ordering(actor: AgentActor) -> None:
     before = (await actor.get_session(s2)) or {}
     await actor.append_events(s2, [user(s2, "y")])
     after = (await actor.get_session(s2)) or {}
-    assert after["updated_at"] >= before["updated_at"]
+    assert after["updated_at"] > before["updated_at"]
     assert (await actor.list_sessions())[0]["id"] == s2
 
 
