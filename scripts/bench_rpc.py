@@ -54,7 +54,7 @@ from session_server.rpc.table import ROWS
 from session_server.runtime.registry import ActorRegistry
 from session_server.server import SessionServer
 from session_server.storage.schema import SCHEMA_VERSION, schema_sql
-from session_server.storage.sqlite_open import WAL_AUTOCHECKPOINT_PAGES
+from session_server.storage.sqlite_open import wal_autocheckpoint_pages
 from tests.support.bench_env import token_mode, use_shared_tiktoken
 
 use_shared_tiktoken()
@@ -130,7 +130,7 @@ def raw_commit_rate(path: Path, synchronous: str, calls: int, warmup: int) -> fl
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute(f"PRAGMA synchronous={synchronous}")
-    conn.execute(f"PRAGMA wal_autocheckpoint={WAL_AUTOCHECKPOINT_PAGES}")  # as the store
+    conn.execute(f"PRAGMA wal_autocheckpoint={wal_autocheckpoint_pages(synchronous)}")  # as ours
     conn.executescript(schema_sql())
     conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
     conn.execute(

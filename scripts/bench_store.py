@@ -69,7 +69,7 @@ from session_server.core.events import ContextMessage, SessionEvent, ToolCall
 from session_server.core.tokens import count_events
 from session_server.runtime.registry import ActorRegistry
 from session_server.storage.schema import SCHEMA_VERSION, schema_sql
-from session_server.storage.sqlite_open import WAL_AUTOCHECKPOINT_PAGES
+from session_server.storage.sqlite_open import wal_autocheckpoint_pages
 from tests.support.bench_env import token_mode, use_shared_tiktoken
 from tests.support.flush_shim import (
     ShimUnavailable,
@@ -255,7 +255,7 @@ def bench_raw(path: Path, synchronous: str, warmup: int, turns: int) -> Timing:
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute(f"PRAGMA synchronous={synchronous}")
     conn.execute("PRAGMA busy_timeout=5000")
-    conn.execute(f"PRAGMA wal_autocheckpoint={WAL_AUTOCHECKPOINT_PAGES}")  # as the store
+    conn.execute(f"PRAGMA wal_autocheckpoint={wal_autocheckpoint_pages(synchronous)}")  # as ours
     conn.executescript(schema_sql())
     conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
     sid = "raw-session"

@@ -16,15 +16,29 @@ from ..core.errors import AgentUnavailableError
 from .file_modes import create_file
 from .schema import SCHEMA_VERSION, schema_sql
 
-__all__ = ["MIGRATIONS", "WAL_AUTOCHECKPOINT_PAGES", "connect", "migrate"]
+__all__ = [
+    "MIGRATIONS",
+    "WAL_AUTOCHECKPOINT_PAGES",
+    "connect",
+    "migrate",
+    "wal_autocheckpoint_pages",
+]
 
 # SQLite checkpoints the WAL inside the commit that takes it past this many pages (its
-# default is 1000). A checkpoint costs about the same however many frames it folds (the
-# distinct pages plus two syncs: ~4 ms here), so a 4-event turn, which writes about 10
-# pages, paid one every ~100 turns: the whole p99 at NORMAL and a tenth of its mean. At
-# 4000 pages (a WAL of up to 16 MiB per open agent, reused in place and removed when the
-# agent closes) it is one every ~400 turns (measured: ``scripts/bench_store.py``, README).
-WAL_AUTOCHECKPOINT_PAGES: Final = 4000
+# default is 1000); measured here on fresh files and on 2,000-turn runs (README, Decisions):
+# - NORMAL: a commit does not sync; a checkpoint syncs twice, about 4 ms however many
+#   frames it folds. At 1000 pages a 4-event turn (about 10 pages) paid one every ~100
+#   turns: the whole p99 and part of the mean. 4000 pages (a WAL of up to 16 MiB per
+#   open agent, reused in place, removed when the agent closes) make it one every ~400.
+# - FULL: every commit syncs the WAL, and a commit that grows the file syncs its size
+#   too (a file-system journal commit); a longer WAL means more commits growing it after
+#   each open, which cost more than the checkpoints saved (mean turn 487 -> 516 us).
+WAL_AUTOCHECKPOINT_PAGES: Final = {"NORMAL": 4000, "FULL": 1000}
+
+
+def wal_autocheckpoint_pages(synchronous: str) -> int:
+    """The WAL size (pages) at which a writer at ``synchronous`` checkpoints."""
+    return WAL_AUTOCHECKPOINT_PAGES.get(synchronous.upper(), 1000)
 
 
 def connect(
@@ -50,7 +64,7 @@ def connect(
             # Deleted rows are overwritten with zeros, not just unlinked (DESIGN erasure):
             # with a checkpoint after each delete, no deleted text survives in the files.
             conn.execute("PRAGMA secure_delete=ON")
-            conn.execute(f"PRAGMA wal_autocheckpoint={WAL_AUTOCHECKPOINT_PAGES}")
+            conn.execute(f"PRAGMA wal_autocheckpoint={wal_autocheckpoint_pages(synchronous)}")
     except BaseException:
         conn.close()
         raise

@@ -13,7 +13,12 @@ from session_server.core.errors import AgentUnavailableError
 from session_server.core.events import SessionEvent
 from session_server.storage.event_queries import event_query
 from session_server.storage.schema import READABLE_SCHEMA_VERSION, SCHEMA_VERSION
-from session_server.storage.sqlite_open import WAL_AUTOCHECKPOINT_PAGES, connect, migrate
+from session_server.storage.sqlite_open import (
+    WAL_AUTOCHECKPOINT_PAGES,
+    connect,
+    migrate,
+    wal_autocheckpoint_pages,
+)
 
 AGENT = "agent-1"
 # What version 2 had beside the current schema.
@@ -64,13 +69,15 @@ def test_a_new_file_has_no_created_at_index(tmp_path: Path) -> None:
         conn.close()
 
 
-def test_the_writer_checkpoints_at_the_configured_wal_size(tmp_path: Path) -> None:
-    path = tmp_path / "a.sqlite"
-    writer = connect(path, synchronous="FULL", busy_timeout_ms=100, readonly=False)
+@pytest.mark.parametrize(("level", "pages"), [("NORMAL", 4000), ("FULL", 1000)])
+def test_the_writer_checkpoints_at_the_wal_size_of_its_level(
+    tmp_path: Path, level: str, pages: int
+) -> None:
+    writer = connect(tmp_path / "a.sqlite", synchronous=level, busy_timeout_ms=100, readonly=False)
     try:
         migrate(writer)
-        pages = writer.execute("PRAGMA wal_autocheckpoint").fetchone()[0]
-        assert pages == WAL_AUTOCHECKPOINT_PAGES == 4000
+        assert writer.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == pages
+        assert wal_autocheckpoint_pages(level.lower()) == WAL_AUTOCHECKPOINT_PAGES[level] == pages
     finally:
         writer.close()
 
