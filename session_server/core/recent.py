@@ -30,7 +30,8 @@ from .events import ContextMessage, SessionEvent
 from .plans import ContextWindow
 from .records import CompactionRecord
 from .repair import RepairScan, needs_repair, resumes_scan, scan_repair
-from .turns import TailIndex, drop_orphan_results, tail_window
+from .tail_index import TailIndex
+from .turns import drop_orphan_results, tail_window
 
 __all__ = ["RecentCache", "SessionView", "ViewMessages"]
 

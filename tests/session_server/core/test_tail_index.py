@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 from msgspec.structs import replace
 
 from session_server.core.events import SessionEvent, ToolCall
-from session_server.core.turns import TailIndex, _pairs, _safe_start, tail_window
+from session_server.core.tail_index import TailIndex
+from session_server.core.turns import _pairs, _safe_start, tail_window
 
 from .test_repair_scan import agent_logs
 from .test_window_equivalence import raw_logs, stored
