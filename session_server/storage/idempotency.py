@@ -77,17 +77,18 @@ def request_digest(events: Sequence[SessionEvent], expected_last_seq: int | None
     """A digest of what a write asks for: each event's action, content and metadata (as
     stored) and the expected seq. Ids and timestamps are left out: a client retrying a
     persist does not resend them, the server makes fresh ones."""
-    return columns_digest(
-        [(e.action, e.content, event_metadata(e)) for e in events], expected_last_seq
-    )
+    return columns_digest(events, [event_metadata(e) for e in events], expected_last_seq)
 
 
 def columns_digest(
-    columns: Sequence[tuple[str, str, str | None]], expected_last_seq: int | None
+    events: Sequence[SessionEvent],
+    metadata: Sequence[str | None],
+    expected_last_seq: int | None,
 ) -> str:
-    """``request_digest`` of each event's action, content and metadata column (``append``
-    has the metadata columns already): the SHA-256 of ``[expected_last_seq, columns]`` as
-    compact JSON."""
+    """``request_digest`` with each event's metadata column given (``append`` has them
+    already): the SHA-256 of ``[expected_last_seq, [[action, content, metadata], ...]]``
+    as compact JSON."""
+    columns = [(e.action, e.content, m) for e, m in zip(events, metadata, strict=True)]
     return hashlib.sha256(encode_json_bytes([expected_last_seq, columns])).hexdigest()
 
 

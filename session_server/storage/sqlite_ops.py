@@ -154,10 +154,7 @@ def append(
         # The request's digest is kept beside the result (same JSON column, so files
         # written before it existed read unchanged): a reuse of the key is a replay only
         # when the request is the same. Anything refused below rolls the row back.
-        digest = columns_digest(
-            [(e.action, e.content, m) for e, m in zip(events, metadata, strict=True)],
-            batch.expected_last_seq,
-        )
+        digest = columns_digest(events, metadata, batch.expected_last_seq)
         saved = {**msgspec.to_builtins(result), "digest": digest}
         claimed = conn.execute(
             "INSERT INTO idempotency (session_id, key, result, created_at) VALUES (?, ?, ?, ?)"

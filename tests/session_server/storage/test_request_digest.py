@@ -31,8 +31,8 @@ def test_every_way_of_computing_the_digest_gives_the_first_one(
 ) -> None:
     first = _as_first_written(events, expected)
     assert request_digest(events, expected) == first
-    columns = [(e.action, e.content, event_metadata(e)) for e in events]
-    assert columns_digest(columns, expected) == first
+    metadata = [event_metadata(e) for e in events]
+    assert columns_digest(events, metadata, expected) == first
     for e in events:
         assert event_metadata(e) == dehydrate_event(e)["metadata"]
 
