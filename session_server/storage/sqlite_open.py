@@ -37,8 +37,9 @@ WAL_AUTOCHECKPOINT_PAGES: Final = {"NORMAL": 4000, "FULL": 1000}
 
 
 def wal_autocheckpoint_pages(synchronous: str) -> int:
-    """The WAL size (pages) at which a writer at ``synchronous`` checkpoints."""
-    return WAL_AUTOCHECKPOINT_PAGES.get(synchronous.upper(), 1000)
+    """The WAL size (pages) at which a writer at ``synchronous`` checkpoints (any level
+    that syncs its commits: FULL's)."""
+    return WAL_AUTOCHECKPOINT_PAGES.get(synchronous.upper(), WAL_AUTOCHECKPOINT_PAGES["FULL"])
 
 
 def connect(
