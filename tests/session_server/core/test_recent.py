@@ -21,10 +21,14 @@ def run(first: int, n: int, compaction_at: int | None = None) -> list[SessionEve
     ]
 
 
+def window_of(events: list[SessionEvent], complete: bool = True) -> ContextWindow:
+    state = SessionState("s", last_seq=events[-1].seq if events else 0)
+    return ContextWindow(events, state, list(events), complete)
+
+
 def seeded(events: list[SessionEvent], complete: bool) -> RecentCache:
     cache = RecentCache(cap=100)
-    state = SessionState("s", last_seq=events[-1].seq if events else 0)
-    cache.seed("s", ContextWindow(events, state, list(events), complete), version=0)
+    cache.seed("s", window_of(events, complete), version=0)
     return cache
 
 
@@ -44,11 +48,6 @@ def test_count_between_says_none_when_the_run_starts_too_late() -> None:
     more = [msgspec.structs.replace(e, seq=e.seq + 5, id=f"x{e.seq}") for e in run(10, 3)]
     cache.appended("s", more, last_seq=17, compaction_required=False)
     assert cache.count_between("s", 12, 18) == 6
-
-
-def window_of(events: list[SessionEvent]) -> ContextWindow:
-    state = SessionState("s", last_seq=events[-1].seq if events else 0)
-    return ContextWindow(events, state, list(events), True)
 
 
 def test_a_read_planned_before_a_commit_is_refused() -> None:
