@@ -17,7 +17,12 @@ In one run, on 127.0.0.1 (server and client in this process, one event loop), at
 (w) ``--writers`` connections on one agent, one session each (group commit);
 (c) ``--agents`` connections on as many agents, each doing sequential calls.
 
-Two diagnostics split (b): the RPC stack alone (framing and params validation of the same
+(f) is the floor of (b): the bound plus the two costs a ``turn.persist`` has on top of it and
+cannot drop (the token count of the turn and one worker-thread round trip for the commit,
+measured as ``bench_store``'s floor); (f)/bound is the most (b)/bound can be here.
+
+Three diagnostics split (b): the same calls against a server without the JSONL mirror
+(b-m), the RPC stack alone (framing and params validation of the same
 request, no actor) and the local actor call alone (no RPC). ``--loop`` picks the event loop
 as ``session-server serve --loop`` does (default auto: uvloop when installed).
 
@@ -41,6 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import sqlite3
 from dataclasses import dataclass
 
+import bench_store
 from websockets.asyncio.client import connect
 from websockets.asyncio.server import ServerConnection, serve
 
@@ -172,6 +178,7 @@ class Rates:
     agents: float
     stack_only: float
     local: float
+    unmirrored: float
 
 
 async def persist_rates(
@@ -235,7 +242,27 @@ async def persist_rates(
 
                 writers_rate = await _many(server.url, ["bench-w"] * writers, calls)
                 agents_rate = await _many(server.url, [f"bench-c{k}" for k in range(agents)], calls)
-    return Rates(sequential, pipelined, writers_rate, agents_rate, stack_only, local)
+    unmirrored = await _unmirrored_rate(calls, warmup, synchronous)
+    return Rates(sequential, pipelined, writers_rate, agents_rate, stack_only, local, unmirrored)
+
+
+async def _unmirrored_rate(calls: int, warmup: int, synchronous: str) -> float:
+    """Sequential ``turn.persist`` calls/s against a server whose registry keeps no JSONL
+    mirror (diagnostic: the mirror's share of (b))."""
+    with tempfile.TemporaryDirectory() as tmp:
+        registry = ActorRegistry(Path(tmp), synchronous=synchronous, mirror=False)  # type: ignore[arg-type]
+        async with (
+            registry,
+            SessionServer(registry, port=0) as server,
+            SessionClient(server.url, "bench-0") as client,
+        ):
+            sid = await client.create_session()
+            for i in range(warmup):
+                await client.persist_turn(sid, turn(i))
+            start = time.perf_counter()
+            for i in range(calls):
+                await client.persist_turn(sid, turn(i))
+            return calls / (time.perf_counter() - start)
 
 
 async def _many(url: str, agent_ids: list[str], calls: int) -> float:
@@ -269,11 +296,21 @@ class Report:
     echo: float
     raw_commit: float
     rates: Rates
+    # Mean seconds of the two costs a turn.persist has on top of the bound and cannot drop
+    # (``bench_store.bench_floor``): the token count of the turn and one worker round trip.
+    count_s: float
+    hop_s: float
 
     @property
     def bound(self) -> float:
         """Calls/s of one echo round trip plus one raw commit, back to back."""
         return 1 / (1 / self.echo + 1 / self.raw_commit)
+
+    @property
+    def floor(self) -> float:
+        """Calls/s of the bound plus the token count and the worker round trip: the most
+        a sequential turn.persist can reach here (no server code, no mirror)."""
+        return 1 / (1 / self.bound + self.count_s + self.hop_s)
 
     def table(self, args: argparse.Namespace) -> list[str]:
         r = self.rates
@@ -285,8 +322,13 @@ class Report:
             f"| (r) raw sqlite3 commit of the turn, {self.synchronous} | {self.raw_commit:,.0f}"
             " | | |",
             f"| bound: 1 / (1/a + 1/r) | {self.bound:,.0f} | 1.00 | bound |",
+            f"| (f) floor: bound + token count ({1e6 * self.count_s:.0f} us) + worker round trip"
+            f" ({1e6 * self.hop_s:.0f} us) | {self.floor:,.0f} | {self.floor / self.bound:.2f}"
+            " | bound: the most (b) can reach |",
             f"| (b) turn.persist, sequential | {r.sequential:,.0f} | {ratio:.2f}"
             f" | bound, target >= 0.50: {'met' if ratio >= 0.5 else '**not met**'} |",
+            f"| (b-m) turn.persist, sequential, server without the JSONL mirror"
+            f" | {r.unmirrored:,.0f} | {r.unmirrored / self.bound:.2f} | bound |",
             f"| (p) turn.persist, {args.pipeline} pipelined on one connection | {r.pipelined:,.0f}"
             f" | {r.pipelined / r.sequential:.2f} | (b) |",
             f"| (w) turn.persist, {args.writers} connections on one agent | {r.writers:,.0f}"
@@ -313,8 +355,11 @@ async def measure(args: argparse.Namespace) -> Report:
         pipeline=args.pipeline,
         writers=args.writers,
     )
+    count, hop = await bench_store.bench_floor(args.warmup, args.calls)
     loop = type(asyncio.get_running_loop()).__module__.split(".")[0]
-    return Report(args.synchronous, loop, a, raw, rates)
+    return Report(
+        args.synchronous, loop, a, raw, rates, count.per_turn_ms / 1000, hop.per_turn_ms / 1000
+    )
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
