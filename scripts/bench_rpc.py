@@ -46,7 +46,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import sqlite3
 from dataclasses import dataclass
 
-import bench_store
 from websockets.asyncio.client import connect
 from websockets.asyncio.server import ServerConnection, serve
 
@@ -355,6 +354,8 @@ async def measure(args: argparse.Namespace) -> Report:
         pipeline=args.pipeline,
         writers=args.writers,
     )
+    import bench_store  # here: it imports this module's ``run_with_loop``
+
     count, hop = await bench_store.bench_floor(args.warmup, args.calls)
     loop = type(asyncio.get_running_loop()).__module__.split(".")[0]
     return Report(
