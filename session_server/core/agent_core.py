@@ -46,7 +46,7 @@ from .decisions import (
     SnapshotParts,
     StrategyWrite,
 )
-from .errors import InvalidParamsError, NotFoundError
+from .errors import InvalidParamsError
 from .message_values import check_messages
 from .needs import (
     Known,
@@ -179,14 +179,9 @@ class AgentCore(ContextBuilds, CompactionDecisions):
             return None  # nothing new to measure
         # The strategy alone decides whether the window is needed: computing one of
         # ``context_limit`` events for every persist cost more than the rest of the check.
-        hit, stored_strategy = self._recent.cached_strategy(sid)
-        if not hit:
-            state = known_state(known, sid)
-            if isinstance(state, Need):
-                return state
-            if state is None:
-                raise NotFoundError.session(sid)
-            stored_strategy = state.strategy
+        stored_strategy = self.stored_strategy(sid, known)
+        if isinstance(stored_strategy, Need):
+            return stored_strategy
         config = self.resolve(stored_strategy, turn.strategy)
         if isinstance(config, Need):
             return config
@@ -247,6 +242,7 @@ class AgentCore(ContextBuilds, CompactionDecisions):
     def session_deleted(self, session_id: str) -> None:
         self._built.discard(session_id)
         self._recent.forget(session_id)
+        self.forget_strategy(session_id)
         self._omitted.pop(session_id, None)
         self._futile.pop(session_id, None)
         self._futile_turn.pop(session_id, None)
@@ -259,6 +255,7 @@ class AgentCore(ContextBuilds, CompactionDecisions):
         """The store closed: what the core knows may be stale when it opens again."""
         self._built.clear()
         self._recent.clear()
+        self.forget_strategy()
         self._omitted.clear()
         self._agent_loaded = False
         self._agent_generation = 0

@@ -8,6 +8,7 @@ strategy levels and their precedence, the plan of an append of given events.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
@@ -35,6 +36,11 @@ __all__ = ["AGENT_STRATEGY_KEY", "CoreState"]
 
 AGENT_STRATEGY_KEY: Final = "strategy"
 _DEFAULT_CONFIG: Final = StrategyConfig()
+
+
+# Sessions whose strategy an agent's core remembers beside its recent cache (see
+# ``CoreState.stored_strategy``).
+MAX_KNOWN_STRATEGIES: Final = 256
 
 
 class CoreState:
@@ -73,6 +79,14 @@ class CoreState:
         self._agent_strategy: dict[str, Any] | None = None
         self._agent_loaded = False
         self._agent_generation = 0
+        # The persisted strategy of sessions known to exist that the recent cache does not
+        # hold (a client that persists without building through the server): a persist
+        # then reads no session row to find it. Least recently used first, at most
+        # ``MAX_KNOWN_STRATEGIES``; dropped with the session, on hibernation, and kept
+        # current by ``strategy_written``. ``_strategy_epoch`` counts the changes, so a
+        # read issued before one is not remembered.
+        self._strategies: OrderedDict[str, dict[str, Any] | None] = OrderedDict()
+        self._strategy_epoch = 0
 
     # -- reads the actor ran ------------------------------------------------------------
 
@@ -181,6 +195,38 @@ class CoreState:
             self._agent_generation += 1
         else:
             self._recent.strategy_changed(write.session_id, write.values)
+            self._strategy_epoch += 1
+            if write.session_id in self._strategies:
+                self._strategies[write.session_id] = write.values
+
+    def stored_strategy(self, session_id: str, known: Known) -> dict[str, Any] | Need | None:
+        """The persisted strategy of an existing session (``NotFoundError`` when there is
+        none): from the recent cache, the strategies remembered, or a read of its row."""
+        hit, strategy = self._recent.cached_strategy(session_id)
+        if hit:
+            return strategy
+        if session_id in self._strategies:
+            self._strategies.move_to_end(session_id)
+            return self._strategies[session_id]
+        if session_id not in known.states:
+            known.strategy_epoch = self._strategy_epoch
+        state = existing_state(known, session_id)
+        if isinstance(state, Need):
+            return state
+        if known.strategy_epoch == self._strategy_epoch:  # no change since the read
+            self._strategies[session_id] = state.strategy
+            if len(self._strategies) > MAX_KNOWN_STRATEGIES:
+                self._strategies.popitem(last=False)
+        return state.strategy
+
+    def forget_strategy(self, session_id: str | None = None) -> None:
+        """Drop what is remembered of ``session_id``'s strategy (``None``: of every
+        session): it was deleted, or the store closed."""
+        self._strategy_epoch += 1
+        if session_id is None:
+            self._strategies.clear()
+        else:
+            self._strategies.pop(session_id, None)
 
     # -- appends ----------------------------------------------------------------------------
 

@@ -83,6 +83,9 @@ class Known:
         self.compacted = False
         # The token counts of the turn being planned, once a pressure check counted them.
         self.tokens: list[int] | None = None
+        # The core's count of strategy changes when this request asked for a session
+        # row (``CoreState.stored_strategy``): -1 before it asked.
+        self.strategy_epoch = -1
 
     def forget_views(self, session_id: str) -> None:
         """Drop the windows read for ``session_id`` (a commit since made them stale)."""

@@ -307,3 +307,35 @@ async def test_persisting_nothing(actor: AgentActor) -> None:
         await actor.persist_working_context("missing", WorkingContext())
     with pytest.raises(NotFoundError):
         await actor.persist_working_context("missing", WorkingContext(), on_conflict="reject")
+
+
+async def test_persists_without_builds_follow_strategy_changes_and_deletes(
+    tmp_path: Path,
+) -> None:
+    """A client that only persists (no build through the server, and no mirror snapshot
+    to render: no cached window): the session's strategy is remembered after the first
+    turn, and a strategy set or a delete since is what the next turn sees."""
+    async with ActorRegistry(tmp_path, idle_timeout=None, mirror=False) as reg:
+        await _persists_without_builds(await reg.get("agent"))
+
+
+async def _persists_without_builds(actor: AgentActor) -> None:
+    sid = await actor.create_session()
+    usage = {"prompt_tokens": 50_000}  # a quarter of the default budget: no pressure
+    for n in range(3):
+        ctx = WorkingContext()
+        turn(n, ctx)
+        result = await actor.persist_working_context(sid, ctx, usage=usage)
+        assert result.compaction_required is False
+    assert actor.core.cached_view(sid, actor.context_limit) is None  # nothing was built
+    await actor.set_strategy({"mode": "compact", "max_context_tokens": 20_000}, sid)
+    ctx = WorkingContext()
+    turn(3, ctx)
+    result = await actor.persist_working_context(sid, ctx, usage=usage)
+    assert result.compaction_required is True  # the strategy set since the last turn
+    await actor.set_strategy(None, sid)
+    await actor.delete_session(sid)
+    ctx = WorkingContext()
+    turn(4, ctx)
+    with pytest.raises(NotFoundError):
+        await actor.persist_working_context(sid, ctx, usage=usage)
