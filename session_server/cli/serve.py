@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ..auth import Authenticator, parse_token_spec, split_env_specs
 from ..auth_files import AuthSources
+from ..core.cache_budget import DEFAULT_CACHE_BYTES
 from .options import (
     DEFAULT_HOST,
     DEFAULT_PORT,
@@ -127,6 +128,14 @@ def serve_arguments(p: argparse.ArgumentParser) -> None:
         help="agents the memory dir may hold; a write that would create one more is "
         "refused with -32004 (reads never create agents) "
         "(env SESSION_SERVER_MAX_AGENTS; default 100000)",
+    )
+    p.add_argument(
+        "--recent-cache-bytes",
+        type=positive_int,
+        default=positive_int(env("RECENT_CACHE_BYTES") or str(DEFAULT_CACHE_BYTES)),
+        help="bytes the agents' caches of recent events hold together (one session at "
+        "most an eighth; the least recently used go first) "
+        f"(env SESSION_SERVER_RECENT_CACHE_BYTES; default {DEFAULT_CACHE_BYTES} = 256 MiB)",
     )
     p.add_argument(
         "--idempotency-retention",
@@ -298,6 +307,7 @@ async def _serve(args: argparse.Namespace, sources: AuthSources, auth: Authentic
         compaction_timeout=args.compaction_timeout,
         max_agents=args.max_agents,
         idempotency=IdempotencyRetention(args.idempotency_retention, args.idempotency_keys),
+        recent_cache_bytes=args.recent_cache_bytes,
     ) as registry:
         server = SessionServer(
             registry,

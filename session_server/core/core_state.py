@@ -15,6 +15,7 @@ from typing import Any, Final
 import msgspec
 
 from ..compaction.config import StrategyConfig, resolve_strategy, validate_strategy
+from .cache_budget import CacheBudget
 from .codec import encode_json, new_event_id
 from .decisions import AppendPlan, StrategyWrite
 from .events import SessionEvent
@@ -54,6 +55,7 @@ class CoreState:
         context_limit: int,
         server_strategy: dict[str, Any] | None,
         snapshots: bool,
+        cache_budget: CacheBudget | None = None,
     ) -> None:
         if not isinstance(context_limit, int) or context_limit < 1:
             raise ValueError("context_limit: must be a positive int")
@@ -62,8 +64,9 @@ class CoreState:
         self.server_strategy = server_strategy
         self.snapshots = snapshots
         # Recently written events per session, so building a context reads no row it has
-        # already decoded (see ``recent``).
-        self._recent = RecentCache(max(4 * context_limit, 256))
+        # already decoded (see ``recent``), within the bytes of ``cache_budget`` (shared
+        # by the agents of a registry).
+        self._recent = RecentCache(max(4 * context_limit, 256), budget=cache_budget)
         # Sessions whose context was built since activation (the snapshot file is
         # consulted only for the first build of an activation).
         self._built: set[str] = set()

@@ -13,6 +13,11 @@ reuses the messages of the events it showed before (messages are frozen values).
 
 Staleness: every commit that changes a session's events bumps its version; a seed read
 that raced with a commit is refused, and deletes drop the session's entry.
+
+Bytes: what the cache keeps counts against a ``CacheBudget`` (shared by the caches of a
+registry; ``cache_budget``): past it the least recently used sessions go, and a session
+whose own events pass ``session_bytes`` keeps only its newest ones (as at the cap: its
+windows reaching further back are read from the store).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from typing import Any, cast
 
 import msgspec
 
+from .cache_budget import EVENT_OVERHEAD, CacheBudget, rare_fields_bytes
 from .codec import event_to_message
 from .events import ContextMessage, SessionEvent
 from .plans import ContextWindow
@@ -97,6 +103,7 @@ class _Entry:
         "messages",
         "record",
         "repair",
+        "sizes",
         "strategy",
         "tokens",
         "untokened",
@@ -124,6 +131,9 @@ class _Entry:
         self.compactions = [0]
         self.tokens = [0]
         self.untokened = [0]
+        # And of ``event_bytes`` (``cache_budget``): the entry's bytes are the last
+        # minus the first.
+        self.sizes = [0]
         self.add_totals(events)
         self.complete = complete
         self.last_seq = view.last_seq
@@ -137,6 +147,7 @@ class _Entry:
 
     def add_totals(self, events: Sequence[SessionEvent]) -> None:
         compactions, tokens, untokened = self.compactions[-1], self.tokens[-1], self.untokened[-1]
+        size = self.sizes[-1]
         for event in events:
             if event.action == "compaction":
                 compactions += 1
@@ -147,6 +158,31 @@ class _Entry:
             self.compactions.append(compactions)
             self.tokens.append(tokens)
             self.untokened.append(untokened)
+            # ``event_bytes``, inlined: it runs for every event of every commit.
+            content = event.content
+            size += EVENT_OVERHEAD + (len(content) if content.isascii() else 4 * len(content))
+            if (
+                event.tool_calls is not None
+                or event.metadata is not None
+                or event.images is not None
+                or event.reasoning is not None
+                or event.compaction is not None
+            ):
+                size += rare_fields_bytes(event)
+            self.sizes.append(size)
+
+    @property
+    def nbytes(self) -> int:
+        """What the entry counts against the budget (``event_bytes`` of its events)."""
+        return self.sizes[-1] - self.sizes[0]
+
+    def fit(self, limit: int) -> None:
+        """Over ``limit`` bytes: drop the oldest events until the rest holds at most 7/8
+        of it (so that the next commits do not trim again at once)."""
+        sizes = self.sizes
+        if sizes[-1] - sizes[0] > limit:
+            self.trim(bisect.bisect_left(sizes, sizes[-1] - (limit - limit // 8)))
+            self.complete = False
 
     def trim(self, excess: int) -> None:
         """Drop the ``excess`` oldest events (and what is kept beside them)."""
@@ -156,6 +192,7 @@ class _Entry:
         del self.compactions[:excess]
         del self.tokens[:excess]
         del self.untokened[:excess]
+        del self.sizes[:excess]
         lo, hi = self.converted
         self.converted = (max(0, lo - excess), max(0, hi - excess))
         if self.repair is not None:
@@ -166,11 +203,13 @@ class _Entry:
 class RecentCache:
     """Recent events of at most ``max_sessions`` sessions (least recently used go first),
     at most ``cap`` events each (a session that reached the cap keeps at least
-    ``cap - cap // 8``: it is trimmed by an eighth at a time)."""
+    ``cap - cap // 8``: it is trimmed by an eighth at a time), within the bytes of
+    ``budget`` (a budget of its own, ``DEFAULT_CACHE_BYTES``, when none is shared)."""
 
-    def __init__(self, cap: int, max_sessions: int = 64) -> None:
+    def __init__(self, cap: int, max_sessions: int = 64, budget: CacheBudget | None = None) -> None:
         self.cap = cap
         self.max_sessions = max_sessions
+        self.budget = CacheBudget() if budget is None else budget
         self._entries: OrderedDict[str, _Entry] = OrderedDict()
         # Versions come from one clock for every session, so they never repeat. At most
         # ``max_versions`` sessions keep one (not every session the actor ever wrote);
@@ -193,13 +232,27 @@ class RecentCache:
         self._clock += 1
         self._versions[session_id] = self._clock
 
+    @property
+    def held_bytes(self) -> int:
+        """The bytes this cache counts against its budget."""
+        return sum(entry.nbytes for entry in self._entries.values())
+
     def clear(self) -> None:
+        freed = self.held_bytes
         self._entries.clear()
+        self.budget.release(self, freed, empty=True)
 
     def forget(self, session_id: str) -> None:
         """Drop a session's entry (its events were deleted, or it was)."""
-        self._entries.pop(session_id, None)
+        entry = self._entries.pop(session_id, None)
+        if entry is not None:
+            self.budget.release(self, entry.nbytes, empty=not self._entries)
         self._bump(session_id)
+
+    def evict_oldest(self) -> None:
+        """Drop the least recently used session's entry (the budget is short)."""
+        freed = self._entries.popitem(last=False)[1].nbytes if self._entries else 0
+        self.budget.release(self, freed, empty=not self._entries)
 
     def cached_strategy(self, session_id: str) -> tuple[bool, dict[str, Any] | None]:
         """``(True, strategy)`` with the persisted strategy of a cached session (kept
@@ -228,10 +281,14 @@ class RecentCache:
         the view of the window either way."""
         view = SessionView.of(window)
         if self.version(session_id) == version and len(window.suffix) <= self.cap:
-            self._entries[session_id] = _Entry(list(window.suffix), window.complete, view)
-            self._entries.move_to_end(session_id)
+            entry = _Entry(list(window.suffix), window.complete, view)
+            entry.fit(self.budget.session_bytes)
+            old = self._entries.pop(session_id, None)
+            delta = entry.nbytes - (0 if old is None else old.nbytes)
+            self._entries[session_id] = entry
             while len(self._entries) > self.max_sessions:
-                self._entries.popitem(last=False)
+                delta -= self._entries.popitem(last=False)[1].nbytes
+            self.budget.add(self, delta)
         return view
 
     def appended(
@@ -250,6 +307,8 @@ class RecentCache:
         entry.events.extend(stored)
         entry.index.extend(stored)
         entry.messages.extend([None] * len(stored))
+        sizes = entry.sizes
+        before = sizes[-1] - sizes[0]
         entry.add_totals(stored)
         entry.last_seq = last_seq
         entry.compaction_required = compaction_required
@@ -264,6 +323,10 @@ class RecentCache:
             # after it, which at the cap was five lists of ``cap`` items on every commit.
             entry.trim(excess + self.cap // 8)
             entry.complete = False
+        budget = self.budget
+        if sizes[-1] - sizes[0] > budget.session_bytes:
+            entry.fit(budget.session_bytes)
+        budget.add(self, sizes[-1] - sizes[0] - before)
 
     def flag_changed(self, session_id: str, compaction_required: bool) -> None:
         self._bump(session_id)  # a seed read before this change must not be kept
@@ -288,6 +351,8 @@ class RecentCache:
         if entry is None:
             return None
         self._entries.move_to_end(session_id)
+        if self.budget.newest is not self:
+            self.budget.use(self)
         if limit in entry.views:
             return entry.views[limit]
         view = self._window(entry, limit)

@@ -50,6 +50,7 @@ from ..core.agent_core import (
     StrategyWrite,
     compaction_report,
 )
+from ..core.cache_budget import CacheBudget
 from ..core.context import WorkingContext
 from ..core.plans import AppendResult
 from ..core.recent import SessionView
@@ -112,6 +113,11 @@ class ActorHost(CompactionHost, Protocol):
     @property
     def default_strategy(self) -> dict[str, Any] | None: ...
 
+    @property
+    def cache_budget(self) -> CacheBudget:
+        """The bytes the recent-events caches of all the host's actors may hold."""
+        ...
+
     def open_slot(self) -> AbstractAsyncContextManager[None]:
         """Held while a store opens: one at a time, with room made under the bound."""
         ...
@@ -151,6 +157,7 @@ class AgentActor(SessionReads, SessionWrites, SessionEdits):
             context_limit=context_limit,
             server_strategy=host.default_strategy,
             snapshots=host.mirror,
+            cache_budget=host.cache_budget,
         )
         self._store: AgentStore | None = None
         # The store whose activation (``MirrorLink.activate_agent``) finished: calls use a

@@ -11,6 +11,8 @@ default ``namespace="session_server"``:
 - ``session_server_open_agents``: agents whose SQLite store is open (read at scrape time);
 - ``session_server_actors``: agent actor objects in memory (open stores, calls in flight,
   subscriptions; an evicted agent leaves it), read at scrape time;
+- ``session_server_recent_cache_bytes`` (and ``_peak``): bytes the agents' recent-events
+  caches hold together (``core.cache_budget``; read at scrape time);
 - ``session_server_commit_seconds``: histogram of the time of one SQLite write
   transaction, from handing it to the I/O thread to its commit returning;
 - ``session_server_commit_batch_size``: histogram of the writes one commit carries
@@ -81,6 +83,7 @@ class OperationsMetrics:
         open_agents: Callable[[], float] | None = None,
         actors: Callable[[], float] | None = None,
         skipped_records: Callable[[], float] | None = None,
+        recent_cache: tuple[Callable[[], float], Callable[[], float]] | None = None,
     ) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
         self.namespace = namespace
@@ -109,6 +112,15 @@ class OperationsMetrics:
         self.actors = Gauge("actors", "Agent actor objects in memory.", **common)
         if actors is not None:
             self.actors.set_function(actors)
+        self.recent_cache_bytes = Gauge(
+            "recent_cache_bytes", "Bytes the recent-events caches hold together.", **common
+        )
+        self.recent_cache_bytes_peak = Gauge(
+            "recent_cache_bytes_peak", "Most bytes the recent-events caches held.", **common
+        )
+        if recent_cache is not None:
+            self.recent_cache_bytes.set_function(recent_cache[0])
+            self.recent_cache_bytes_peak.set_function(recent_cache[1])
         self.commit_seconds = Histogram(
             "commit_seconds",
             "Seconds of one SQLite write transaction (queueing on the I/O thread included).",

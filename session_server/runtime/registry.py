@@ -34,6 +34,7 @@ from prometheus_client import CollectorRegistry
 
 from ..compaction import resolve_strategy, validate_strategy
 from ..core.agent_ids import validate_agent_id
+from ..core.cache_budget import DEFAULT_CACHE_BYTES, CacheBudget
 from ..core.errors import (
     AgentUnavailableError,
     InvalidParamsError,
@@ -89,7 +90,9 @@ class ActorRegistry:
     ``max_agents`` (agents that may exist in the memory dir, ``DEFAULT_MAX_AGENTS``): a
     write that would create one more is refused with ``TooLargeError``.
     ``idempotency`` (``IdempotencyRetention``: keys kept 24 h, at most 1000 per session):
-    how long a keyed write can be replayed.
+    how long a keyed write can be replayed. ``recent_cache_bytes``: what the actors'
+    recent-events caches hold together (``DEFAULT_CACHE_BYTES``, 256 MiB; one session at
+    most an eighth of it; see ``core.cache_budget``).
     """
 
     def __init__(
@@ -113,6 +116,7 @@ class ActorRegistry:
         index_owner: bool = True,
         max_agents: int = DEFAULT_MAX_AGENTS,
         idempotency: IdempotencyRetention = DEFAULT_RETENTION,
+        recent_cache_bytes: int = DEFAULT_CACHE_BYTES,
     ) -> None:
         if synchronous not in ("FULL", "NORMAL"):
             raise ValueError(f"synchronous: must be 'FULL' or 'NORMAL', got {synchronous!r}")
@@ -151,6 +155,8 @@ class ActorRegistry:
         self.max_open = max_open
         self.max_agents = max_agents
         self.idempotency = idempotency
+        # One budget for every actor's recent-events cache (``core.cache_budget``).
+        self.cache_budget = CacheBudget(recent_cache_bytes)
         self.busy_timeout_ms = busy_timeout_ms
         self.context_limit = context_limit
         self.readonly = readonly
@@ -177,6 +183,10 @@ class ActorRegistry:
             open_agents=lambda: float(self.open_count),
             actors=lambda: float(self.actor_count),
             skipped_records=lambda: float(SKIPPED_RECORDS.count),
+            recent_cache=(
+                lambda: float(self.cache_budget.held),
+                lambda: float(self.cache_budget.peak),
+            ),
         )
         self.metrics.registry.register(
             AgentCollector(self._open_agent_ages, namespace=self.operations.namespace)

@@ -7,7 +7,8 @@ across turns, results before their calls, duplicate and orphan results, results 
 that never came), whole turns through ``persist_working_context`` (some raising the
 pressure flag), compactions that write records, deletes of events, strategy changes,
 concurrent commits and a window read racing a commit, with a recent cache of a few
-events so that trims happen on most commits. After each step, for several limits, the
+events so that trims happen on most commits (and, in some examples, a byte budget that
+holds a few events a session, so that byte trims happen too). After each step, for several limits, the
 view and the built context must be what the same actor gives with a cache that keeps
 nothing (every window the store's, every message converted and checked by the build),
 and the builder on the cache's messages what the previous builder gave
@@ -26,6 +27,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from session_server.compaction.builder import build_parts
+from session_server.core.cache_budget import CacheBudget
 from session_server.core.context import WorkingContext
 from session_server.core.events import ContextMessage, SessionEvent, ToolCall
 from session_server.core.recent import RecentCache
@@ -167,10 +169,13 @@ async def _compare(actor: AgentActor, sid: str, where: int) -> None:
     core._recent, core._omitted = warm_cache, warm_omitted
 
 
-async def _run(memory_dir: Path, cap: int, history: list[tuple[Any, ...]]) -> None:
+async def _run(memory_dir: Path, cap: int, kib: int | None, history: list[tuple[Any, ...]]) -> None:
     async with ActorRegistry(memory_dir, idle_timeout=None, mirror=False) as reg:
         actor = await reg.get("agent")
-        actor.core._recent = RecentCache(cap)  # a few events: trims on most commits
+        # A few events: trims on most commits; ``kib``: a session holds an eighth of it,
+        # 0 to 7 of these small events (about 700 bytes each).
+        budget = None if kib is None else CacheBudget(kib * 1024)
+        actor.core._recent = RecentCache(cap, budget=budget)
         sid = await actor.create_session()
         await _compare(actor, sid, -1)
         for where, step in enumerate(history):
@@ -183,7 +188,13 @@ async def _run(memory_dir: Path, cap: int, history: list[tuple[Any, ...]]) -> No
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
-@given(st.integers(3, 12), st.lists(steps, min_size=1, max_size=16))
-def test_warm_views_and_builds_are_the_cold_ones(cap: int, history: list[tuple[Any, ...]]) -> None:
+@given(
+    st.integers(3, 12),
+    st.one_of(st.none(), st.integers(3, 40)),
+    st.lists(steps, min_size=1, max_size=16),
+)
+def test_warm_views_and_builds_are_the_cold_ones(
+    cap: int, kib: int | None, history: list[tuple[Any, ...]]
+) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        asyncio.run(_run(Path(tmp), cap, history))
+        asyncio.run(_run(Path(tmp), cap, kib, history))
