@@ -90,6 +90,12 @@ class ActorHost(CompactionHost, Protocol):
     def executor(self) -> Executor: ...
 
     @property
+    def count_executor(self) -> Executor:
+        """A thread of its own where group commits take token counts ahead of the writer
+        (``storage.group_counts``): never one SQLite calls wait for."""
+        ...
+
+    @property
     def mirror_executor(self) -> Executor:
         """Where mirror file I/O runs: threads of its own, so a burst of mirror writes or
         a streamed repair never holds the threads commits wait for."""
@@ -226,6 +232,7 @@ class AgentActor(SessionReads, SessionWrites, SessionEdits):
                         on_commit=self.host.operations.observe_commit,
                         readonly=self.host.readonly,
                         idempotency=self.host.idempotency,
+                        count_executor=self.host.count_executor,
                     )
                     self.host.store_opened(self)
             if self._activated is not self._store:

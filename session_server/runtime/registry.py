@@ -201,6 +201,12 @@ class ActorRegistry:
         self.mirror_executor = ThreadPoolExecutor(
             max_workers=MIRROR_THREADS, thread_name_prefix="session-server-mirror"
         )
+        # Group commits take their later batches' token counts here, ahead of the writer
+        # (``storage.group_counts``): one thread of its own, so a count never holds a
+        # thread SQLite calls wait for, and a writer never waits for a count not started.
+        self.count_executor = ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="session-server-count"
+        )
         # Load the token encoding now, beside start-up: the first commit counts its turn
         # and would otherwise wait for the load (and every caller queued behind it).
         self.executor.submit(get_counter)
@@ -448,6 +454,7 @@ class ActorRegistry:
             )
         self.executor.shutdown(wait=True)
         self.mirror_executor.shutdown(wait=True)
+        self.count_executor.shutdown(wait=True)
 
 
 def _log_failure(task: asyncio.Task[None]) -> None:

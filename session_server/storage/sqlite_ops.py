@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Sequence
+from concurrent.futures import Executor
 from typing import Any, Final
 
 import msgspec
@@ -27,6 +28,7 @@ from ..core.events import SessionEvent
 from ..core.plans import AppendBatch, AppendOutcome, AppendResult
 from ..core.tokens import count_events
 from ..core.turns import TurnPosition, number_turns, stored_calls_needed
+from .group_counts import GroupCounts
 from .idempotency import (
     DEFAULT_RETENTION,
     PRUNE_EVERY_SEQS,
@@ -117,11 +119,14 @@ def append(
     conn: sqlite3.Connection,
     batch: AppendBatch,
     retention: IdempotencyRetention = DEFAULT_RETENTION,
+    counts: list[int] | None = None,
 ) -> AppendOutcome:
     """The body of an append transaction (run inside ``write_txn``).
 
     Returns the answer, the stored events (seq, turn, session_id filled in) and whether it
     was a replay of an earlier call with the same idempotency key (nothing written).
+    ``counts``: the events' token counts when taken ahead (``GroupCounts``), else the
+    batch's own or counted here.
     ``batch.create`` first creates the session in the same transaction, so a new session
     appears with all its events or not at all (imports).
     """
@@ -188,7 +193,8 @@ def append(
     positions, added = number_turns(events, first_seq=last_seq + 1, last=last, calls=known)
     stored: list[SessionEvent] = []
     rows_out: list[tuple[Any, ...]] = []
-    counts = batch.token_counts
+    if counts is None:
+        counts = batch.token_counts
     if counts is None:  # counted here, off the event loop (tiktoken releases the GIL)
         counts = count_events(events)
     rows = zip(events, metadata, counts, positions, strict=True)
@@ -241,6 +247,7 @@ def append_group(
     conn: sqlite3.Connection,
     batches: Sequence[AppendBatch],
     retention: IdempotencyRetention = DEFAULT_RETENTION,
+    count_executor: Executor | None = None,
 ) -> list[AppendOutcome | SessionServerError]:
     """The body of a group commit (run inside ``write_txn``): each batch in order, in its
     own savepoint, so a refused batch (conflict, unknown session, an id that exists)
@@ -249,12 +256,18 @@ def append_group(
 
     When SQLite gave up the whole transaction (a hard I/O failure), the error is raised:
     nothing of the group is written and every caller gets it.
+
+    ``count_executor``: a thread that takes the token counts of the later batches while
+    the earlier ones are stored (``GroupCounts``); without it the writer counts them all.
     """
     out: list[AppendOutcome | SessionServerError] = []
-    for batch in batches:
+    ahead = None
+    if count_executor is not None and len(batches) > 1:
+        ahead = GroupCounts(batches, count_executor)
+    for i, batch in enumerate(batches):
         conn.execute("SAVEPOINT batch")
         try:
-            outcome = append(conn, batch, retention)
+            outcome = append(conn, batch, retention, None if ahead is None else ahead.take(i))
         except Exception as exc:
             mapped = project_error(exc, "append_events")
             if not conn.in_transaction or not isinstance(mapped, SessionServerError):

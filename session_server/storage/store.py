@@ -174,7 +174,12 @@ class AgentStore(StoreConnections):
             except SessionServerError as exc:
                 return [exc]
         return await self._write(
-            "append_events", ops.append_group, batches, self.idempotency, batch_size=len(batches)
+            "append_events",
+            ops.append_group,
+            batches,
+            self.idempotency,
+            self.count_executor,
+            batch_size=len(batches),
         )
 
     async def load_events(

@@ -60,6 +60,7 @@ class StoreConnections:
         self.synchronous = synchronous
         self.busy_timeout_ms = busy_timeout_ms
         self._executor = executor
+        self.count_executor: Executor | None = None
         self._on_commit = on_commit
         self._writer: sqlite3.Connection | None = None
         self._reader: sqlite3.Connection | None = None
@@ -131,6 +132,7 @@ class StoreConnections:
         on_commit: Callable[[float, int], None] | None = None,
         readonly: bool = False,
         idempotency: ops.IdempotencyRetention = ops.DEFAULT_RETENTION,
+        count_executor: Executor | None = None,
     ) -> Self:
         """Open (creating and migrating if needed) the agent file.
 
@@ -141,10 +143,13 @@ class StoreConnections:
         ``on_commit(seconds, writes)`` is called after each write transaction that
         committed (``writes``: how many appends a group commit held, else 1).
         ``idempotency``: how long keyed writes can be replayed (``IdempotencyRetention``).
+        ``count_executor``: where a group commit takes its later batches' token counts
+        ahead of the writer (``sqlite_ops.append_group``).
         """
         store = cls(
             path, agent_id, synchronous, busy_timeout_ms, executor, on_commit, readonly, idempotency
         )
+        store.count_executor = count_executor
         if readonly:
             version = await store._read(
                 lambda conn: int(conn.execute("PRAGMA user_version").fetchone()[0])

@@ -1,7 +1,7 @@
 """The token count stored with each event is its message's count
 (``TokenCounter.count_event``) on every path whose events the store counts when it
 writes them: a persist, an append, a group commit (beside a batch whose counts are given
-and a refused one), an import, content past ``LARGE_CONTENT_CHARS``, and the estimate
+and a refused one; counted by the writer alone or with a count thread ahead of it), an import, content past ``LARGE_CONTENT_CHARS``, and the estimate
 when no encoding loads. A count that fails fails its write, which leaves nothing behind.
 
 Real stores and registries on real SQLite files.
@@ -58,13 +58,23 @@ def pool() -> Iterator[ThreadPoolExecutor]:
         yield executor
 
 
-@pytest.fixture
-async def store(tmp_path: Path, pool: ThreadPoolExecutor) -> AsyncIterator[AgentStore]:
-    s = await AgentStore.open(tmp_path / "agent.sqlite", "agent", executor=pool)
-    try:
-        yield s
-    finally:
-        await s.close()
+@pytest.fixture(params=["writer counts", "count thread"])
+async def store(
+    tmp_path: Path, pool: ThreadPoolExecutor, request: pytest.FixtureRequest
+) -> AsyncIterator[AgentStore]:
+    """A store whose group commits count on the writer alone, or also on a count thread
+    ahead of it (``storage.group_counts``, as the registry's stores do)."""
+    with ThreadPoolExecutor(max_workers=1) as counts:
+        s = await AgentStore.open(
+            tmp_path / "agent.sqlite",
+            "agent",
+            executor=pool,
+            count_executor=counts if request.param == "count thread" else None,
+        )
+        try:
+            yield s
+        finally:
+            await s.close()
 
 
 async def stored_counts(store: AgentStore, sid: str) -> list[int | None]:

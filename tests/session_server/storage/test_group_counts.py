@@ -1,0 +1,130 @@
+"""``GroupCounts``: a group commit's token counts taken on a count thread ahead of the
+writer. Each batch is counted once, by one thread; the writer never waits for a count
+that has not started; what the count thread gives equals ``count_events``; a count that
+failed there is the writer's to take again."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from typing import Any
+
+import pytest
+
+from session_server.core.codec import new_event_id
+from session_server.core.events import SessionEvent
+from session_server.core.plans import AppendBatch
+from session_server.core.tokens import count_events
+from session_server.storage import group_counts
+from session_server.storage.group_counts import GroupCounts
+
+
+def batch(n: int, given: bool = False) -> AppendBatch:
+    events = [
+        SessionEvent(id=new_event_id(), action="user_message", content=f"question {n} " * n),
+        SessionEvent(id=new_event_id(), action="agent_message", content=f"answer {n}"),
+    ]
+    return AppendBatch("s", events, [1, 2] if given else None)
+
+
+class Inline(Executor):
+    """Runs each job at once, inside ``submit``: the count thread is always ahead."""
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        future: Future[Any] = Future()
+        future.set_result(fn(*args, **kwargs))
+        return future
+
+
+class Held(Executor):
+    """Keeps each job until ``run``: the count thread has not started."""
+
+    def __init__(self) -> None:
+        self.jobs: list[Callable[[], Any]] = []
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        self.jobs.append(lambda: fn(*args, **kwargs))
+        return Future()
+
+    def run(self) -> None:
+        for job in self.jobs:
+            job()
+
+
+@pytest.fixture
+def counted(monkeypatch: pytest.MonkeyPatch) -> Iterator[Counter[str]]:
+    """How many times the count thread counted each batch (by its first event's id)."""
+    calls: Counter[str] = Counter()
+
+    def counting(events: Iterable[SessionEvent]) -> list[int]:
+        events = list(events)
+        calls[events[0].id] += 1
+        return count_events(events)
+
+    monkeypatch.setattr(group_counts, "count_events", counting)
+    yield calls
+
+
+def test_ahead_the_count_thread_gives_every_later_batch_its_counts(counted: Counter[str]) -> None:
+    batches = [batch(n) for n in range(1, 6)]
+    ahead = GroupCounts(batches, Inline())
+    assert ahead.take(0) is None  # the first batch is the writer's
+    for i in range(1, 5):
+        assert ahead.take(i) == count_events(batches[i].events)
+    assert sum(counted.values()) == 4
+
+
+def test_given_counts_and_empty_batches_are_not_counted(counted: Counter[str]) -> None:
+    batches = [batch(1), batch(2, given=True), AppendBatch("s", [], []), batch(3)]
+    ahead = GroupCounts(batches, Inline())
+    assert [ahead.take(i) is None for i in range(4)] == [True, True, True, False]
+    assert sum(counted.values()) == 1
+
+
+def test_the_writer_never_waits_for_a_count_not_started(counted: Counter[str]) -> None:
+    held = Held()
+    batches = [batch(n) for n in range(1, 5)]
+    ahead = GroupCounts(batches, held)
+    assert [ahead.take(i) for i in range(4)] == [None] * 4  # the writer counts them all
+    held.run()  # the count thread comes late: every batch is claimed, none counted twice
+    assert sum(counted.values()) == 0
+
+
+def test_a_shut_down_count_thread_leaves_every_count_to_the_writer() -> None:
+    pool = ThreadPoolExecutor(max_workers=1)
+    pool.shutdown()
+    ahead = GroupCounts([batch(1), batch(2)], pool)
+    assert [ahead.take(0), ahead.take(1)] == [None, None]
+
+
+def test_a_count_that_failed_ahead_is_the_writers_to_take_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def failing(events: Iterable[SessionEvent]) -> list[int]:
+        raise ValueError("cannot count this")
+
+    monkeypatch.setattr(group_counts, "count_events", failing)
+    ahead = GroupCounts([batch(1), batch(2)], Inline())
+    assert ahead.take(1) is None
+
+
+def test_on_a_real_thread_each_batch_is_counted_once_and_right(counted: Counter[str]) -> None:
+    rng = random.Random(7)
+    writer: Counter[str] = Counter()
+    ids: list[str] = []
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        for _ in range(200):
+            batches = [batch(n) for n in rng.sample(range(1, 60), rng.randint(2, 12))]
+            ids += [b.events[0].id for b in batches]
+            ahead = GroupCounts(batches, pool)
+            for i, b in enumerate(batches):
+                counts = ahead.take(i)
+                if counts is None:  # the writer's: counted here
+                    writer[b.events[0].id] += 1
+                    counts = count_events(b.events)
+                assert counts == count_events(b.events)
+    # The pool has shut down (every count job ended): each batch was counted by one side.
+    assert [counted[i] + writer[i] for i in ids] == [1] * len(ids)
+    assert counted and writer.total() > 200  # both sides took part (the first batches)
