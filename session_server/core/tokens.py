@@ -26,6 +26,7 @@ __all__ = [
     "count_messages",
     "count_text",
     "get_counter",
+    "loaded_counter",
 ]
 
 log = logging.getLogger(__name__)
@@ -178,6 +179,14 @@ def get_counter(model: str | None = None) -> TokenCounter:
         except Exception:
             name = DEFAULT_ENCODING
     return _counter_for_encoding(name)
+
+
+def loaded_counter(encoding_name: str = DEFAULT_ENCODING) -> TokenCounter | None:
+    """The counter of ``encoding_name`` once it is loaded, else ``None``: never loads and
+    never waits. ``get_counter`` may wait for another thread's load (the counters' lock is
+    held while the encoding loads, half a second at start-up): an event loop asks this
+    first and has the load done on a worker thread (``runtime.actor``)."""
+    return _COUNTERS.get(encoding_name)
 
 
 def count_events(events: Iterable[SessionEvent]) -> list[int]:

@@ -1,6 +1,10 @@
 """The token arithmetic of a turn's pressure check (pure): the turn's own counts, the
 server's count of the context once the turn is added, and whether a summary could take
 anything (``AgentCore.plan_turn`` and the compaction decisions use them).
+
+They count with ``get_counter()`` on the caller's thread, the event loop: the actor has
+the encoding loaded on a worker thread before any of its decisions runs (``loaded_counter``
+in ``runtime.actor``), so this never waits for the load.
 """
 
 from __future__ import annotations

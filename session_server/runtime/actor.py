@@ -54,6 +54,7 @@ from ..core.cache_budget import CacheBudget
 from ..core.context import WorkingContext
 from ..core.plans import AppendResult
 from ..core.recent import SessionView
+from ..core.tokens import get_counter, loaded_counter
 from ..mirror_io.snapshot_index import SnapshotIndex
 from ..storage.sqlite_ops import IdempotencyRetention
 from ..storage.store import AgentStore, Synchronous
@@ -221,6 +222,14 @@ class AgentActor(SessionReads, SessionWrites, SessionEdits):
         if store is not None and self._activated is store:
             return store
         async with self._open_lock:
+            if loaded_counter() is None:
+                # The core counts tokens with ``get_counter`` on the event loop (a
+                # persist's pressure check, a build's total, a compaction's figures), and
+                # no decision of this actor runs before its store is activated. Until
+                # the encoding is loaded (at start-up the registry's load holds the
+                # counters' lock for half a second) it is awaited here, on a worker
+                # thread: the loop goes on serving, the counts stay exact.
+                await asyncio.get_running_loop().run_in_executor(self.host.executor, get_counter)
             if self._store is None:
                 async with self.host.open_slot():
                     self._store = await AgentStore.open(

@@ -110,7 +110,7 @@ class SessionEdits:
         was, ``None`` when there is none. With ``event_id`` the newest such event must be
         that one, else ``ConflictError``: read the tail, decide, pop with the id you read,
         and no other writer's event is lost."""
-        replacement: tuple[SessionEvent, int] | None = None
+        checked: SessionEvent | None = None
         if replace_with is not None:
             checked = parse_event(msgspec.to_builtins(replace_with), "replace_with")
             if checked.action == "compaction":
@@ -118,9 +118,11 @@ class SessionEdits:
                     "replace_with.action: a popped event cannot become a compaction record",
                     data={"field": "replace_with.action"},
                 )
-            replacement = (checked, get_counter().count_event(checked))
 
         async def write(store: AgentStore) -> SessionEvent | None:
+            # Counted once the store is active: the token encoding is loaded then (the
+            # actor loads it off the loop before activating), so the loop never waits.
+            replacement = None if checked is None else (checked, get_counter().count_event(checked))
             popped = await store.pop_event(session_id, event_id, replacement)
             if popped is not None:
                 self.core.events_deleted(session_id)
