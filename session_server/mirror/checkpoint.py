@@ -2,12 +2,16 @@
 
 At a clean close the shell stores, per session, in SQLite (``sessions.mirror_state`` and
 ``sessions.mirror_files``): the ``MirrorModel`` the writer needs to go on appending, and
-the size and modification time (ns) of each mirror file. Activation then costs a few
-``stat`` calls per session, whatever the history's length: ``plan_activation`` resumes
-from the checkpoint when SQLite says the mirror was current at close (cursor = last seq =
-the checkpoint's seq) and every file still has the size and mtime recorded; anything else
-(a crash, a delete, a truncated, edited, missing or extra file, an old file format) means
-a streamed repair.
+the size, modification time, status-change time (ns) and inode of each mirror file.
+Activation then costs a few ``stat`` calls per session, whatever the history's length:
+``plan_activation`` resumes from the checkpoint when SQLite says the mirror was current
+at close (cursor = last seq = the checkpoint's seq) and every file still has the stamps
+recorded; anything else (a crash, a delete, a truncated, edited, missing, replaced or
+extra file, an old file format, stamps stored before the change time was) means a
+streamed repair. The change time is what no edit can keep: an edit in place that keeps
+the size and sets the mtime back (``touch -r``) changes it, as the ``utime`` call does
+itself; a file replaced by another has another inode. A copy or move of the memory folder
+changes them too, and costs one repair per session, never a wrong resume.
 
 The model checkpoint keeps what future lines can depend on, not the whole history: the
 current turn and its line counter, the calls still waiting for a result (with their
@@ -48,8 +52,10 @@ __all__ = [
 ]
 
 CHECKPOINT_VERSION: Final = 1
-# file name -> (size in bytes, mtime in ns); a file that does not exist has no entry.
-FileStamps = dict[str, tuple[int, int]]
+# file name -> (size in bytes, mtime ns, ctime ns, inode); a file that does not exist
+# has no entry.
+FileStamps = dict[str, tuple[int, int, int, int]]
+STAMP_FIELDS: Final = 4
 
 _ENCODER: Final = msgspec.json.Encoder()
 _DECODER: Final = msgspec.json.Decoder()
@@ -142,14 +148,19 @@ def decode_stamps(text: str | None) -> FileStamps | None:
         return None
     out: FileStamps = {}
     for name, stamp in raw.items():
-        if not (isinstance(stamp, list) and len(stamp) == 2 and all(_is_int(v) for v in stamp)):
+        # Stamps stored before the change time was (two fields) are not a match: repaired.
+        if not (
+            isinstance(stamp, list)
+            and len(stamp) == STAMP_FIELDS
+            and all(_is_int(v) for v in stamp)
+        ):
             return None
-        out[name] = (stamp[0], stamp[1])
+        out[name] = (stamp[0], stamp[1], stamp[2], stamp[3])
     return out
 
 
 def stamps_match(recorded: FileStamps | None, observed: FileStamps) -> bool:
-    """Whether the files are exactly those recorded (same names, sizes and mtimes)."""
+    """Whether the files are exactly those recorded (same names and stamps)."""
     return recorded is not None and recorded == observed
 
 
@@ -178,7 +189,7 @@ def repair_reason(
     if not has_checkpoint:
         return "no checkpoint of the mirror"
     if not stamps_match(decode_stamps(files), observed):
-        return "the files differ from their recorded sizes and times"
+        return "the files differ from their recorded sizes, times or inodes"
     return None
 
 

@@ -14,7 +14,7 @@ items), one over all events for ``raw_traces.jsonl``, and one more for
 ``raw_traces_archive.jsonl`` when anything was archived. The model the writer goes on
 from comes out of the active pass.
 
-Also here: file stamps (size, mtime) for the checkpoint, the folder removal of a deleted
+Also here: file stamps (size, mtime, ctime, inode) for the checkpoint, the folder removal of a deleted
 session (renamed into the agent's ``.trash`` first, so it disappears at once even if the
 process dies during the removal) and the orphan sweep of activation.
 """
@@ -95,14 +95,14 @@ class ListSource:
 
 
 def file_stamps(folder: Path) -> FileStamps:
-    """(size, mtime in ns) of each mirror file that exists in ``folder``."""
+    """(size, mtime ns, ctime ns, inode) of each mirror file that exists in ``folder``."""
     out: FileStamps = {}
     for name in MIRROR_FILES:
         try:
             st = os.stat(folder / name)
         except FileNotFoundError:
             continue
-        out[name] = (st.st_size, st.st_mtime_ns)
+        out[name] = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
     return out
 
 

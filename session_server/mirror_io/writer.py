@@ -41,7 +41,7 @@ import msgspec
 from ..core.agent_ids import validate_agent_id
 from ..core.errors import InvalidParamsError
 from ..core.events import ContextMessage, SessionEvent
-from ..mirror.checkpoint import encode_stamps, model_checkpoint, orphan_folders
+from ..mirror.checkpoint import FileStamps, encode_stamps, model_checkpoint, orphan_folders
 from ..mirror.model import (
     AppendItems,
     AppendTraces,
@@ -206,8 +206,8 @@ class MirrorWriter:
         if self.enabled:
             self._models[session_id] = model
 
-    def stamps(self, session_id: str) -> dict[str, tuple[int, int]]:
-        """(size, mtime ns) of the session's mirror files (those that exist)."""
+    def stamps(self, session_id: str) -> FileStamps:
+        """The stamps (``file_stamps``) of the session's mirror files (those that exist)."""
         return file_stamps(self.session_dir(session_id))
 
     def checkpoint(self, session_id: str) -> tuple[int, str, str] | None:

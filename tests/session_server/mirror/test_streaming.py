@@ -146,8 +146,8 @@ def test_the_archive_plan_follows_the_model() -> None:
 def test_activation_resumes_only_when_sqlite_and_the_files_agree() -> None:
     model = MirrorModel.from_events(committed([user("q"), agent("a")]))
     state = model_checkpoint(model)
-    files = encode_stamps({"raw_traces.jsonl": (120, 7)})
-    observed = {"raw_traces.jsonl": (120, 7)}
+    files = encode_stamps({"raw_traces.jsonl": (120, 7, 7, 42)})
+    observed = {"raw_traces.jsonl": (120, 7, 7, 42)}
     ok = plan_activation(last_seq=2, mirror_seq=2, state=state, files=files, observed=observed)
     assert isinstance(ok, Resume) and ok.model.last_seq == 2
     cases = [
@@ -160,22 +160,36 @@ def test_activation_resumes_only_when_sqlite_and_the_files_agree() -> None:
             mirror_seq=2,
             state=state,
             files=files,
-            observed={"raw_traces.jsonl": (60, 9)},
+            observed={"raw_traces.jsonl": (60, 9, 9, 42)},
         ),  # truncated
         dict(
             last_seq=2,
             mirror_seq=2,
             state=state,
             files=files,
-            observed={"raw_traces.jsonl": (120, 8)},
+            observed={"raw_traces.jsonl": (120, 8, 8, 42)},
         ),  # rewritten in place
+        dict(
+            last_seq=2,
+            mirror_seq=2,
+            state=state,
+            files=files,
+            observed={"raw_traces.jsonl": (120, 7, 9, 42)},
+        ),  # edited in place, size kept and mtime set back (touch -r): the ctime moved
+        dict(
+            last_seq=2,
+            mirror_seq=2,
+            state=state,
+            files=files,
+            observed={"raw_traces.jsonl": (120, 7, 7, 43)},
+        ),  # replaced by another file with the same size and times
         dict(last_seq=2, mirror_seq=2, state=state, files=files, observed={}),  # removed
         dict(
             last_seq=2,
             mirror_seq=2,
             state=state,
             files=files,
-            observed={**observed, "episodic.jsonl": (3, 1)},
+            observed={**observed, "episodic.jsonl": (3, 1, 1, 44)},
         ),  # a file that should not be there
     ]
     for case in cases:
@@ -183,9 +197,10 @@ def test_activation_resumes_only_when_sqlite_and_the_files_agree() -> None:
 
 
 def test_stamps_round_trip_and_orphans() -> None:
-    stamps = {"a": (1, 2), "b": (3, 4)}
+    stamps = {"a": (1, 2, 3, 4), "b": (5, 6, 7, 8)}
     assert decode_stamps(encode_stamps(stamps)) == stamps
     assert decode_stamps('{"a": [1]}') is None
+    assert decode_stamps('{"a": [1, 2]}') is None  # stored before ctime and inode were
     assert decode_stamps(None) is None
     assert orphan_folders(["s2", "s1", "gone"], {"s1", "s2"}) == ["gone"]
     assert orphan_folders([], {"s1"}) == []

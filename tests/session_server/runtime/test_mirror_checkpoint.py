@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import os
 import sqlite3
 import subprocess
 import sys
@@ -91,6 +92,30 @@ async def test_a_clean_close_binds_the_snapshot_and_stores_the_checkpoint(
         await actor.append_events(sid, [SessionEvent(content="q2")])
         events = await actor.load_events(sid, limit=None, tail=False)
     assert "repair" not in caplog.text  # resumed from the checkpoint: no history read
+    assert mirror_files(tmp_path, AGENT, sid) == expected_mirror(events)
+
+
+async def test_an_edit_that_keeps_the_size_and_sets_the_mtime_back_is_repaired(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``touch -r`` after an edit in place: size and mtime as recorded, yet the file is
+    not what SQLite holds. Its ctime moved, so activation repairs it."""
+    async with ActorRegistry(tmp_path, idle_timeout=None) as reg:
+        sid = await two_turns(reg)
+    trace = tmp_path / "agents" / AGENT / "sessions" / sid / "raw_traces.jsonl"
+    before = trace.stat()
+    data = trace.read_bytes()
+    assert b'"q1"' in data
+    trace.write_bytes(data.replace(b'"q1"', b'"XX"'))  # same size
+    os.utime(trace, ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = trace.stat()
+    assert (after.st_size, after.st_mtime_ns) == (before.st_size, before.st_mtime_ns)
+    caplog.set_level(logging.INFO, logger="session_server")
+    async with ActorRegistry(tmp_path, idle_timeout=None) as reg:
+        actor = await reg.get(AGENT)
+        await actor.append_events(sid, [SessionEvent(content="q2")])
+        events = await actor.load_events(sid, limit=None, tail=False)
+    assert "repair" in caplog.text
     assert mirror_files(tmp_path, AGENT, sid) == expected_mirror(events)
 
 
