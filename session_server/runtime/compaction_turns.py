@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable, Mapping
-from typing import Any, Final, Literal, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 from ..compaction.fallback import FallbackCause
 from ..compaction.records import CompactionPlan
@@ -26,6 +25,7 @@ from .compaction_run import run_compaction
 from .metrics import CompactionMetrics
 from .ops_metrics import OperationsMetrics
 from .summarizers import Summarizer
+from .summary_backoffs import SUMMARY_BACKOFF_MAX, SummaryBackoffs
 
 __all__ = ["SUMMARY_BACKOFF_MAX", "CompactionHost", "CompactionTurns", "Pump", "SummaryOutcome"]
 
@@ -33,9 +33,6 @@ __all__ = ["SUMMARY_BACKOFF_MAX", "CompactionHost", "CompactionTurns", "Pump", "
 log = logging.getLogger("session_server.runtime.actor")
 
 T = TypeVar("T")
-
-SUMMARY_BACKOFF_MAX: Final = 300.0
-"""The longest wait between two attempts at a failing summary."""
 
 # What a build's wait for its summary came to (``CompactionTurns.summary``).
 SummaryOutcome = Literal["written", "nothing", "slow", "failed"]
@@ -77,8 +74,9 @@ class CompactionHost(Protocol):
         ...
 
     @property
-    def summary_backoff(self) -> float:
-        """Seconds before the first retry of a failed summary (doubling after each)."""
+    def summary_backoffs(self) -> SummaryBackoffs:
+        """The backoffs of failed summaries (``summary_backoff`` seconds first, doubling),
+        kept across the actors' hibernation."""
         ...
 
 
@@ -97,10 +95,10 @@ class CompactionTurns:
         # Woken when a compaction ends, so a waiting one may begin (the core decides).
         self._compactions = asyncio.Condition()
         # Summaries run in the background, one per session; a failed one is retried after
-        # a backoff (retry time, consecutive failures).
+        # a backoff (``host.summary_backoffs``: the host keeps it, so that it outlives
+        # this actor's hibernation).
         self._summaries: dict[str, asyncio.Task[SummaryOutcome]] = {}
         self._primers: set[asyncio.Task[Any]] = set()
-        self._summary_backoff: dict[str, tuple[float, int]] = {}
 
     @property
     def busy(self) -> bool:
@@ -161,8 +159,7 @@ class CompactionTurns:
         sid = due.session_id
         task = self._summaries.get(sid)
         if task is None:
-            retry_at, _failures = self._summary_backoff.get(sid, (0.0, 0))
-            if time.monotonic() < retry_at:
+            if self.host.summary_backoffs.backing_off(self.agent_id, sid):
                 return "failed"  # backing off after a failure: the previous record applies
             task = asyncio.ensure_future(self._background_summary(pump, due))
             self._summaries[sid] = task
@@ -196,9 +193,7 @@ class CompactionTurns:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            _retry_at, failures = self._summary_backoff.get(sid, (0.0, 0))
-            delay = min(SUMMARY_BACKOFF_MAX, self.host.summary_backoff * 2**failures)
-            self._summary_backoff[sid] = (time.monotonic() + delay, failures + 1)
+            delay = self.host.summary_backoffs.failed(self.agent_id, sid)
             self.host.metrics.summary_failed()
             reason = "timed out" if isinstance(exc, TimeoutError) else f"failed: {exc}"
             log.warning(
@@ -209,7 +204,7 @@ class CompactionTurns:
                 delay,
             )
             return "failed"
-        self._summary_backoff.pop(sid, None)
+        self.host.summary_backoffs.succeeded(self.agent_id, sid)
         self.report_futile(sid)
         return "nothing" if plan.record is None else "written"
 

@@ -50,6 +50,7 @@ from .actor import AgentActor
 from .metrics import CompactionMetrics
 from .ops_metrics import AgentCollector, OperationsMetrics
 from .summarizers import Summarizer, default_summarizer
+from .summary_backoffs import SummaryBackoffs
 
 __all__ = ["DEFAULT_MAX_AGENTS", "ActorRegistry", "default_memory_dir"]
 
@@ -145,6 +146,9 @@ class ActorRegistry:
         self.compaction_wait = float(compaction_wait)
         self.compaction_timeout = float(compaction_timeout)
         self.summary_backoff = float(summary_backoff)
+        # Failed summaries' backoffs, by agent and session: here, not in the actors, so
+        # that a hibernated agent does not hit a summarizer that is down again at once.
+        self.summary_backoffs = SummaryBackoffs(self.summary_backoff)
         if idle_timeout is not None and (
             isinstance(idle_timeout, bool) or not isinstance(idle_timeout, int | float)
         ):
