@@ -15,6 +15,7 @@ Single-threaded, like the caches: every call comes from the event loop.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Iterable
 from typing import Any, Final, Protocol
 
 import msgspec
@@ -25,9 +26,9 @@ __all__ = [
     "DEFAULT_CACHE_BYTES",
     "EVENT_OVERHEAD",
     "CacheBudget",
+    "add_sizes",
     "event_bytes",
     "json_bytes",
-    "rare_fields_bytes",
     "text_bytes",
 ]
 
@@ -68,23 +69,34 @@ def text_bytes(text: str) -> int:
     return len(text) if text.isascii() else 4 * len(text)
 
 
+def add_sizes(sizes: list[int], events: Iterable[SessionEvent]) -> None:
+    """Extend the running total ``sizes`` (its last item: the total so far) with
+    ``event_bytes`` of each of ``events``: one call a commit, no call an event (every
+    commit runs it for each of its events)."""
+    size = sizes[-1]
+    for event in events:
+        content = event.content
+        size += EVENT_OVERHEAD + (len(content) if content.isascii() else 4 * len(content))
+        if (
+            event.tool_calls is not None
+            or event.metadata is not None
+            or event.images is not None
+            or event.reasoning is not None
+            or event.compaction is not None
+        ):
+            size += _rare_fields_bytes(event)
+        sizes.append(size)
+
+
 def event_bytes(event: SessionEvent) -> int:
     """What caching ``event`` (and its message) costs, about: its content's size, and
     for the fields most events do not have, theirs."""
-    content = event.content
-    size = EVENT_OVERHEAD + (len(content) if content.isascii() else 4 * len(content))
-    if (
-        event.tool_calls is not None
-        or event.metadata is not None
-        or event.images is not None
-        or event.reasoning is not None
-        or event.compaction is not None
-    ):
-        size += rare_fields_bytes(event)
-    return size
+    sizes = [0]
+    add_sizes(sizes, (event,))
+    return sizes[1]
 
 
-def rare_fields_bytes(event: SessionEvent) -> int:
+def _rare_fields_bytes(event: SessionEvent) -> int:
     """``event_bytes`` of the fields besides the content."""
     size = 0
     for call in event.tool_calls or ():

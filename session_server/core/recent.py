@@ -30,7 +30,7 @@ from typing import Any, cast
 
 import msgspec
 
-from .cache_budget import EVENT_OVERHEAD, CacheBudget, rare_fields_bytes
+from .cache_budget import CacheBudget, add_sizes
 from .codec import event_to_message
 from .events import ContextMessage, SessionEvent
 from .plans import ContextWindow
@@ -147,7 +147,6 @@ class _Entry:
 
     def add_totals(self, events: Sequence[SessionEvent]) -> None:
         compactions, tokens, untokened = self.compactions[-1], self.tokens[-1], self.untokened[-1]
-        size = self.sizes[-1]
         for event in events:
             if event.action == "compaction":
                 compactions += 1
@@ -158,18 +157,7 @@ class _Entry:
             self.compactions.append(compactions)
             self.tokens.append(tokens)
             self.untokened.append(untokened)
-            # ``event_bytes``, inlined: it runs for every event of every commit.
-            content = event.content
-            size += EVENT_OVERHEAD + (len(content) if content.isascii() else 4 * len(content))
-            if (
-                event.tool_calls is not None
-                or event.metadata is not None
-                or event.images is not None
-                or event.reasoning is not None
-                or event.compaction is not None
-            ):
-                size += rare_fields_bytes(event)
-            self.sizes.append(size)
+        add_sizes(self.sizes, events)
 
     @property
     def nbytes(self) -> int:

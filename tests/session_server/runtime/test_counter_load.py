@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import threading
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import pytest
@@ -48,12 +47,7 @@ class LoopGuard:
         self.held.acquire()
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.held.release()
 
 
