@@ -57,15 +57,16 @@ class GroupCounts:
                 if self._state[i] != _FREE:
                     continue
                 self._state[i] = _COUNTING
-            counts: list[int] | None
+            counts: list[int] | None = None
             try:
                 counts = count_events(batch.events)
             except Exception:  # the writer counts it again and fails it in its place
-                counts = None
-            with self._lock:
-                self._counts[i] = counts
-                self._state[i] = _DONE
-                self._changed.notify_all()
+                pass
+            finally:  # even when the thread is stopped mid-count: a writer may wait
+                with self._lock:
+                    self._counts[i] = counts
+                    self._state[i] = _DONE
+                    self._changed.notify_all()
 
     def take(self, i: int) -> list[int] | None:
         """Batch ``i``'s counts when the count thread took them; ``None``: the batch's own

@@ -6,6 +6,7 @@ failed there is the writer's to take again."""
 from __future__ import annotations
 
 import random
+import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
@@ -128,3 +129,29 @@ def test_on_a_real_thread_each_batch_is_counted_once_and_right(counted: Counter[
     # The pool has shut down (every count job ended): each batch was counted by one side.
     assert [counted[i] + writer[i] for i in ids] == [1] * len(ids)
     assert counted and writer.total() > 200  # both sides took part (the first batches)
+
+
+class Abort(BaseException):
+    """Not an ``Exception``: what an exception injected into a thread may be."""
+
+
+def test_a_count_thread_stopped_mid_count_leaves_the_batch_to_the_writer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    started = threading.Event()
+
+    def stopped(events: Iterable[SessionEvent]) -> list[int]:
+        started.set()
+        raise Abort
+
+    monkeypatch.setattr(group_counts, "count_events", stopped)
+    taken: list[list[int] | None] = []
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        ahead = GroupCounts([batch(1), batch(2)], pool)
+        assert started.wait(timeout=30)  # the count thread claimed batch 1, then stopped
+    # The writer counts batch 1 itself instead of waiting for a count that ended. (A
+    # daemon thread and the timeout only bound a failure: the answer comes at once.)
+    writer = threading.Thread(target=lambda: taken.append(ahead.take(1)), daemon=True)
+    writer.start()
+    writer.join(timeout=30)
+    assert taken == [None]
