@@ -50,7 +50,8 @@ async def test_a_replaced_file_and_a_change_while_hibernated_are_seen(tmp_path: 
         assert await persist(actor, changed, 2) is False
         assert remembered(actor, changed)
         # Hibernated: another writer (a tool on the closed file) changes the strategy.
-        await reg.hibernate_idle(older_than=0)
+        await actor.hibernate()
+        assert not reg.is_tracked(actor)  # its store is closed
         set_strategy_in_file(actor.path, changed, COMPACT_JSON)
         assert await persist(actor, changed, 3) is True
 
