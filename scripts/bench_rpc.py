@@ -217,13 +217,7 @@ async def persist_rates(
                         )
                     local = calls / (time.perf_counter() - start)
 
-                    sid = await client.create_session()
-                    for i in range(warmup):
-                        await client.persist_turn(sid, turn(i))
-                    start = time.perf_counter()
-                    for i in range(calls):
-                        await client.persist_turn(sid, turn(i))
-                    sequential = calls / (time.perf_counter() - start)
+                    sequential = await _sequential_rate(client, calls, warmup)
 
                     # Pipelining: a window of requests in flight on this one connection.
                     psid = await client.create_session()
@@ -255,13 +249,18 @@ async def _unmirrored_rate(calls: int, warmup: int, synchronous: str) -> float:
             SessionServer(registry, port=0) as server,
             SessionClient(server.url, "bench-0") as client,
         ):
-            sid = await client.create_session()
-            for i in range(warmup):
-                await client.persist_turn(sid, turn(i))
-            start = time.perf_counter()
-            for i in range(calls):
-                await client.persist_turn(sid, turn(i))
-            return calls / (time.perf_counter() - start)
+            return await _sequential_rate(client, calls, warmup)
+
+
+async def _sequential_rate(client: SessionClient, calls: int, warmup: int) -> float:
+    """Sequential ``turn.persist`` calls/s of ``client`` on a new session."""
+    sid = await client.create_session()
+    for i in range(warmup):
+        await client.persist_turn(sid, turn(i))
+    start = time.perf_counter()
+    for i in range(calls):
+        await client.persist_turn(sid, turn(i))
+    return calls / (time.perf_counter() - start)
 
 
 async def _many(url: str, agent_ids: list[str], calls: int) -> float:

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from session_server.core.events import SessionEvent
 from session_server.mirror.checkpoint import (
+    FileStamps,
     Repair,
     Resume,
     decode_stamps,
@@ -150,47 +151,22 @@ def test_activation_resumes_only_when_sqlite_and_the_files_agree() -> None:
     observed = {"raw_traces.jsonl": (120, 7, 7, 42)}
     ok = plan_activation(last_seq=2, mirror_seq=2, state=state, files=files, observed=observed)
     assert isinstance(ok, Resume) and ok.model.last_seq == 2
+
+    def seen(observed: FileStamps) -> dict[str, Any]:
+        return dict(last_seq=2, mirror_seq=2, state=state, files=files, observed=observed)
+
     cases = [
         dict(last_seq=2, mirror_seq=-1, state=state, files=files, observed=observed),  # delete
         dict(last_seq=3, mirror_seq=2, state=state, files=files, observed=observed),  # crash
         dict(last_seq=2, mirror_seq=2, state=None, files=files, observed=observed),  # migrated
         dict(last_seq=2, mirror_seq=2, state="{", files=files, observed=observed),  # garbage
-        dict(
-            last_seq=2,
-            mirror_seq=2,
-            state=state,
-            files=files,
-            observed={"raw_traces.jsonl": (60, 9, 9, 42)},
-        ),  # truncated
-        dict(
-            last_seq=2,
-            mirror_seq=2,
-            state=state,
-            files=files,
-            observed={"raw_traces.jsonl": (120, 8, 8, 42)},
-        ),  # rewritten in place
-        dict(
-            last_seq=2,
-            mirror_seq=2,
-            state=state,
-            files=files,
-            observed={"raw_traces.jsonl": (120, 7, 9, 42)},
-        ),  # edited in place, size kept and mtime set back (touch -r): the ctime moved
-        dict(
-            last_seq=2,
-            mirror_seq=2,
-            state=state,
-            files=files,
-            observed={"raw_traces.jsonl": (120, 7, 7, 43)},
-        ),  # replaced by another file with the same size and times
-        dict(last_seq=2, mirror_seq=2, state=state, files=files, observed={}),  # removed
-        dict(
-            last_seq=2,
-            mirror_seq=2,
-            state=state,
-            files=files,
-            observed={**observed, "episodic.jsonl": (3, 1, 1, 44)},
-        ),  # a file that should not be there
+        seen({"raw_traces.jsonl": (60, 9, 9, 42)}),  # truncated
+        seen({"raw_traces.jsonl": (120, 8, 8, 42)}),  # rewritten in place
+        # edited in place, size kept and mtime set back (touch -r): the ctime moved
+        seen({"raw_traces.jsonl": (120, 7, 9, 42)}),
+        seen({"raw_traces.jsonl": (120, 7, 7, 43)}),  # replaced: same size and times
+        seen({}),  # removed
+        seen({**observed, "episodic.jsonl": (3, 1, 1, 44)}),  # a file that should not be there
     ]
     for case in cases:
         assert isinstance(plan_activation(**case), Repair), case  # type: ignore[arg-type]
