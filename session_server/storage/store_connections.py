@@ -49,6 +49,7 @@ class StoreConnections:
         on_commit: Callable[[float, int], None] | None = None,
         readonly: bool = False,
         idempotency: ops.IdempotencyRetention = ops.DEFAULT_RETENTION,
+        count_executor: Executor | None = None,
     ) -> None:
         self.path = path
         self.idempotency = idempotency
@@ -60,7 +61,7 @@ class StoreConnections:
         self.synchronous = synchronous
         self.busy_timeout_ms = busy_timeout_ms
         self._executor = executor
-        self.count_executor: Executor | None = None
+        self.count_executor = count_executor
         self._on_commit = on_commit
         self._writer: sqlite3.Connection | None = None
         self._reader: sqlite3.Connection | None = None
@@ -147,9 +148,16 @@ class StoreConnections:
         ahead of the writer (``sqlite_ops.append_group``).
         """
         store = cls(
-            path, agent_id, synchronous, busy_timeout_ms, executor, on_commit, readonly, idempotency
+            path,
+            agent_id,
+            synchronous,
+            busy_timeout_ms,
+            executor,
+            on_commit,
+            readonly,
+            idempotency,
+            count_executor,
         )
-        store.count_executor = count_executor
         if readonly:
             version = await store._read(
                 lambda conn: int(conn.execute("PRAGMA user_version").fetchone()[0])
