@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import os
 import sqlite3
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Executor
@@ -66,6 +67,12 @@ class StoreConnections:
         self._writer: sqlite3.Connection | None = None
         self._reader: sqlite3.Connection | None = None
         self._read_lock = asyncio.Lock()
+        # Held on the worker thread while a read uses the reader and while ``close`` closes
+        # the connections: a read whose caller was cancelled (a background compaction at
+        # shutdown) releases ``_read_lock`` at once, while its job still runs; closing the
+        # connection under it crashed the process (SIGSEGV inside SQLite).
+        self._in_use = threading.Lock()
+        self._closed = False
         self._lock_fd: int | None = None
 
     # -- plumbing ------------------------------------------------------------------
@@ -110,7 +117,10 @@ class StoreConnections:
 
         def run() -> T:
             try:
-                return fn(self._reader_conn())
+                with self._in_use:
+                    if self._closed:  # a job that outlived its caller: open nothing again
+                        raise AgentUnavailableError(f"agent {self.agent_id!r}: store is closed")
+                    return fn(self._reader_conn())
             except sqlite3.Error as exc:
                 if out_of_descriptors(exc):
                     raise descriptor_error(self.agent_id) from exc
@@ -213,14 +223,17 @@ class StoreConnections:
         return store
 
     async def close(self) -> None:
-        conns = [c for c in (self._reader, self._writer) if c is not None]
-        self._reader = self._writer = None
+        writer, self._writer = self._writer, None  # no write starts from now on
         lock_fd, self._lock_fd = self._lock_fd, None
 
         def close_all() -> None:
-            for conn in conns:
-                with contextlib.suppress(sqlite3.Error):
-                    conn.close()
+            with self._in_use:  # after any read still running on a worker thread
+                self._closed = True
+                reader, self._reader = self._reader, None
+                for conn in (reader, writer):
+                    if conn is not None:
+                        with contextlib.suppress(sqlite3.Error):
+                            conn.close()
             if lock_fd is not None:
                 os.close(lock_fd)  # releases the agent lock
 
