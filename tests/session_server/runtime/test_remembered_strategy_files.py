@@ -5,6 +5,7 @@ another strategy. Real registries on real SQLite files."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sqlite3
 from pathlib import Path
@@ -50,6 +51,9 @@ async def test_a_replaced_file_and_a_change_while_hibernated_are_seen(tmp_path: 
         assert await persist(actor, changed, 2) is False
         assert remembered(actor, changed)
         # Hibernated: another writer (a tool on the closed file) changes the strategy.
+        # First the build the flagged turn primed in the background ends (a read in
+        # flight keeps the store open through a hibernation).
+        await asyncio.gather(*actor.compactions._primers)
         await actor.hibernate()
         assert not reg.is_tracked(actor)  # its store is closed
         set_strategy_in_file(actor.path, changed, COMPACT_JSON)
