@@ -53,7 +53,7 @@ from session_server.cli.serve import _loop_factory
 from session_server.client import SessionClient
 from session_server.core.codec import dehydrate_event, message_to_event
 from session_server.core.context import WorkingContext
-from session_server.core.events import ContextMessage, ToolCall
+from session_server.core.events import ContextMessage, SessionEvent, ToolCall
 from session_server.core.tokens import get_counter
 from session_server.rpc.methods import CallContext, MethodSpec, PersistParams, method_table
 from session_server.rpc.table import ROWS
@@ -93,6 +93,11 @@ def turn(n: int) -> list[ContextMessage]:
         ),
         ContextMessage(role="assistant", content=f"It is sunny and 21 degrees in city {n}."),
     ]
+
+
+def turn_events(n: int) -> list[SessionEvent]:
+    """``turn(n)`` as the events ``turn.persist`` stores (what the server counts)."""
+    return [message_to_event("s", m) for m in turn(n)]
 
 
 def request_text(n: int) -> str:
@@ -355,7 +360,8 @@ async def measure(args: argparse.Namespace) -> Report:
     )
     import bench_store  # here: it imports this module's ``run_with_loop``
 
-    count, hop = await bench_store.bench_floor(args.warmup, args.calls)
+    # The token count of this benchmark's own turn (smaller than bench_store's).
+    count, hop = await bench_store.bench_floor(args.warmup, args.calls, turn_events)
     loop = type(asyncio.get_running_loop()).__module__.split(".")[0]
     return Report(
         args.synchronous, loop, a, raw, rates, count.per_turn_ms / 1000, hop.per_turn_ms / 1000

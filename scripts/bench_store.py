@@ -56,7 +56,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
@@ -381,18 +381,22 @@ async def bench_sdk(path: Path, synchronous: str, warmup: int, turns: int) -> Ti
 # -- (f) the floor of a store that counts tokens and commits off the event loop ---------------
 
 
-async def bench_floor(warmup: int, turns: int) -> tuple[Timing, Timing]:
+async def bench_floor(
+    warmup: int, turns: int, events_of: Callable[[int], list[SessionEvent]] | None = None
+) -> tuple[Timing, Timing]:
     """The two costs a turn of (b) has that (a) does not, and that (b) cannot drop: the
     token count of the turn's 4 messages (``core.tokens.count_events``, tiktoken) and one
     round trip to a worker thread and back (the commit runs off the event loop:
     ``run_in_executor`` of a no-op on a pool like the registry's). Measured turn by turn
-    in the same rounds as (a), (b) and (c)."""
+    in the same rounds as (a), (b) and (c). ``events_of(n)``: turn ``n`` as events (this
+    benchmark's turn by default; ``bench_rpc`` counts its own, smaller one)."""
+    events_of = turn_events if events_of is None else events_of
     loop = asyncio.get_running_loop()
     counts: list[float] = []
     hops: list[float] = []
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="bench-floor") as pool:
         for n in range(1, warmup + turns + 1):
-            events = turn_events(n)
+            events = events_of(n)
             t0 = time.perf_counter()
             count_events(events)
             t1 = time.perf_counter()
