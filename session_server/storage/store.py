@@ -22,7 +22,7 @@ import sqlite3
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any, Final
 
-from ..core.errors import NotFoundError, SessionServerError
+from ..core.errors import NotFoundError, SessionServerError, StorageError
 from ..core.events import SessionEvent
 from ..core.plans import AppendBatch, AppendOutcome, AppendResult, ContextWindow, SessionState
 from ..core.session_rows import SessionRows
@@ -101,7 +101,7 @@ class AgentStore(StoreConnections):
 
         deleted, rows = await self._write("delete_session", body)
         if deleted or rows:
-            await self.erase_wal()
+            await self._erase_after_delete()
         return deleted
 
     async def erase_wal(self) -> None:
@@ -119,6 +119,20 @@ class AgentStore(StoreConnections):
                 log.warning("agent %r: WAL not truncated after a delete (busy)", self.agent_id)
 
         await self._call(run)
+
+    async def _erase_after_delete(self) -> None:
+        """``erase_wal`` after a committed delete. A failure is logged, not raised: the
+        delete stands, and its caller must still drop the deleted rows from its caches and
+        the mirror (an error here once left them served from the actor's cache). The
+        deleted text stays in old WAL frames until the next delete or checkpoint."""
+        try:
+            await self.erase_wal()
+        except StorageError as exc:
+            log.warning(
+                "agent %r: WAL not erased after a delete (%s); the next delete retries",
+                self.agent_id,
+                exc,
+            )
 
     async def session_rows(self, session_id: str) -> SessionRows | None:
         """Every row SQLite holds about the session, read in one snapshot."""
@@ -259,7 +273,7 @@ class AgentStore(StoreConnections):
 
         deleted = await self._write("delete_events", body)
         if deleted:
-            await self.erase_wal()
+            await self._erase_after_delete()
         return deleted
 
     # -- session edits beside the turn path (bodies in ``session_sql``) -----------------

@@ -19,7 +19,12 @@ import pytest
 
 from session_server import ActorRegistry
 from session_server.core.context import WorkingContext
-from session_server.core.errors import AgentUnavailableError, ConflictError
+from session_server.core.errors import (
+    AgentUnavailableError,
+    ConflictError,
+    NotFoundError,
+    StorageError,
+)
 from session_server.core.events import ContextMessage, SessionEvent, ToolCall
 from session_server.core.plans import AppendBatch, AppendOutcome
 from session_server.storage.store import AgentStore
@@ -122,6 +127,45 @@ async def test_deleted_events_do_not_come_back(tmp_path: Path) -> None:
         secret = [e.id for e in await actor.load_events(sid) if e.content == "SECRET"]
         assert await actor.delete_events(sid, secret) == 1
     assert "SECRET" not in [m.content for m in (await first_build(tmp_path, sid)).messages]
+
+
+async def test_a_failed_wal_erase_after_a_delete_still_drops_what_was_deleted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The WAL erase after a committed delete fails (an I/O error, injected after the real
+    checkpoint ran): the delete stands, is answered, and its events are gone from the
+    actor's cache and the mirror, not served by the next build (the error used to skip
+    all of that)."""
+
+    async def failing_erase(store: AgentStore) -> None:
+        await real_erase(store)
+        raise StorageError("checkpoint after delete failed: disk I/O error")
+
+    real_erase = AgentStore.erase_wal
+    async with ActorRegistry(tmp_path, idle_timeout=None) as reg:
+        actor = await reg.get("agent")
+        sid, gone = await actor.create_session(), await actor.create_session()
+        for target in (sid, gone):
+            ctx = await actor.build_working_context(target)
+            ctx.add_messages([*chat(1), ContextMessage(role="user", content="SECRET")])
+            await actor.persist_working_context(target, ctx)
+        assert "SECRET" in [m.content for m in (await actor.build_working_context(sid)).messages]
+        await actor.mirror.drain()
+        assert actor.mirror.session_dir(gone).exists()
+        secret = [e.id for e in await actor.load_events(sid) if e.content == "SECRET"]
+        monkeypatch.setattr(AgentStore, "erase_wal", failing_erase)
+        with caplog.at_level("WARNING", logger="session_server.storage.store"):
+            assert await actor.delete_events(sid, secret) == 1
+            assert await actor.delete_session(gone) is True
+        messages = [m.content for m in (await actor.build_working_context(sid)).messages]
+        assert messages == ["q1", "a1"]
+        with pytest.raises(NotFoundError):
+            await actor.build_working_context(gone)
+        assert not actor.mirror.session_dir(gone).exists()
+        await actor.mirror.drain()
+        lines = [f.read_text() for f in actor.mirror.session_dir(sid).glob("*.jsonl")]
+        assert lines and not any("SECRET" in text for text in lines)
+    assert sum("WAL not erased" in r.getMessage() for r in caplog.records) == 2
 
 
 async def test_a_strategy_set_after_the_last_turn_applies(tmp_path: Path) -> None:
