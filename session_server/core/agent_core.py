@@ -60,6 +60,7 @@ from .needs import (
     known_state,
 )
 from .plans import AppendBatch, AppendOutcome, AppendResult, Effects, SnapshotDue
+from .tokens import count_events
 from .turn_pressure import context_tokens, highest_turn, summarizable
 
 __all__ = [
@@ -107,13 +108,16 @@ class AgentCore(ContextBuilds, CompactionDecisions):
         idempotency_key: str | None,
         validated: bool = False,
         strategy: Mapping[str, Any] | None = None,
+        count: bool = False,
     ) -> PreparedTurn:
         """Check a persist request and turn ``ctx.get_new_messages()`` into events.
 
         ``validated``: the new messages come straight from ``parse_messages`` (the RPC
         boundary decoded and checked them): they are not checked a second time.
         ``strategy`` is the request level of the strategy precedence for the pressure
-        check (as for a build).
+        check (as for a build). ``count``: take the events' token counts now (the caller
+        runs this off the event loop for a large turn: a pressure check would otherwise
+        count it on the loop, and the commit uses the same counts).
         """
         if on_conflict not in ("append", "reject"):
             raise InvalidParamsError("on_conflict: must be 'append' or 'reject'")
@@ -121,13 +125,14 @@ class AgentCore(ContextBuilds, CompactionDecisions):
             raise InvalidParamsError("usage: must be an object", data={"field": "usage"})
         new = ctx.get_new_messages()
         checked = new if validated else check_messages(new)
+        events = [
+            message_to_event(session_id, m, event_id)
+            for m, event_id in zip(checked, new_event_ids(len(checked)), strict=True)
+        ]
         return PreparedTurn(
             session_id=session_id,
-            events=[
-                message_to_event(session_id, m, event_id)
-                for m, event_id in zip(checked, new_event_ids(len(checked)), strict=True)
-            ],
-            tokens=None,
+            events=events,
+            tokens=count_events(events) if count else None,
             instructions=list(ctx.system_instructions),
             base_seq=ctx.base_seq,
             usage=usage,

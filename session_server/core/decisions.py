@@ -83,7 +83,8 @@ class PreparedTurn(msgspec.Struct, frozen=True):
 
     ``tokens`` is ``None``: the events are counted where it costs least, on the commit's
     worker thread (``sqlite_ops.append``), or on the loop by a pressure check that needs
-    the count first (``Known.tokens`` then carries it into the batch).
+    the count first (``Known.tokens`` then carries it into the batch). A large turn is
+    counted when it is prepared, off the loop (``prepare_turn(count=True)``).
     """
 
     session_id: str

@@ -23,9 +23,11 @@ from session_server.mirror_io.snapshot_index import SnapshotIndex
 from session_server.mirror_io.writer import MirrorWriter
 from session_server.rpc import memory_methods
 from session_server.runtime import mirror_link, transfer
+from session_server.runtime.session_writes import LARGE_CONTENT_CHARS
 from tests.support.server import running_server
 
 WORKER_PREFIX = "session-server-sqlite"
+COMPACT = {"mode": "compact", "compact_keep": 2, "compact_trigger_turns": 4}
 
 
 @pytest.fixture
@@ -146,6 +148,34 @@ async def test_turn_tokens_are_counted_on_the_commit_worker(
     counter = get_counter()
     assert [e.token_count for e in stored] == [counter.count_event(e) for e in stored]
     assert all(e.token_count for e in stored)
+
+
+@pytest.mark.parametrize("where", ["content", "arguments"])
+async def test_a_large_turn_under_a_compacting_strategy_is_counted_off_the_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, threads: dict[str, list[str]], where: str
+) -> None:
+    """A compacting strategy checks the turn's size before the commit: a large turn (in
+    its content or in a tool call's arguments) is counted once, when it is prepared on a
+    worker, not on the event loop (4 MB counted there stalled every client for 110 ms),
+    and the commit stores those counts."""
+    big = "word " * (LARGE_CONTENT_CHARS // 5 + 10)
+    if where == "content":
+        messages = [ContextMessage(role="user", content=big)]
+    else:
+        call = ToolCall("c1", "t", arguments={"text": big})
+        messages = [ContextMessage(role="assistant", content="", tool_calls=[call])]
+    recording(monkeypatch, TokenCounter, "count_event", threads)
+    async with ActorRegistry(tmp_path, idle_timeout=None, mirror=False) as reg:
+        actor = await reg.get("agent")
+        sid = await actor.create_session()
+        await actor.set_strategy(COMPACT, sid)
+        ctx = await actor.build_working_context(sid)
+        ctx.add_messages(messages)
+        await actor.persist_working_context(sid, ctx)
+        stored = await actor.load_events(sid, limit=None)
+    assert len(threads["count_event"]) == 1  # counted once, for the check and the commit
+    assert on_workers(threads["count_event"]), threads
+    assert [e.token_count for e in stored] == [get_counter().count_event(e) for e in stored]
 
 
 async def test_mirror_writes_run_on_the_mirror_threads_not_the_sqlite_ones(
