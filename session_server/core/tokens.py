@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import math
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any, Final, NamedTuple
 
 from .codec import arguments_text, event_to_message
@@ -84,6 +84,8 @@ class TokenCounter:
         self._encoding: Any = None
         self._instructions: dict[str, int] = {}
         self._instruction_chars = 0
+        # Counts taken ahead of texts too large to remember: text -> [tokens, callers].
+        self._pinned: dict[str, list[int]] = {}
         try:
             import tiktoken
 
@@ -115,21 +117,54 @@ class TokenCounter:
         return sum(len(encode(piece)) for piece in _pieces(text))
 
     def count_instruction(self, text: str) -> int:
-        """``count(text)`` for a system instruction, remembered (see the bounds above)."""
+        """``count(text)`` for a system instruction, remembered (see the bounds above),
+        or as counted ahead off the event loop (``pin_instructions``)."""
         cached = self._instructions.get(text)
         if cached is not None:
             return cached
+        if self._pinned:
+            pinned = self._pinned.get(text)
+            if pinned is not None:
+                return pinned[0]
         tokens = self.count(text)
-        if len(text) <= INSTRUCTION_CACHE_CHARS // 4:
-            if (
-                self._instruction_chars + len(text) > INSTRUCTION_CACHE_CHARS
-                or len(self._instructions) >= INSTRUCTION_CACHE_ENTRIES
-            ):
-                self._instructions.clear()
-                self._instruction_chars = 0
-            self._instructions[text] = tokens
-            self._instruction_chars += len(text)
+        self._remember(text, tokens)
         return tokens
+
+    def _remember(self, text: str, tokens: int) -> bool:
+        if len(text) > INSTRUCTION_CACHE_CHARS // 4:
+            return False
+        if (
+            self._instruction_chars + len(text) > INSTRUCTION_CACHE_CHARS
+            or len(self._instructions) >= INSTRUCTION_CACHE_ENTRIES
+        ):
+            self._instructions.clear()
+            self._instruction_chars = 0
+        self._instructions[text] = tokens
+        self._instruction_chars += len(text)
+        return True
+
+    def uncounted_instructions(self, texts: Iterable[str]) -> list[str]:
+        """The texts of ``texts`` that ``count_instruction`` would have to count now."""
+        return [t for t in texts if t not in self._instructions and t not in self._pinned]
+
+    def pin_instructions(self, counts: Mapping[str, int]) -> None:
+        """Instruction counts taken ahead (off the event loop): remembered as any count
+        is, and those too large to remember are kept until ``unpin_instructions``, so
+        the call that counted them ahead finds them (its request holds the texts anyway:
+        no memory kept past it)."""
+        for text, tokens in counts.items():
+            if not self._remember(text, tokens):
+                pinned = self._pinned.setdefault(text, [tokens, 0])
+                pinned[1] += 1
+
+    def unpin_instructions(self, counts: Mapping[str, int]) -> None:
+        """The end of the call that pinned ``counts``."""
+        for text in counts:
+            pinned = self._pinned.get(text)
+            if pinned is not None:
+                pinned[1] -= 1
+                if pinned[1] <= 0:
+                    del self._pinned[text]
 
     def count_message(self, message: ContextMessage) -> int:
         total = MESSAGE_OVERHEAD + self.count(message.content)

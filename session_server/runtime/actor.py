@@ -88,9 +88,6 @@ class ActorHost(CompactionHost, Protocol):
     def mirror(self) -> bool: ...
 
     @property
-    def executor(self) -> Executor: ...
-
-    @property
     def count_executor(self) -> Executor:
         """A thread of its own where group commits take token counts ahead of the writer
         (``storage.group_counts``): never one SQLite calls wait for."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Mapping
+from concurrent.futures import Executor
 from typing import Any, Literal, Protocol, TypeVar
 
 from ..compaction.fallback import FallbackCause
@@ -23,6 +24,7 @@ from ..core.errors import ConflictError, SummarizerError
 from ..core.plans import AppendResult
 from .compaction_run import run_compaction
 from .metrics import CompactionMetrics
+from .off_loop import instructions_counted
 from .ops_metrics import OperationsMetrics
 from .summarizers import Summarizer
 from .summary_backoffs import SUMMARY_BACKOFF_MAX, SummaryBackoffs
@@ -53,6 +55,11 @@ class Pump(Protocol):
 
 class CompactionHost(Protocol):
     """What the turns need from the actor's host (``ActorHost`` extends it)."""
+
+    @property
+    def executor(self) -> Executor:
+        """The worker threads (large system instructions are counted there)."""
+        ...
 
     @property
     def summarizer(self) -> Summarizer: ...
@@ -125,6 +132,18 @@ class CompactionTurns:
     ) -> WorkingContext:
         """The session's working context (``AgentActor.build_working_context``), running
         the compactions the core finds due on the way."""
+        async with instructions_counted(self.host.executor, instructions):
+            return await self._build(pump, session_id, instructions, limit, strategy, may_compact)
+
+    async def _build(
+        self,
+        pump: Pump,
+        session_id: str,
+        instructions: list[str],
+        limit: int | None,
+        strategy: Mapping[str, Any] | None,
+        may_compact: bool,
+    ) -> WorkingContext:
         known = Known()
         while True:
             step: WorkingContext | CompactionDue = await pump.decide(

@@ -8,7 +8,6 @@ thread.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -26,17 +25,13 @@ from ..mirror_io.writer import validate_session_id
 from ..storage.store import AgentStore
 from .compaction_turns import CompactionTurns
 from .mirror_link import MirrorLink
+from .off_loop import LARGE_CONTENT_CHARS, instructions_counted, off_loop_if_large
 
 __all__ = ["LARGE_CONTENT_CHARS", "SessionWrites", "WriteRunner", "off_loop_if_large"]
 
 T = TypeVar("T")
 
 _encode = msgspec.json.encode
-
-# Content above this many characters is planned (validated, counted) off the event loop:
-# counting 32 Ki characters of text takes about 3 ms here (25-30 ms for 256 Ki), and a
-# persist under a compacting strategy counts its turn before the commit.
-LARGE_CONTENT_CHARS = 32 * 1024
 
 
 def _content_chars(items: Iterable[SessionEvent | ContextMessage]) -> int:
@@ -63,15 +58,6 @@ def _arguments_chars(calls: list[Any]) -> int:
             with contextlib.suppress(TypeError, ValueError, OverflowError, msgspec.EncodeError):
                 total += len(_encode(arguments))
     return total
-
-
-async def off_loop_if_large(executor: Executor, size: int, plan: Callable[[], T]) -> T:
-    """Run the pure planning step ``plan`` (validation and token counting, linear in
-    the content) on a worker thread when the content is large: a 15 MiB append
-    counted on the event loop stalled every client for seconds."""
-    if size < LARGE_CONTENT_CHARS:
-        return plan()
-    return await asyncio.get_running_loop().run_in_executor(executor, plan)
 
 
 class _ExecutorHost(Protocol):
@@ -206,9 +192,12 @@ class SessionWrites:
             )
 
         turn = await off_loop_if_large(self.host.executor, size, prepare)
-        step: AppendPlan | AppendResult = await self.decide(
-            lambda known: self.core.plan_turn(turn, known)
-        )
+        # The pressure check counts the instructions, unless the caller reported a size.
+        counted = () if usage is not None else turn.instructions
+        async with instructions_counted(self.host.executor, counted):
+            step: AppendPlan | AppendResult = await self.decide(
+                lambda known: self.core.plan_turn(turn, known)
+            )
         if isinstance(step, AppendResult):
             return step
         result = await self.commit(step)

@@ -16,6 +16,7 @@ import pytest
 
 from session_server import ActorRegistry, AgentActor
 from session_server.client import SessionClient
+from session_server.core import tokens
 from session_server.core.events import ContextMessage, SessionEvent, ToolCall
 from session_server.core.tokens import TokenCounter, get_counter
 from session_server.mirror.rows_file import ROWS_FILE
@@ -176,6 +177,47 @@ async def test_a_large_turn_under_a_compacting_strategy_is_counted_off_the_loop(
     assert len(threads["count_event"]) == 1  # counted once, for the check and the commit
     assert on_workers(threads["count_event"]), threads
     assert [e.token_count for e in stored] == [get_counter().count_event(e) for e in stored]
+
+
+@pytest.mark.parametrize("chars", [LARGE_CONTENT_CHARS, 4 * 1024 * 1024])
+async def test_large_system_instructions_are_counted_off_the_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chars: int
+) -> None:
+    """A build reports the context's tokens and a persist under a compacting strategy
+    checks them: a large new system instruction (remembered after, or too large to be:
+    4 Mi characters) is counted on a worker, never on the event loop (4 MB counted there
+    stalled every client for 180 ms on every build); the counts equal those counted on
+    the loop."""
+    prompt = ("word " * (chars // 5 + 1))[:chars]
+    seen: list[str] = []  # the thread of each count of the prompt
+    original = TokenCounter.count
+
+    def count(self: TokenCounter, text: str) -> int:
+        if text is prompt:
+            seen.append(threading.current_thread().name)
+        return original(self, text)
+
+    monkeypatch.setattr(TokenCounter, "count", count)
+    async with ActorRegistry(tmp_path, idle_timeout=None, mirror=False) as reg:
+        actor = await reg.get("agent")
+        sid = await actor.create_session()
+        await actor.set_strategy(COMPACT, sid)
+        ctx = await actor.build_working_context(sid, system_instructions=[prompt])
+        builds = len(seen)
+        ctx.add_messages([ContextMessage(role="user", content="hi")])
+        await actor.persist_working_context(sid, ctx)
+        again = await actor.build_working_context(sid, system_instructions=[prompt])
+    assert builds == 1
+    # Remembered after the first count; else counted by each request (and by the
+    # background build the persist's pressure flag starts), off the loop each time.
+    remembered = chars <= tokens.INSTRUCTION_CACHE_CHARS // 4
+    assert on_workers(seen) and (len(seen) == 1 if remembered else len(seen) >= 3), seen
+    counter = get_counter()
+    expected = original(counter, prompt) + tokens.MESSAGE_OVERHEAD
+    assert ctx.token_count == expected
+    hi = counter.count_message(ContextMessage(role="user", content="hi"))
+    assert again.token_count == expected + hi
+    assert counter._pinned == {}
 
 
 async def test_mirror_writes_run_on_the_mirror_threads_not_the_sqlite_ones(
