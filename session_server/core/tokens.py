@@ -84,7 +84,7 @@ class TokenCounter:
         self._encoding: Any = None
         self._instructions: dict[str, int] = {}
         self._instruction_chars = 0
-        # Counts taken ahead of texts too large to remember: text -> [tokens, callers].
+        # Counts taken ahead, kept while a request uses them: text -> [tokens, callers].
         self._pinned: dict[str, list[int]] = {}
         try:
             import tiktoken
@@ -147,14 +147,30 @@ class TokenCounter:
         """The texts of ``texts`` that ``count_instruction`` would have to count now."""
         return [t for t in texts if t not in self._instructions and t not in self._pinned]
 
+    def known_instructions(self, texts: Iterable[str]) -> dict[str, int]:
+        """The counts ``count_instruction`` has now of those of ``texts`` it has counted."""
+        known: dict[str, int] = {}
+        for text in texts:
+            tokens = self._instructions.get(text)
+            if tokens is None:
+                pinned = self._pinned.get(text)
+                tokens = None if pinned is None else pinned[0]
+            if tokens is not None:
+                known[text] = tokens
+        return known
+
     def pin_instructions(self, counts: Mapping[str, int]) -> None:
         """Instruction counts taken ahead (off the event loop): remembered as any count
-        is, and those too large to remember are kept until ``unpin_instructions``, so
-        the call that counted them ahead finds them (its request holds the texts anyway:
-        no memory kept past it)."""
+        is, and kept until ``unpin_instructions`` whatever the remembering bounds do (a
+        text too large to remember, or emptied from the cache by the next count to
+        remember), so the call that pinned them never counts them again (its request
+        holds the texts anyway: no memory kept past it). Each pin needs its unpin."""
         for text, tokens in counts.items():
-            if not self._remember(text, tokens):
-                pinned = self._pinned.setdefault(text, [tokens, 0])
+            self._remember(text, tokens)
+            pinned = self._pinned.get(text)
+            if pinned is None:
+                self._pinned[text] = [tokens, 1]
+            else:
                 pinned[1] += 1
 
     def unpin_instructions(self, counts: Mapping[str, int]) -> None:

@@ -288,15 +288,19 @@ class CompactionTurns:
             # Read again inside the turn: an earlier compaction may have acted already.
             given = await pump.decide(lambda known: self.core.compaction_input(due, known))
             try:
-                plan = await run_compaction(
-                    given.events,
-                    due.config,
-                    previous_record=given.record_data,
-                    summarizer=self.host.summarizer,
-                    force=due.force,
-                    pressure=given.pressure,
-                    system_instructions=due.instructions,
-                )
+                # It counts the context before and after with the instructions: this
+                # turn may outlive the build that counted them ahead (a summary), or
+                # have none (``memory.compact``).
+                async with instructions_counted(self.host.executor, due.instructions):
+                    plan = await run_compaction(
+                        given.events,
+                        due.config,
+                        previous_record=given.record_data,
+                        summarizer=self.host.summarizer,
+                        force=due.force,
+                        pressure=given.pressure,
+                        system_instructions=due.instructions,
+                    )
             except SummarizerError:
                 self.host.operations.summarizer_failures.inc()
                 raise

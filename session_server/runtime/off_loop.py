@@ -43,17 +43,17 @@ async def off_loop_if_large(executor: Executor, size: int, plan: Callable[[], T]
 def instructions_counted(
     executor: Executor, texts: Sequence[str]
 ) -> AbstractAsyncContextManager[None]:
-    """Within the block, ``texts`` count without tokenising on the loop when their
-    uncounted part reaches ``LARGE_CONTENT_CHARS``; smaller ones are counted where
-    they are needed, as before (a worker round trip would cost more). Decided here,
-    before the block: the common case enters a block that does nothing."""
+    """Within the block, ``texts`` count without tokenising on the loop when they reach
+    ``LARGE_CONTENT_CHARS`` together: those not counted yet are counted first, on a
+    worker thread when they reach it themselves, and every count is pinned for the
+    block (another request's counts could otherwise empty the counter's cache, or an
+    earlier request release a count this one found pinned). Smaller texts are counted
+    where they are needed, as before (a worker round trip would cost more). Decided
+    here, before the block: the common case enters a block that does nothing."""
     counter = loaded_counter()  # not loaded: the actor waits for the load off the loop
-    if counter is None or not texts:
+    if counter is None or not texts or sum(map(len, texts)) < LARGE_CONTENT_CHARS:
         return _NOTHING
-    todo = counter.uncounted_instructions(texts)
-    if sum(map(len, todo)) < LARGE_CONTENT_CHARS:
-        return _NOTHING
-    return _pinned_counts(executor, counter, todo)
+    return _pinned_counts(executor, counter, texts)
 
 
 class _Nothing:
@@ -69,9 +69,15 @@ _NOTHING: Final = _Nothing()
 
 @asynccontextmanager
 async def _pinned_counts(
-    executor: Executor, counter: TokenCounter, texts: list[str]
+    executor: Executor, counter: TokenCounter, texts: Sequence[str]
 ) -> AsyncIterator[None]:
-    counts = await asyncio.get_running_loop().run_in_executor(executor, _count, counter, texts)
+    counts = counter.known_instructions(texts)
+    todo = list(dict.fromkeys(t for t in texts if t not in counts))
+    if sum(map(len, todo)) >= LARGE_CONTENT_CHARS:
+        loop = asyncio.get_running_loop()
+        counts.update(await loop.run_in_executor(executor, _count, counter, todo))
+    elif todo:
+        counts.update(_count(counter, todo))
     counter.pin_instructions(counts)
     try:
         yield

@@ -7,8 +7,10 @@ workers.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +18,7 @@ import pytest
 
 from session_server import ActorRegistry, AgentActor
 from session_server.client import SessionClient
+from session_server.compaction.summarize import SummaryRequest, SummaryResult
 from session_server.core import tokens
 from session_server.core.events import ContextMessage, SessionEvent, ToolCall
 from session_server.core.tokens import TokenCounter, get_counter
@@ -24,7 +27,8 @@ from session_server.mirror_io.snapshot_index import SnapshotIndex
 from session_server.mirror_io.writer import MirrorWriter
 from session_server.rpc import memory_methods
 from session_server.runtime import mirror_link, transfer
-from session_server.runtime.session_writes import LARGE_CONTENT_CHARS
+from session_server.runtime.off_loop import LARGE_CONTENT_CHARS, instructions_counted
+from session_server.runtime.summarizers import ExtractiveSummarizer
 from tests.support.server import running_server
 
 WORKER_PREFIX = "session-server-sqlite"
@@ -234,3 +238,106 @@ async def test_mirror_writes_run_on_the_mirror_threads_not_the_sqlite_ones(
     names = threads["append"] + threads["write_snapshot"]
     assert threads["append"] and threads["write_snapshot"], threads
     assert all(n.startswith("session-server-mirror") for n in names), threads
+
+
+def prompt_counts(monkeypatch: pytest.MonkeyPatch, prompts: list[str]) -> list[str]:
+    """The thread of each ``TokenCounter.count`` of one of ``prompts`` (by identity)."""
+    seen: list[str] = []
+    ids = {id(p) for p in prompts}
+    original = TokenCounter.count
+
+    def count(self: TokenCounter, text: str) -> int:
+        if id(text) in ids:
+            seen.append(threading.current_thread().name)
+        return original(self, text)
+
+    monkeypatch.setattr(TokenCounter, "count", count)
+    return seen
+
+
+async def test_instructions_counted_ahead_stay_counted_for_the_whole_block(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Within an ``instructions_counted`` block no instruction of the request is counted
+    on the loop, even when (1) the counts taken ahead are more than the counter's cache
+    holds (its entries bound: remembering the last emptied it of the others), or (2) a
+    concurrent request that had pinned the same large text ends its block first."""
+    get_counter()
+    many = [
+        f"rule {i}: " + "be brief and exact. " * 10
+        for i in range(tokens.INSTRUCTION_CACHE_ENTRIES + 1)
+    ]
+    huge = "word " * (tokens.INSTRUCTION_CACHE_CHARS // 4 // 5 + 1)  # too large to remember
+    seen = prompt_counts(monkeypatch, [*many, huge])
+    counter = get_counter()
+    with ThreadPoolExecutor(1, thread_name_prefix=WORKER_PREFIX) as pool:
+        async with instructions_counted(pool, many):
+            counts = [counter.count_instruction(text) for text in many]
+        assert on_workers(seen) and len(seen) == len(many), seen
+        first = instructions_counted(pool, [huge])
+        await first.__aenter__()
+        second = instructions_counted(pool, [huge])  # the same text, meanwhile
+        async with second:
+            await first.__aexit__(None, None, None)
+            huge_count = counter.count_instruction(huge)
+    assert on_workers(seen), seen
+    assert counts == [counter.count(t) for t in many]
+    assert huge_count == counter.count(huge)
+    assert counter._pinned == {}
+
+
+def turn(question: str, answer: str) -> list[ContextMessage]:
+    return [
+        ContextMessage(role="user", content=question),
+        ContextMessage(role="assistant", content=answer),
+    ]
+
+
+class GatedSummarizer(ExtractiveSummarizer):
+    """The extractive summary, once ``gate`` is set (a summary slower than the build)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = asyncio.Event()
+
+    async def summarize(self, request: SummaryRequest) -> SummaryResult:
+        await self.gate.wait()
+        return await super().summarize(request)
+
+
+async def test_compactions_count_large_instructions_off_the_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A compaction counts the context before and after it with the request's system
+    instructions: an explicit one (``memory.compact``) and a background summary that
+    outlives the build which started it (the build's counts taken ahead are gone by
+    then) count a large instruction on a worker, not on the event loop."""
+    prompt = "word " * (tokens.INSTRUCTION_CACHE_CHARS // 4 // 5 + 1)  # too large to remember
+    summarize = {"mode": "summarize", "raw_tail_turns": 1}
+    summarizer = GatedSummarizer()
+    async with ActorRegistry(
+        tmp_path, idle_timeout=None, mirror=False, summarizer=summarizer, compaction_wait=0.001
+    ) as reg:
+        actor = await reg.get("agent")
+        sid = await actor.create_session()
+        for n in range(4):
+            ctx = await actor.build_working_context(sid)
+            ctx.add_messages(turn(f"q{n}", f"a{n}"))
+            await actor.persist_working_context(sid, ctx)
+        seen = prompt_counts(monkeypatch, [prompt])
+        summarizer.gate.set()
+        out = await actor.compact(sid, strategy=summarize, system_instructions=[prompt])
+        assert out["compacted"] is True and seen and on_workers(seen), seen
+        summarizer.gate.clear()
+        await actor.set_strategy({**summarize, "max_context_tokens": 1000}, sid)
+        ctx = await actor.build_working_context(sid, system_instructions=[prompt])
+        ctx.add_messages(turn("q", "a") * 2)
+        await actor.persist_working_context(sid, ctx)  # under pressure: a summary starts
+        seen.clear()
+        await actor.build_working_context(sid, system_instructions=[prompt])  # "slow"
+        summary = actor.compactions._summaries[sid]
+        await asyncio.gather(*actor.compactions._primers)
+        summarizer.gate.set()
+        assert await summary in ("written", "nothing")  # it ran to its end
+    assert seen and on_workers(seen), seen
+    assert get_counter()._pinned == {}  # every pin released
