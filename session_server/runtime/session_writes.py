@@ -35,25 +35,34 @@ _encode = msgspec.json.encode
 
 
 def _content_chars(items: Iterable[SessionEvent | ContextMessage]) -> int:
-    """Characters of content and tool-call arguments (not validated yet: a value of the
-    wrong type counts as nothing)."""
+    """Characters of content and tool-call arguments (not validated yet: a local caller
+    may pass anything the validation accepts, objects too, or refuses, naming the field;
+    a value of the wrong type counts as nothing)."""
     total = 0
     for item in items:  # a loop, not a generator: this runs for every persist
-        if isinstance(item.content, str):
-            total += len(item.content)
-        calls = item.tool_calls
-        if calls and isinstance(calls, list):
+        if isinstance(item, ContextMessage | SessionEvent):
+            content, calls = item.content, item.tool_calls
+        elif isinstance(item, dict):
+            content, calls = item.get("content"), item.get("tool_calls")
+        else:
+            continue
+        if isinstance(content, str):
+            total += len(content)
+        if calls and isinstance(calls, list | tuple):
             total += _arguments_chars(calls)
     return total
 
 
-def _arguments_chars(calls: list[Any]) -> int:
+def _arguments_chars(calls: Sequence[Any]) -> int:
     total = 0
     for call in calls:
-        arguments = getattr(call, "arguments", None)
+        if isinstance(call, dict):
+            arguments = call.get("arguments")
+        else:
+            arguments = getattr(call, "arguments", None)
         if isinstance(arguments, str):
             total += len(arguments)
-        elif isinstance(arguments, dict) and arguments:
+        elif isinstance(arguments, dict | list) and arguments:
             # Not JSON: nothing here; the validation refuses it, naming its field.
             with contextlib.suppress(TypeError, ValueError, OverflowError, msgspec.EncodeError):
                 total += len(_encode(arguments))

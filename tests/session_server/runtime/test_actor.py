@@ -131,6 +131,11 @@ async def test_persist_refuses_invalid_messages_and_writes_nothing(actor: AgentA
     bad_role.add_message(ContextMessage(role="wizard", content="x"))  # type: ignore[arg-type]
     with pytest.raises(InvalidParamsError, match=r"messages\[0\]\.role"):
         await actor.persist_working_context(sid, bad_role)
+    for value in (5, None, ("user", "x")):  # a local caller passes anything
+        wrong = await actor.build_working_context(sid)
+        wrong.messages.append(value)  # type: ignore[arg-type]
+        with pytest.raises(InvalidParamsError, match=r"messages\[0\]: must be an object"):
+            await actor.persist_working_context(sid, wrong)
     assert await actor.load_events(sid) == []
     good = WorkingContext()
     good.add_message(ContextMessage(role="user", content="fine"))

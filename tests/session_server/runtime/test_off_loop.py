@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from session_server import ActorRegistry, AgentActor
@@ -155,20 +156,33 @@ async def test_turn_tokens_are_counted_on_the_commit_worker(
     assert all(e.token_count for e in stored)
 
 
-@pytest.mark.parametrize("where", ["content", "arguments"])
+@pytest.mark.parametrize(
+    "where",
+    ["content", "arguments", "list arguments", "tuple of calls", "calls as objects", "object"],
+)
 async def test_a_large_turn_under_a_compacting_strategy_is_counted_off_the_loop(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, threads: dict[str, list[str]], where: str
 ) -> None:
     """A compacting strategy checks the turn's size before the commit: a large turn (in
-    its content or in a tool call's arguments) is counted once, when it is prepared on a
-    worker, not on the event loop (4 MB counted there stalled every client for 110 ms),
-    and the commit stores those counts."""
+    its content or in a tool call's arguments: an object, an array, or the calls or the
+    message given by a local caller as a tuple or objects, all accepted) is counted
+    once, when it is prepared on
+    a worker, not on the event loop (4 MB counted there stalled every client for 110
+    ms), and the commit stores those counts."""
     big = "word " * (LARGE_CONTENT_CHARS // 5 + 10)
+    messages: list[Any]
     if where == "content":
         messages = [ContextMessage(role="user", content=big)]
+    elif where == "object":
+        messages = [{"role": "user", "content": big}]
     else:
-        call = ToolCall("c1", "t", arguments={"text": big})
-        messages = [ContextMessage(role="assistant", content="", tool_calls=[call])]
+        arguments: Any = [big] if where == "list arguments" else {"text": big}
+        calls: Any = [ToolCall("c1", "t", arguments=arguments)]
+        if where == "tuple of calls":
+            calls = tuple(calls)
+        elif where == "calls as objects":
+            calls = [msgspec.structs.asdict(call) for call in calls]
+        messages = [ContextMessage(role="assistant", content="", tool_calls=calls)]
     recording(monkeypatch, TokenCounter, "count_event", threads)
     async with ActorRegistry(tmp_path, idle_timeout=None, mirror=False) as reg:
         actor = await reg.get("agent")
