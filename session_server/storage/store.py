@@ -22,7 +22,7 @@ import sqlite3
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any, Final
 
-from ..core.errors import NotFoundError, SessionServerError, StorageError
+from ..core.errors import AgentUnavailableError, NotFoundError, SessionServerError, StorageError
 from ..core.events import SessionEvent
 from ..core.plans import AppendBatch, AppendOutcome, AppendResult, ContextWindow, SessionState
 from ..core.session_rows import SessionRows
@@ -124,10 +124,11 @@ class AgentStore(StoreConnections):
         """``erase_wal`` after a committed delete. A failure is logged, not raised: the
         delete stands, and its caller must still drop the deleted rows from its caches and
         the mirror (an error here once left them served from the actor's cache). The
-        deleted text stays in old WAL frames until the next delete or checkpoint."""
+        deleted text stays in old WAL frames until the next delete or checkpoint. A store
+        closed meanwhile (by a local caller beside the delete) is such a failure too."""
         try:
             await self.erase_wal()
-        except StorageError as exc:
+        except (StorageError, AgentUnavailableError) as exc:
             log.warning(
                 "agent %r: WAL not erased after a delete (%s); the next delete retries",
                 self.agent_id,

@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 
 from session_server.core.errors import AgentUnavailableError
+from session_server.core.events import SessionEvent
+from session_server.core.plans import AppendBatch
 from session_server.storage.store import AgentStore
 
 
@@ -74,3 +76,42 @@ async def test_a_read_job_that_starts_after_the_close_opens_nothing(
         with pytest.raises(AgentUnavailableError, match="store is closed"):
             await store._read(lambda conn: conn.execute("SELECT 1"))
         assert store._reader is None
+
+
+async def test_a_delete_stands_when_the_store_closes_before_its_wal_erase(
+    tmp_path: Path,
+    pool: ThreadPoolExecutor,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The store is closed between a committed delete and its WAL erase (a local caller
+    closing it beside the delete): the delete answers as done, as for an erase that
+    failed (not with the close's error, as if nothing was deleted), and the warning
+    names no deleted text."""
+    real_erase = AgentStore.erase_wal
+
+    async def close_first(store: AgentStore) -> None:
+        await store.close()
+        await real_erase(store)
+
+    path = tmp_path / "agent.sqlite"
+    for delete in ("session", "events"):
+        store = await AgentStore.open(path, "agent", executor=pool)
+        await store.create_session(None, delete)
+        event = SessionEvent(id=f"{delete}-1", session_id=delete, content="SECRET")
+        await store.append(AppendBatch(delete, [event], None))
+        monkeypatch.setattr(AgentStore, "erase_wal", close_first)
+        with caplog.at_level("WARNING", logger="session_server.storage.store"):
+            if delete == "session":
+                assert await store.delete_session(delete) is True
+            else:
+                assert await store.delete_events(delete, [event.id]) == 1
+        monkeypatch.undo()
+    store = await AgentStore.open(path, "agent", executor=pool)
+    try:
+        assert await store.get_session("session") is None
+        assert await store.load_events("events", limit=None) == []
+    finally:
+        await store.close()
+    warnings = [r.getMessage() for r in caplog.records if "WAL not erased" in r.getMessage()]
+    assert len(warnings) == 2 and not any("SECRET" in w for w in warnings), warnings
