@@ -16,6 +16,7 @@ from typing import Any, Literal, Protocol, TypeVar
 
 import msgspec
 
+from ..compaction.triggers import usage_prompt_tokens
 from ..core.agent_core import AgentCore, AppendPlan, Known, Need, PreparedTurn
 from ..core.context import WorkingContext
 from ..core.errors import InvalidParamsError
@@ -67,6 +68,18 @@ def _arguments_chars(calls: Sequence[Any]) -> int:
             with contextlib.suppress(TypeError, ValueError, OverflowError, msgspec.EncodeError):
                 total += len(_encode(arguments))
     return total
+
+
+def _no_prompt_size(usage: Mapping[str, Any] | None) -> bool:
+    """Whether a persist's pressure check counts the context itself: no ``usage``, or
+    one without a prompt size (only output tokens, say). A malformed count is refused
+    by the check, before any count."""
+    if usage is None:
+        return True
+    try:
+        return usage_prompt_tokens(usage) is None
+    except InvalidParamsError:
+        return False
 
 
 class _ExecutorHost(Protocol):
@@ -202,7 +215,7 @@ class SessionWrites:
 
         turn = await off_loop_if_large(self.host.executor, size, prepare)
         # The pressure check counts the instructions, unless the caller reported a size.
-        counted = () if usage is not None else turn.instructions
+        counted = turn.instructions if _no_prompt_size(usage) else ()
         async with instructions_counted(self.host.executor, counted):
             step: AppendPlan | AppendResult = await self.decide(
                 lambda known: self.core.plan_turn(turn, known)

@@ -355,3 +355,21 @@ async def test_compactions_count_large_instructions_off_the_loop(
         assert await summary in ("written", "nothing")  # it ran to its end
     assert seen and on_workers(seen), seen
     assert get_counter()._pinned == {}  # every pin released
+
+
+async def test_a_persist_whose_usage_reports_no_prompt_size_counts_instructions_off_the_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ``usage`` without a prompt size (no key the server reads: only output tokens)
+    leaves the size check to the server's own count, instructions included: a large
+    one is counted on a worker then too, not on the event loop."""
+    prompt = "word " * (tokens.INSTRUCTION_CACHE_CHARS // 4 // 5 + 1)  # too large to remember
+    async with ActorRegistry(tmp_path, idle_timeout=None, mirror=False) as reg:
+        actor = await reg.get("agent")
+        sid = await actor.create_session()
+        await actor.set_strategy(COMPACT, sid)
+        ctx = await actor.build_working_context(sid, system_instructions=[prompt])
+        ctx.add_messages(turn("q", "a"))
+        seen = prompt_counts(monkeypatch, [prompt])
+        await actor.persist_working_context(sid, ctx, usage={"completion_tokens": 5})
+    assert seen and on_workers(seen), seen
