@@ -143,10 +143,6 @@ class TokenCounter:
         self._instruction_chars += len(text)
         return True
 
-    def uncounted_instructions(self, texts: Iterable[str]) -> list[str]:
-        """The texts of ``texts`` that ``count_instruction`` would have to count now."""
-        return [t for t in texts if t not in self._instructions and t not in self._pinned]
-
     def known_instructions(self, texts: Iterable[str]) -> dict[str, int]:
         """The counts ``count_instruction`` has now of those of ``texts`` it has counted."""
         known: dict[str, int] = {}

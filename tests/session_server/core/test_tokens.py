@@ -277,9 +277,9 @@ def test_instruction_counts_are_remembered_within_their_bounds(
 
 
 def test_pinned_instruction_counts_are_used_and_released(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Counts taken ahead (``pin_instructions``): a text small enough is remembered like
-    any count; one too large to remember is used while pinned (by each caller that
-    pinned it) and forgotten when the last one unpins."""
+    """Counts taken ahead (``pin_instructions``): remembered like any count, and used
+    while pinned (by each caller that pinned them), even when too large to remember or
+    emptied from the cache meanwhile; forgotten from the pins when the last one unpins."""
     counter = TokenCounter()
     calls: list[str] = []
     original = counter.count
@@ -291,17 +291,20 @@ def test_pinned_instruction_counts_are_used_and_released(monkeypatch: pytest.Mon
     monkeypatch.setattr(counter, "count", counting)
     small = "You are brief. " * 10
     huge = "word " * (tokens.INSTRUCTION_CACHE_CHARS // 4 // 5 + 1)  # past the per-text cap
-    assert counter.uncounted_instructions([small, huge]) == [small, huge]
+    assert counter.known_instructions([small, huge]) == {}
     counts = {small: 7, huge: 11}  # not the real counts: shows which one is used
     counter.pin_instructions(counts)
     counter.pin_instructions({huge: 11})  # a second request with the same text
-    assert counter.uncounted_instructions([small, huge]) == []
+    assert counter.known_instructions([small, huge, "new"]) == counts
     assert (counter.count_instruction(small), counter.count_instruction(huge)) == (7, 11)
+    counter._instructions.clear()  # the cache emptied by other counts meanwhile
+    assert counter.count_instruction(small) == 7  # still pinned
     counter.unpin_instructions(counts)
     assert counter.count_instruction(huge) == 11  # still pinned by the second request
     counter.unpin_instructions({huge: 11})
     assert counter._pinned == {}
-    assert counter.count_instruction(small) == 7  # remembered, not pinned
+    assert counter.count_instruction(small) == original(small)  # neither, now
+    assert counter.count_instruction(small) == original(small)  # remembered again
     assert counter.count_instruction(huge) == original(huge)
-    assert calls == [huge]
+    assert calls == [small, huge]
     counter.unpin_instructions({"never pinned": 1})  # nothing to release: no error
