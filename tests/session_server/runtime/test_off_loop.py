@@ -373,3 +373,29 @@ async def test_a_persist_whose_usage_reports_no_prompt_size_counts_instructions_
         seen = prompt_counts(monkeypatch, [prompt])
         await actor.persist_working_context(sid, ctx, usage={"completion_tokens": 5})
     assert seen and on_workers(seen), seen
+
+
+async def test_concurrent_builds_with_one_large_instruction_pin_and_release_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Eight builds at once with the same large new instruction, the slower half
+    cancelled wherever they are when the first one answers: none counts it on the loop,
+    those that answer report the same count, and no pin outlives them."""
+    prompt = "word " * (tokens.INSTRUCTION_CACHE_CHARS // 4 // 5 + 1)  # too large to remember
+    async with ActorRegistry(tmp_path, idle_timeout=None, mirror=False) as reg:
+        actor = await reg.get("agent")
+        sid = await actor.create_session()
+        seen = prompt_counts(monkeypatch, [prompt])
+        builds = [
+            asyncio.ensure_future(actor.build_working_context(sid, system_instructions=[prompt]))
+            for _ in range(8)
+        ]
+        await asyncio.wait(builds, return_when=asyncio.FIRST_COMPLETED)
+        for task in builds[4:]:
+            task.cancel()
+        done = await asyncio.gather(*builds, return_exceptions=True)
+    answered = [ctx.token_count for ctx in done if not isinstance(ctx, BaseException)]
+    assert len(answered) >= 4 and len(set(answered)) == 1, done
+    assert seen and on_workers(seen), sorted(set(seen))
+    assert answered[0] == get_counter().count(prompt) + tokens.MESSAGE_OVERHEAD
+    assert get_counter()._pinned == {}
