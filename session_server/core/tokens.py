@@ -162,7 +162,8 @@ class TokenCounter:
         remember), so the call that pinned them never counts them again (its request
         holds the texts anyway: no memory kept past it). Each pin needs its unpin."""
         for text, tokens in counts.items():
-            self._remember(text, tokens)
+            if text not in self._instructions:  # remembered once: its size counted once
+                self._remember(text, tokens)
             pinned = self._pinned.get(text)
             if pinned is None:
                 self._pinned[text] = [tokens, 1]

@@ -308,3 +308,20 @@ def test_pinned_instruction_counts_are_used_and_released(monkeypatch: pytest.Mon
     assert counter.count_instruction(huge) == original(huge)
     assert calls == [small, huge]
     counter.unpin_instructions({"never pinned": 1})  # nothing to release: no error
+
+
+def test_pinning_a_remembered_count_again_does_not_grow_the_cache() -> None:
+    """Every request with a large prompt pins its count, already remembered after the
+    first: the cache's size stays that of the text (counted again on each pin, it
+    reached the bound after a hundred 40 KB requests and emptied the cache of every
+    other prompt)."""
+    counter = TokenCounter()
+    prompt = "You are brief. " * 2800  # about 40 KB
+    for _ in range(tokens.INSTRUCTION_CACHE_CHARS // len(prompt) + 2):
+        counter.pin_instructions({prompt: 9000})
+        counter.unpin_instructions({prompt: 9000})
+    other = "Answer in French."
+    counter.pin_instructions({other: 4})
+    counter.unpin_instructions({other: 4})
+    assert counter._instruction_chars == len(prompt) + len(other)
+    assert counter.known_instructions([prompt, other]) == {prompt: 9000, other: 4}
