@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Final, Literal
 
-from pydantic import Field, PlainValidator
+from pydantic import AfterValidator, Field, PlainValidator
 
 from ..core.errors import InvalidParamsError
 from ..core.events import Action, ContextMessage, SessionEvent
@@ -19,6 +19,8 @@ from .method_spec import RpcParams
 
 __all__ = [
     "MAX_AGENTS_PAGE",
+    "MAX_EVENT_IDS",
+    "MAX_INSTRUCTIONS",
     "AgentsListParams",
     "AppendParams",
     "BuildParams",
@@ -47,11 +49,27 @@ Messages = Annotated[
 JsonObject = dict[str, Any]
 
 
+MAX_INSTRUCTIONS: Final = 1024
+"""System instructions a request may give: each is counted (and its count looked up)
+on the event loop, so 1.5 million short ones held it 1.9 s; their size is bounded by
+the frame."""
+
+MAX_EVENT_IDS: Final = 10_000
+"""Event ids one ``events.delete`` names (one SQL statement binds them all: SQLite
+takes at most 32,766 values)."""
+
+
 def _instructions(value: Any) -> list[str] | None:
     if value is None:
         return None
     if isinstance(value, str):
         return [value]
+    if isinstance(value, list) and len(value) > MAX_INSTRUCTIONS:
+        raise InvalidParamsError(
+            f"params.system_instructions: at most {MAX_INSTRUCTIONS} strings, not "
+            f"{len(value)} (join them)",
+            data={"field": "params.system_instructions", "max_items": MAX_INSTRUCTIONS},
+        )
     if isinstance(value, list) and all(isinstance(v, str) for v in value):
         return list(value)
     raise InvalidParamsError(
@@ -91,12 +109,13 @@ class LoadParams(RpcParams):
     tail: bool = True
     since: Annotated[int, Field(ge=0)] | None = None
     after_seq: Annotated[int, Field(ge=0)] | None = None
-    actions: list[Action] | None = None
+    # Distinct: each is one SQL value, and duplicates select nothing more.
+    actions: Annotated[list[Action], AfterValidator(lambda v: list(dict.fromkeys(v)))] | None = None
 
 
 class DeleteEventsParams(RpcParams):
     session_id: SessionId
-    event_ids: list[Annotated[str, Field(min_length=1)]]
+    event_ids: Annotated[list[Annotated[str, Field(min_length=1)]], Field(max_length=MAX_EVENT_IDS)]
 
 
 class BuildParams(RpcParams):

@@ -23,6 +23,7 @@ from .protocol import INT64_MAX, INT64_MIN
 
 __all__ = [
     "DEFAULT_PAGE",
+    "MAX_FILTER_KEYS",
     "MAX_PAGE",
     "ClearParams",
     "ListParams",
@@ -36,10 +37,13 @@ __all__ = [
 
 MAX_PAGE: Final = 1000
 DEFAULT_PAGE: Final = 100
+MAX_FILTER_KEYS: Final = 64
+"""Keys of a ``session.list`` metadata filter: one SQL condition each (SQLite refuses an
+expression deeper than 1000; 700k keys failed with an internal error)."""
 
 
 class ListParams(RpcParams):
-    metadata: JsonObject | None = None
+    metadata: Annotated[JsonObject, Field(max_length=MAX_FILTER_KEYS)] | None = None
     limit: Annotated[int, Field(ge=1, le=MAX_PAGE)] = DEFAULT_PAGE
     offset: Annotated[int, Field(ge=0)] = 0
     cursor: Annotated[str, Field(min_length=1, max_length=1024)] | None = None

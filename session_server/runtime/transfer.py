@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import itertools
 import shutil
 import tempfile
 import uuid
@@ -183,10 +184,13 @@ async def import_files(
     new_ids: bool = False,
 ) -> dict[str, Any]:
     """Import reference files given as ``{file name: text}`` (for RPC callers)."""
-    unknown = sorted(set(files) - set(REFERENCE_FILES))
+    # Named in the refusal: the first few only (a client may send many thousands).
+    unknown = list(itertools.islice((n for n in files if n not in REFERENCE_FILES), 5))
     if unknown:
+        more = len(files) - sum(n in files for n in REFERENCE_FILES) - len(unknown)
+        named = ", ".join(repr(n[:128]) for n in unknown) + (f" and {more} more" if more else "")
         raise InvalidParamsError(
-            f"files: unknown file name(s) {unknown}; expected some of {list(REFERENCE_FILES)}",
+            f"files: unknown file name(s) {named}; expected some of {list(REFERENCE_FILES)}",
             data={"field": "files"},
         )
     if not files:

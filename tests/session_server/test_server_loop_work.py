@@ -19,9 +19,11 @@ from typing import Any
 import pytest
 from websockets.asyncio.client import connect
 
+from adapters.anthropic import AnthropicAdapter
 from session_server import connection_pump
 from session_server.client import SessionClient
-from session_server.rpc import dispatch, params
+from session_server.core.errors import SessionServerError
+from session_server.rpc import dispatch, memory_methods, params, session_methods
 from tests.support.server import running_server
 
 WORKER_PREFIX = "session-server-sqlite"
@@ -89,3 +91,94 @@ async def test_a_large_frame_that_does_not_parse_is_answered(tmp_path: Path) -> 
         assert json.loads(await conn.recv())["error"]["code"] == -32700
         await conn.send(b'{"jsonrpc": "2.0", "id": 2, "method": "memory.get_strategy"}')
         assert json.loads(await conn.recv())["id"] == 2  # the connection still serves
+
+
+async def test_a_long_context_is_rendered_on_a_worker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``context.render`` of more than ``RENDER_ON_LOOP_ITEMS`` messages renders on a
+    worker (100k messages held the loop 430 ms); a short one on the loop."""
+    seen: dict[str, list[str]] = {}
+    recording(monkeypatch, AnthropicAdapter, "to_model_messages", seen)
+    many = memory_methods.RENDER_ON_LOOP_ITEMS + 1
+    async with (
+        running_server(tmp_path / "memory") as server,
+        SessionClient(server.url, "agent") as client,
+    ):
+        sid = await client.create_session()
+        await client.append_events(sid, [{"content": f"q{i}"} for i in range(many)])
+        render = {"session_id": sid, "adapter": "anthropic", "limit": many}
+        long = await client.call("context.render", render)
+        assert len(long["payload"]["messages"]) == 1  # consecutive user turns merge
+        short = await client.call("context.render", {**render, "limit": 2})
+        assert long["payload"]["messages"][0]["content"][-1] == {
+            "type": "text",
+            "text": f"q{many - 1}",
+        }
+        assert short["payload"]["messages"]
+    assert on_workers(seen["to_model_messages"][:1]), seen
+    assert on_loop(seen["to_model_messages"][1:]), seen
+
+
+def field_of(error: SessionServerError) -> Any:
+    return (error.data or {}).get("field")
+
+
+async def refusal(client: SessionClient, method: str, params: dict[str, Any]) -> SessionServerError:
+    with pytest.raises(SessionServerError) as caught:
+        await client.call(method, params)
+    return caught.value
+
+
+async def test_lists_a_request_may_give_are_bounded(tmp_path: Path) -> None:
+    """Refused at the boundary, naming the field: a ``session.list`` filter of more than
+    ``MAX_FILTER_KEYS`` keys (an internal error, "Expression tree is too large", before),
+    an ``events.delete`` of more than ``MAX_EVENT_IDS`` ids ("too many SQL variables"),
+    more than ``MAX_INSTRUCTIONS`` system instructions (1.5M held the loop 1.9 s). An
+    ``events.load`` with many repeated actions binds each action once (it failed with
+    "too many SQL variables"); an import of many unknown files names a few of them (the
+    refusal listed all 500k: an 8 MB error)."""
+    async with (
+        running_server(tmp_path / "memory") as server,
+        SessionClient(server.url, "agent") as client,
+    ):
+        sid = await client.create_session(metadata={"k0": 0})
+        await client.append_events(
+            sid, [{"content": "q"}, {"content": "a", "action": "agent_message"}]
+        )
+        keys = {f"k{i}": i for i in range(session_methods.MAX_FILTER_KEYS)}
+        page = await client.call("session.list", {"metadata": keys})
+        assert page["sessions"] == []
+        error = await refusal(client, "session.list", {"metadata": {**keys, "one more": 1}})
+        assert error.code == -32602 and field_of(error) == "params.metadata", error
+        ids = [f"e{i}" for i in range(params.MAX_EVENT_IDS)]
+        assert await client.call("events.delete", {"session_id": sid, "event_ids": ids}) == {
+            "deleted": 0
+        }
+        error = await refusal(
+            client, "events.delete", {"session_id": sid, "event_ids": [*ids, "one more"]}
+        )
+        assert error.code == -32602 and field_of(error) == "params.event_ids", error
+        texts = ["be brief"] * params.MAX_INSTRUCTIONS
+        built = await client.call(
+            "context.build", {"session_id": sid, "system_instructions": texts}
+        )
+        assert len(built["system_instructions"]) == params.MAX_INSTRUCTIONS
+        for method in ("context.build", "context.render", "memory.compact"):
+            error = await refusal(
+                client,
+                method,
+                {"session_id": sid, "adapter": "anthropic", "system_instructions": [*texts, "x"]}
+                if method == "context.render"
+                else {"session_id": sid, "system_instructions": [*texts, "x"]},
+            )
+            assert error.code == -32602, error
+            assert field_of(error) == "params.system_instructions", error
+        loaded = await client.call(
+            "events.load", {"session_id": sid, "actions": ["agent_message"] * 100_000}
+        )
+        assert [e["content"] for e in loaded["events"]] == ["a"]
+        files = {f"f{i}.jsonl": "" for i in range(100_000)}
+        error = await refusal(client, "import.session", {"files": files})
+        assert error.code == -32602 and field_of(error) == "files", error
+        assert "and 99995 more" in str(error) and len(str(error)) < 1000, str(error)
