@@ -19,6 +19,7 @@ from ..core.errors import InvalidParamsError
 from ..core.events import SessionEvent
 from ..core.validation import parse_event
 from .methods import CallContext, JsonObject, RpcParams, SessionId
+from .params import SessionMetadata
 from .protocol import INT64_MAX, INT64_MIN
 
 __all__ = [
@@ -51,7 +52,7 @@ class ListParams(RpcParams):
 
 class UpdateParams(RpcParams):
     session_id: SessionId
-    metadata: JsonObject | None
+    metadata: SessionMetadata | None
 
 
 class PopParams(RpcParams):

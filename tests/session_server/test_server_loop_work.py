@@ -182,3 +182,24 @@ async def test_lists_a_request_may_give_are_bounded(tmp_path: Path) -> None:
         error = await refusal(client, "import.session", {"files": files})
         assert error.code == -32602 and field_of(error) == "files", error
         assert "and 99995 more" in str(error) and len(str(error)) < 1000, str(error)
+
+
+async def test_session_metadata_is_bounded(tmp_path: Path) -> None:
+    """``session.create`` and ``session.update`` refuse metadata of more than
+    ``MAX_SESSION_METADATA_BYTES`` of JSON, naming ``params.metadata``; at the bound it
+    is kept and answered whole."""
+    limit = params.MAX_SESSION_METADATA_BYTES
+    fits = {"notes": "n" * (limit - len('{"notes":""}'))}
+    over = {"notes": fits["notes"] + "n"}
+    async with (
+        running_server(tmp_path / "memory") as server,
+        SessionClient(server.url, "agent") as client,
+    ):
+        sid = await client.create_session(metadata=fits)
+        assert (await client.get_session(sid))["metadata"] == fits
+        error = await refusal(client, "session.create", {"metadata": over})
+        assert error.code == -32602 and field_of(error) == "params.metadata", error
+        error = await refusal(client, "session.update", {"session_id": sid, "metadata": over})
+        assert error.code == -32602 and field_of(error) == "params.metadata", error
+        updated = await client.call("session.update", {"session_id": sid, "metadata": fits})
+        assert updated["metadata"] == fits
