@@ -47,9 +47,10 @@ from ``Runner.run_sync`` (a new loop per call), and reconnects when the server r
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Final, Protocol, cast
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar, cast
 
 from agents import RunHooks
 from agents.items import ModelResponse, TResponseInputItem
@@ -73,6 +74,20 @@ __all__ = ["SessionServerSession", "SessionUsageHooks"]
 
 _ITEM_ACTIONS: Final = [a for a in ACTIONS if a != "compaction"]
 _PAGE: Final = 500
+# More items than this are converted (items to messages, events to items) on a worker
+# thread: conversion is linear in the items and ran on the caller's event loop (the
+# server's, for a local session): 200k items held it 390 ms, 50k added 200 ms.
+ON_LOOP_ITEMS: Final = 256
+T = TypeVar("T")
+
+
+async def _converted(count: int, convert: Callable[[], T]) -> T:
+    """``convert()``, on a worker thread when it converts more than ``ON_LOOP_ITEMS``."""
+    if count <= ON_LOOP_ITEMS:
+        return convert()
+    return await asyncio.to_thread(convert)
+
+
 _POP_ATTEMPTS: Final = 8
 
 
@@ -277,7 +292,8 @@ class SessionServerSession:
         """Write ``items`` as one atomic turn (with the usage reported since the last one)."""
         if not items:
             return
-        messages = from_items(list(items))
+        given = list(items)
+        messages = await _converted(len(given), lambda: from_items(given))
         await self._ensure()
         usage, self._usage = self._usage, None
         try:
@@ -362,14 +378,15 @@ class SessionServerSession:
             page = await self._backend.load(self.session_id, limit=_PAGE, after_seq=cursor)
             events.extend(page)
             if len(page) < _PAGE:
-                return _items_of(events)
+                return await _converted(len(events), lambda: _items_of(events))
             cursor = page[-1].seq
 
     async def _built_items(self) -> list[dict[str, Any]]:
         assert self.strategy is not None
         ctx = await self._backend.build(self.session_id, self.strategy)
         memory = [ContextMessage(role="system", content=s) for s in ctx.system_instructions]
-        return to_input_items([*memory, *ctx.messages])
+        messages = [*memory, *ctx.messages]
+        return await _converted(len(messages), lambda: to_input_items(messages))
 
 
 class SessionUsageHooks(RunHooks[Any]):

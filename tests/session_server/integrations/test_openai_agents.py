@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ from agents.memory import Session, SessionSettings
 
 from session_server.client import SessionClient
 from session_server.core.errors import InvalidParamsError
+from session_server.integrations import openai_agents
 from session_server.integrations.openai_agents import SessionServerSession
 from session_server.runtime.registry import ActorRegistry
 from tests.support.openai_server import FakeOpenAIServer, async_client, response_payload
@@ -315,3 +317,34 @@ def test_run_sync_against_a_server_process(tmp_path: Path, fake_model: FakeOpenA
         "turn 2",
         "turn 3",
     ]
+
+
+async def test_many_items_are_converted_off_the_event_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A local session converts more than ``ON_LOOP_ITEMS`` items (to messages when
+    added, from events when read) on a worker thread, not
+    on the event loop it shares with the server (200k items held it 390 ms); a few
+    items are converted in place. The items read back are those added."""
+    seen: dict[str, list[str]] = {}
+    for name in ("from_items", "to_input_items"):
+        original = getattr(openai_agents, name)
+
+        def wrapped(*args: Any, _name: str = name, _original: Any = original) -> Any:
+            seen.setdefault(_name, []).append(threading.current_thread().name)
+            return _original(*args)
+
+        monkeypatch.setattr(openai_agents, name, wrapped)
+    many = [{"role": "user", "content": f"q{i}"} for i in range(openai_agents.ON_LOOP_ITEMS + 1)]
+    async with ActorRegistry(tmp_path, idle_timeout=None) as registry:
+        plain = SessionServerSession("plain", registry=registry, agent_id="a")
+        await plain.add_items(many)  # type: ignore[arg-type]
+        assert [i["content"] for i in await plain.get_items()] == [i["content"] for i in many]
+        large = {name: list(threads) for name, threads in seen.items()}
+        seen.clear()
+        await plain.add_items(many[:2])  # type: ignore[arg-type]
+        assert len(await plain.get_items(limit=2)) == 2
+    main = threading.main_thread().name
+    assert large["from_items"] and main not in large["from_items"], large
+    assert large["to_input_items"] and main not in large["to_input_items"], large
+    assert seen["from_items"] == [main], seen
