@@ -136,6 +136,13 @@ async def backup_bytes(registry: ActorRegistry, agent_id: str) -> dict[str, Any]
     return await asyncio.get_running_loop().run_in_executor(registry.executor, run)
 
 
+def _decoded(data: str) -> bytes:
+    try:
+        return base64.b64decode(data, validate=True)
+    except binascii.Error as exc:
+        raise InvalidParamsError(f"data: not base64 ({exc})", data={"field": "data"}) from None
+
+
 async def restore_bytes(
     registry: ActorRegistry, agent_id: str, data: str, sha256: str, *, force: bool
 ) -> dict[str, Any]:
@@ -144,10 +151,8 @@ async def restore_bytes(
     The actor is closed for the swap and calls arriving meanwhile wait, then see the
     restored agent; ``force`` is needed when the agent exists.
     """
-    try:
-        raw = base64.b64decode(data, validate=True)
-    except binascii.Error as exc:
-        raise InvalidParamsError(f"data: not base64 ({exc})", data={"field": "data"}) from None
+    # Decoded on a worker: 16 MiB of base64 held the event loop about 50 ms.
+    raw = await asyncio.get_running_loop().run_in_executor(registry.executor, _decoded, data)
     if len(raw) > RPC_MAX_BACKUP_BYTES:
         raise TooLargeError(
             f"data: {len(raw)} bytes, more than an RPC restore carries ({RPC_MAX_BACKUP_BYTES})",

@@ -10,6 +10,7 @@ round trip would cost more than they do).
 
 from __future__ import annotations
 
+import base64
 import json
 import threading
 from collections.abc import Callable
@@ -203,3 +204,34 @@ async def test_session_metadata_is_bounded(tmp_path: Path) -> None:
         assert error.code == -32602 and field_of(error) == "params.metadata", error
         updated = await client.call("session.update", {"session_id": sid, "metadata": fits})
         assert updated["metadata"] == fits
+
+
+async def test_a_restore_decodes_its_base64_on_a_worker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``agent.restore`` decodes ``data`` (up to 16 MiB of base64) on a worker, not on the
+    event loop (about 50 ms there); bad base64 is refused naming ``data``."""
+    seen: list[str] = []
+    original = base64.b64decode
+
+    def b64decode(data: Any, *args: Any, **kwargs: Any) -> bytes:
+        if len(data) > 1000:  # the backup's (the websockets handshake decodes a key too)
+            seen.append(threading.current_thread().name)
+        return original(data, *args, **kwargs)
+
+    monkeypatch.setattr(base64, "b64decode", b64decode)
+    async with (
+        running_server(tmp_path / "memory") as server,
+        SessionClient(server.url, "agent") as client,
+    ):
+        await client.create_session()
+        backup = await client.call("agent.backup", {})
+        restored = await client.call(
+            "agent.restore", {"data": backup["data"], "sha256": backup["sha256"], "force": True}
+        )
+        assert restored["sessions"] == 1, restored
+        error = await refusal(
+            client, "agent.restore", {"data": "not base64!", "sha256": "0" * 64, "force": True}
+        )
+        assert error.code == -32602 and field_of(error) == "data", error
+    assert on_workers(seen), seen
