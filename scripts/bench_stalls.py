@@ -213,6 +213,55 @@ async def main(args: argparse.Namespace) -> str:
                         ),
                     ),
                     (
+                        "events.append of 200,000 small events (8 MB)",
+                        lambda: answer(
+                            client,
+                            "events.append",
+                            {"session_id": "small", "events": [{"content": "x"}] * 200_000},
+                        ),
+                    ),
+                    (
+                        "events.append of 10,000 small events (the most one append holds)",
+                        lambda: answer(
+                            client,
+                            "events.append",
+                            {"session_id": "small", "events": [{"content": "x"}] * 10_000},
+                        ),
+                    ),
+                    (
+                        "turn.persist of 10,000 small messages (the most one turn holds)",
+                        lambda: answer(
+                            client,
+                            "turn.persist",
+                            {
+                                "session_id": "small",
+                                "messages": [{"role": "user", "content": "x"}] * 10_000,
+                            },
+                        ),
+                    ),
+                    (
+                        "context.build with 1,024 system instructions of 15 KiB",
+                        lambda: answer(
+                            client,
+                            "context.build",
+                            {
+                                "session_id": "small",
+                                "limit": 10,
+                                "system_instructions": [
+                                    f"{i} " + noise(15 * 1024) for i in range(1024)
+                                ],
+                            },
+                        ),
+                    ),
+                    (
+                        f"context.render (anthropic) of {args.mid} events",
+                        lambda: answer(
+                            client,
+                            "context.render",
+                            {"session_id": "mid", "adapter": "anthropic", "limit": args.mid},
+                        ),
+                    ),
+                    (
                         f"events.load no limit, {args.events} events",
                         lambda: answer(
                             client, "events.load", {"session_id": SESSION, "limit": None}

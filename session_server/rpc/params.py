@@ -23,6 +23,7 @@ __all__ = [
     "MAX_EVENT_IDS",
     "MAX_INSTRUCTIONS",
     "MAX_SESSION_METADATA_BYTES",
+    "MAX_WRITE_ITEMS",
     "AgentsListParams",
     "AppendParams",
     "BuildParams",
@@ -43,11 +44,32 @@ __all__ = [
 ]
 
 SessionId = Annotated[str, Field(min_length=1, max_length=256)]
+MAX_WRITE_ITEMS: Final = 10_000
+"""Events one ``events.append`` or messages one ``turn.persist`` writes: the commit's
+bookkeeping (the recent-events cache, the answer's seqs) runs on the event loop, linear
+in the items, so 100k small ones held it 250 to 450 ms; their size is bounded by the
+frame."""
+
+
+def _items(value: Any, where: str) -> Any:
+    if isinstance(value, list) and len(value) > MAX_WRITE_ITEMS:
+        raise InvalidParamsError(
+            f"{where}: at most {MAX_WRITE_ITEMS} items per request, not {len(value)} "
+            "(split them: each request is one atomic write)",
+            data={"field": where, "max_items": MAX_WRITE_ITEMS},
+        )
+    return value
+
+
 Events = Annotated[
-    list[SessionEvent], PlainValidator(lambda v: parse_client_events(v, "params.events"))
+    list[SessionEvent],
+    PlainValidator(lambda v: parse_client_events(_items(v, "params.events"), "params.events")),
 ]
 Messages = Annotated[
-    list[ContextMessage], PlainValidator(lambda v: parse_client_messages(v, "params.messages"))
+    list[ContextMessage],
+    PlainValidator(
+        lambda v: parse_client_messages(_items(v, "params.messages"), "params.messages")
+    ),
 ]
 JsonObject = dict[str, Any]
 
@@ -187,7 +209,7 @@ def persist_params_fast(raw: dict[str, Any]) -> PersistParams | None:
     if usage is not None and type(usage) is not dict:
         return None
     messages = raw.get("messages")
-    if type(messages) is not list:
+    if type(messages) is not list or len(messages) > MAX_WRITE_ITEMS:
         return None
     try:
         checked = parse_client_messages(messages, "params.messages")

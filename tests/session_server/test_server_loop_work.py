@@ -54,14 +54,14 @@ def on_loop(names: list[str]) -> bool:
 async def test_a_large_frame_is_parsed_and_validated_on_a_worker(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """An append of 20,000 small events (about 0.8 MB, over ``OFF_LOOP_FRAME_BYTES``):
+    """An append of 10,000 small events (about 0.4 MB, over ``OFF_LOOP_FRAME_BYTES``):
     parsing, the integer range check and the events' validation ran on the event loop
     (a 16 MiB frame of small items held it 0.3 to 1.5 s); a small frame's stay there."""
     seen: dict[str, list[str]] = {}
     recording(monkeypatch, connection_pump, "parse_frame", seen)
     recording(monkeypatch, dispatch, "find_out_of_range_int", seen)
     recording(monkeypatch, params, "parse_client_events", seen)
-    events = [{"action": "user_message", "content": f"q{i}"} for i in range(20_000)]
+    events = [{"action": "user_message", "content": f"q{i}"} for i in range(params.MAX_WRITE_ITEMS)]
     async with (
         running_server(tmp_path / "memory") as server,
         SessionClient(server.url, "agent") as client,
@@ -69,7 +69,7 @@ async def test_a_large_frame_is_parsed_and_validated_on_a_worker(
         sid = await client.create_session()
         seen.clear()
         result = await client.call("events.append", {"session_id": sid, "events": events})
-        assert result["last_seq"] == 20_000
+        assert result["last_seq"] == params.MAX_WRITE_ITEMS
         large = {name: list(threads) for name, threads in seen.items()}
         seen.clear()
         await client.append_events(sid, [{"content": "small"}])
@@ -132,7 +132,9 @@ async def refusal(client: SessionClient, method: str, params: dict[str, Any]) ->
 
 
 async def test_lists_a_request_may_give_are_bounded(tmp_path: Path) -> None:
-    """Refused at the boundary, naming the field: a ``session.list`` filter of more than
+    """Refused at the boundary, naming the field: more than ``MAX_WRITE_ITEMS`` events
+    or messages in one write (100k held the loop 250 to 450 ms in the commit's
+    bookkeeping), a ``session.list`` filter of more than
     ``MAX_FILTER_KEYS`` keys (an internal error, "Expression tree is too large", before),
     an ``events.delete`` of more than ``MAX_EVENT_IDS`` ids ("too many SQL variables"),
     more than ``MAX_INSTRUCTIONS`` system instructions (1.5M held the loop 1.9 s). An
@@ -175,6 +177,10 @@ async def test_lists_a_request_may_give_are_bounded(tmp_path: Path) -> None:
             )
             assert error.code == -32602, error
             assert field_of(error) == "params.system_instructions", error
+        for method, name in (("events.append", "events"), ("turn.persist", "messages")):
+            items = [{"role": "user", "content": "x"}] * (params.MAX_WRITE_ITEMS + 1)
+            error = await refusal(client, method, {"session_id": sid, name: items})
+            assert error.code == -32602 and field_of(error) == f"params.{name}", error
         loaded = await client.call(
             "events.load", {"session_id": sid, "actions": ["agent_message"] * 100_000}
         )
