@@ -99,6 +99,7 @@ class Connection:
         self.outgoing_bytes = 0
         self.writable = asyncio.Event()
         self.writable.set()
+        self.replay_lock = asyncio.Lock()  # subscriptions replay a page at a time
         self.writing = False
         self.flushers: set[asyncio.Task[None]] = set()
         self.tasks: set[asyncio.Task[None]] = set()

@@ -53,14 +53,25 @@ class TopicIndex(Protocol):
 
 
 class SubscriberLimits(Protocol):
-    """The bound a subscription's queued notifications stay under."""
+    """The bounds a subscription's queued notifications stay under: its own, and the
+    connection's (everything it has waiting to be written)."""
 
     @property
     def max_subscriber_bytes(self) -> int: ...
 
+    @property
+    def max_outgoing_bytes(self) -> int: ...
+
 
 class Subscriber(Protocol):
-    """The connection a subscription sends on (``connection_pump.Connection``)."""
+    """The connection a subscription sends on (``connection_pump.Connection``):
+    ``outgoing_bytes`` wait to be written, ``writable`` is set while they are at most
+    ``max_outgoing_bytes``, ``replay_lock`` takes its subscriptions' replay pages in
+    turn."""
+
+    outgoing_bytes: int
+    writable: asyncio.Event
+    replay_lock: asyncio.Lock
 
     @property
     def server(self) -> SubscriberLimits: ...
@@ -158,14 +169,19 @@ class Subscription:
     after the caller's ``after_seq``) is replayed page by page (``_replay``), then events
     with seq > ``floor`` go out as ``events.appended`` notifications; ``session.deleted``
     ends it. At most ``max_subscriber_bytes`` of notifications wait to be written (one
-    always may, whatever its size); beyond that the subscriber has fallen behind: further
-    events are dropped and, once what was queued is written, one ``events.gap
-    {session_id, from_seq, to_seq}`` notification names the seqs it missed (read them
-    with ``events.load``), then notifications resume.
+    always may, whatever its size), and none is added while the connection has more than
+    ``max_outgoing_bytes`` waiting (all its subscriptions and answers together: 256
+    subscriptions of a connection that does not read held 256 times the first bound);
+    beyond that the subscriber has fallen behind: further events are dropped and, once
+    what was queued is written, one ``events.gap {session_id, from_seq, to_seq}``
+    notification names the seqs it missed (read them with ``events.load``), then
+    notifications resume.
 
     Memory stays bounded however long the history and whatever the writers do: a replay
-    page holds at most ``REPLAY_BATCH`` events and about ``max_subscriber_bytes`` bytes,
-    and the next page is read only once the previous one is written. Events committed
+    page holds at most ``REPLAY_BATCH`` events and about ``max_subscriber_bytes`` bytes;
+    the next page is read only once the previous one is written, and the subscriptions
+    of one connection read theirs in turn, each once the connection's waiting bytes are
+    under ``max_outgoing_bytes``. Events committed
     while it replays are held up to ``REPLAY_BATCH``; past that they are dropped and the
     replay reads them back from SQLite instead (it goes live only after a page read that
     reached the end with nothing dropped since it began).
@@ -215,10 +231,18 @@ class Subscription:
             self.overflowed = True
 
     def deliver(self, payload: bytes, first: int, last: int) -> None:
+        conn = self.conn
         if self.gap is not None:
             self.gap = (self.gap[0], last)
-        elif self.queued and self.queued + len(payload) > self.conn.server.max_subscriber_bytes:
+        elif (self.queued and self.queued + len(payload) > conn.server.max_subscriber_bytes) or (
+            conn.outgoing_bytes
+            and conn.outgoing_bytes + len(payload) > conn.server.max_outgoing_bytes
+        ):
             self.gap = (first, last)
+            # Nothing of this subscription is waiting (the connection is full of others'):
+            # no write of its own will name the gap later, so it is named now (a few bytes,
+            # one at a time: later events extend the next gap until this one is written).
+            self._send_gap()
         else:
             self._send(payload)
         self.floor = max(self.floor, last)
@@ -291,19 +315,21 @@ class Subscription:
         try:
             while True:
                 self.overflowed = False
-                page, complete = await actor.load_events_bounded(
-                    self.session_id,
-                    max_bytes=server.max_subscriber_bytes,
-                    limit=REPLAY_BATCH,
-                    tail=False,
-                    after_seq=cursor,
-                )
-                at_end = complete and len(page) < REPLAY_BATCH
-                if page:
-                    cursor = page[-1].seq
-                    self.floor = max(self.floor, cursor)
-                    self._send(_appended(self.session_id, page))
-                    del page
+                async with self.conn.replay_lock:
+                    await self.conn.writable.wait()
+                    page, complete = await actor.load_events_bounded(
+                        self.session_id,
+                        max_bytes=server.max_subscriber_bytes,
+                        limit=REPLAY_BATCH,
+                        tail=False,
+                        after_seq=cursor,
+                    )
+                    at_end = complete and len(page) < REPLAY_BATCH
+                    if page:
+                        cursor = page[-1].seq
+                        self.floor = max(self.floor, cursor)
+                        self._send(_appended(self.session_id, page))
+                        del page
                 if at_end and not self.overflowed:
                     break
                 await self.drained.wait()

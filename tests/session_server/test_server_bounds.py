@@ -21,6 +21,7 @@ import pytest
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import InvalidStatus
 
+from session_server import connection_pump
 from session_server.budget import ByteBudget
 from session_server.client import SessionClient
 from session_server.core.errors import InvalidParamsError, NotFoundError, UnavailableError
@@ -201,6 +202,92 @@ async def test_client_fills_a_gap_in_order(server: RunningServer) -> None:
             async with asyncio.timeout(DEADLINE_S):
                 seqs.append((await sub.__anext__()).seq)
         assert seqs == [2, 3, 4, 11]
+
+
+def connection_of(server: RunningServer, ws: ClientConnection) -> Any:
+    """The server's side of the client connection ``ws``."""
+    return next(c for c in server.server._connections if c.ws.remote_address[1] == _port(ws))
+
+
+def peaks_of_outgoing(monkeypatch: pytest.MonkeyPatch) -> dict[int, int]:
+    """The most bytes each connection (by ``id``) had waiting to be written, recorded by
+    the real ``Connection.send`` (it still queues)."""
+    peaks: dict[int, int] = {}
+    original = connection_pump.Connection.send
+
+    def send(self: connection_pump.Connection, data: bytes, *args: Any) -> None:
+        original(self, data, *args)
+        peaks[id(self)] = max(peaks.get(id(self), 0), self.outgoing_bytes)
+
+    monkeypatch.setattr(connection_pump.Connection, "send", send)
+    return peaks
+
+
+async def read_notifications(ws: ClientConnection, last: dict[str, int]) -> dict[str, list[str]]:
+    """Read ``ws`` until every session of ``last`` is covered up to its seq (by appended
+    events or a gap); the notification methods per session."""
+    seen: dict[str, int] = {}
+    methods: dict[str, list[str]] = {}
+    while any(seen.get(sid, 0) < seq for sid, seq in last.items()):
+        async with asyncio.timeout(DEADLINE_S):
+            message = _DEC.decode(await ws.recv(decode=False))
+        params = message.get("params") or {}
+        sid = params.get("session_id")
+        if sid is None:
+            continue  # a subscribe answer
+        methods.setdefault(sid, []).append(message["method"])
+        if message["method"] == "events.appended":
+            seen[sid] = max(seen.get(sid, 0), params["events"][-1]["seq"])
+        elif message["method"] == "events.gap":
+            seen[sid] = max(seen.get(sid, 0), params["to_seq"])
+    return methods
+
+
+async def test_a_connection_subscribed_to_many_sessions_holds_one_bound(
+    server: RunningServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A connection that does not read, subscribed to 8 sessions that each receive 2 MB,
+    holds at most ``max_outgoing_bytes`` plus one notification, not 8 times
+    ``max_subscriber_bytes`` plus a notification each (its subscriptions queued on their
+    own bounds: up to 256 of them per connection); then, reading, it gets every event or
+    an ``events.gap`` naming it. Replays from seq 0 of the same 8 sessions take turns
+    under the same bound (each sent its first page at once)."""
+    peaks = peaks_of_outgoing(monkeypatch)
+    sessions = [f"m{i}" for i in range(8)]
+    bound = server.server.max_outgoing_bytes + 201_000
+    async with SessionClient(server.url, AGENT) as writer:
+        for sid in sessions:
+            await writer.create_session(session_id=sid)
+        stalled_ws = await stalled(server.url)
+        try:
+            for i, sid in enumerate(sessions):
+                await stalled_ws.send(request(i, "events.subscribe", session_id=sid), text=True)
+            conn = connection_of(server, stalled_ws)
+            await until(lambda: len(conn.subscriptions) == 8, "the 8 subscriptions")
+            for _ in range(10):
+                for sid in sessions:
+                    async with asyncio.timeout(DEADLINE_S):
+                        await writer.append_events(sid, [{"content": noise(200_000)}])
+            await until(
+                lambda: all(s.gap is not None or s.queued for s in conn.subscriptions.values()),
+                "every subscription to be behind",
+            )
+            methods = await read_notifications(stalled_ws, dict.fromkeys(sessions, 10))
+            assert all("events.gap" in methods[sid] for sid in sessions), methods
+            assert peaks[id(conn)] <= bound, (peaks[id(conn)], bound)
+        finally:
+            await stalled_ws.close()
+        replaying = await stalled(server.url)
+        try:
+            for i, sid in enumerate(sessions):
+                params = {"session_id": sid, "after_seq": 0}
+                await replaying.send(request(i, "events.subscribe", **params), text=True)
+            methods = await read_notifications(replaying, dict.fromkeys(sessions, 10))
+            assert all("events.gap" not in m for m in methods.values()), methods
+            conn = connection_of(server, replaying)
+            assert peaks[id(conn)] <= bound, (peaks[id(conn)], bound)
+        finally:
+            await replaying.close()
 
 
 def _port(ws: ClientConnection) -> int:
