@@ -13,7 +13,6 @@ from __future__ import annotations
 import base64
 import json
 import threading
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,26 +24,8 @@ from session_server import connection_pump
 from session_server.client import SessionClient
 from session_server.core.errors import SessionServerError
 from session_server.rpc import dispatch, memory_methods, params, session_methods
+from tests.session_server.runtime.test_off_loop import on_workers, recording
 from tests.support.server import running_server
-
-WORKER_PREFIX = "session-server-sqlite"
-
-
-def recording(
-    monkeypatch: pytest.MonkeyPatch, module: Any, name: str, seen: dict[str, list[str]]
-) -> None:
-    """Wrap ``module.name`` (it still does its work) to record the threads it ran on."""
-    original: Callable[..., Any] = getattr(module, name)
-
-    def wrapped(*args: Any, **kwargs: Any) -> Any:
-        seen.setdefault(name, []).append(threading.current_thread().name)
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(module, name, wrapped)
-
-
-def on_workers(names: list[str]) -> bool:
-    return bool(names) and all(n.startswith(WORKER_PREFIX) for n in names)
 
 
 def on_loop(names: list[str]) -> bool:
