@@ -74,11 +74,14 @@ __all__ = ["SessionServerSession", "SessionUsageHooks"]
 
 _ITEM_ACTIONS: Final = [a for a in ACTIONS if a != "compaction"]
 _PAGE: Final = 500
-# More items than this are converted (items to messages, events to items) on a worker
-# thread: conversion is linear in the items and ran on the caller's event loop (the
-# server's, for a local session): 200k items held it 390 ms, 50k added 200 ms.
+# Conversion is linear in the items and ran on the caller's event loop (the server's own,
+# for a local session): 200k items read held it 390 ms, 50k added 200 ms. Reads convert
+# each message on its own, so they go in pieces of this many, yielding to the loop
+# between; adding groups items across messages, so more than this many are converted on
+# a worker thread.
 ON_LOOP_ITEMS: Final = 256
 T = TypeVar("T")
+S = TypeVar("S")
 
 
 async def _converted(count: int, convert: Callable[[], T]) -> T:
@@ -86,6 +89,19 @@ async def _converted(count: int, convert: Callable[[], T]) -> T:
     if count <= ON_LOOP_ITEMS:
         return convert()
     return await asyncio.to_thread(convert)
+
+
+async def _in_pieces(
+    values: Sequence[S], convert: Callable[[Sequence[S]], list[dict[str, Any]]]
+) -> list[dict[str, Any]]:
+    """``convert(values)`` for a ``convert`` that maps each value on its own, run on
+    ``ON_LOOP_ITEMS`` values at a time with a yield to the event loop between."""
+    out: list[dict[str, Any]] = []
+    for start in range(0, len(values), ON_LOOP_ITEMS):
+        if start:
+            await asyncio.sleep(0)
+        out += convert(values[start : start + ON_LOOP_ITEMS])
+    return out
 
 
 _POP_ATTEMPTS: Final = 8
@@ -378,7 +394,7 @@ class SessionServerSession:
             page = await self._backend.load(self.session_id, limit=_PAGE, after_seq=cursor)
             events.extend(page)
             if len(page) < _PAGE:
-                return await _converted(len(events), lambda: _items_of(events))
+                return await _in_pieces(events, _items_of)
             cursor = page[-1].seq
 
     async def _built_items(self) -> list[dict[str, Any]]:
@@ -386,7 +402,7 @@ class SessionServerSession:
         ctx = await self._backend.build(self.session_id, self.strategy)
         memory = [ContextMessage(role="system", content=s) for s in ctx.system_instructions]
         messages = [*memory, *ctx.messages]
-        return await _converted(len(messages), lambda: to_input_items(messages))
+        return await _in_pieces(messages, to_input_items)
 
 
 class SessionUsageHooks(RunHooks[Any]):

@@ -322,29 +322,39 @@ def test_run_sync_against_a_server_process(tmp_path: Path, fake_model: FakeOpenA
 async def test_many_items_are_converted_off_the_event_loop(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A local session converts more than ``ON_LOOP_ITEMS`` items (to messages when
-    added, from events when read) on a worker thread, not
-    on the event loop it shares with the server (200k items held it 390 ms); a few
-    items are converted in place. The items read back are those added."""
-    seen: dict[str, list[str]] = {}
+    """A local session shares the server's event loop: adding more than
+    ``ON_LOOP_ITEMS`` items converts them on a worker thread, reading converts them
+    ``ON_LOOP_ITEMS`` at a time (yielding to the loop between), with and without a
+    strategy; before, 200k items read held the loop 390 ms in one conversion, 50k added
+    200 ms. A few items are converted in place, at once. The items read back are those
+    added."""
+    seen: dict[str, list[tuple[str, int]]] = {}
     for name in ("from_items", "to_input_items"):
         original = getattr(openai_agents, name)
 
-        def wrapped(*args: Any, _name: str = name, _original: Any = original) -> Any:
-            seen.setdefault(_name, []).append(threading.current_thread().name)
-            return _original(*args)
+        def wrapped(items: Any, _name: str = name, _original: Any = original) -> Any:
+            seen.setdefault(_name, []).append((threading.current_thread().name, len(items)))
+            return _original(items)
 
         monkeypatch.setattr(openai_agents, name, wrapped)
-    many = [{"role": "user", "content": f"q{i}"} for i in range(openai_agents.ON_LOOP_ITEMS + 1)]
-    async with ActorRegistry(tmp_path, idle_timeout=None) as registry:
+    piece = openai_agents.ON_LOOP_ITEMS
+    many = [{"role": "user", "content": f"q{i}"} for i in range(2 * piece + 1)]
+    main = threading.main_thread().name
+    async with ActorRegistry(tmp_path, idle_timeout=None, context_limit=1000) as registry:
         plain = SessionServerSession("plain", registry=registry, agent_id="a")
         await plain.add_items(many)  # type: ignore[arg-type]
-        assert [i["content"] for i in await plain.get_items()] == [i["content"] for i in many]
-        large = {name: list(threads) for name, threads in seen.items()}
+        assert [t for t, _ in seen["from_items"]] != [main], seen
+        read = await plain.get_items()
+        assert [i["content"] for i in read] == [i["content"] for i in many]
+        assert seen["to_input_items"] == [(main, piece), (main, piece), (main, 1)], seen
+        seen.clear()
+        built = SessionServerSession(
+            "built", registry=registry, agent_id="a", strategy={"mode": "none"}
+        )
+        await built.add_items(many[: piece + 1])  # type: ignore[arg-type]
+        assert len(await built.get_items()) == piece + 1
+        assert seen["to_input_items"] == [(main, piece), (main, 1)], seen
         seen.clear()
         await plain.add_items(many[:2])  # type: ignore[arg-type]
         assert len(await plain.get_items(limit=2)) == 2
-    main = threading.main_thread().name
-    assert large["from_items"] and main not in large["from_items"], large
-    assert large["to_input_items"] and main not in large["to_input_items"], large
-    assert seen["from_items"] == [main], seen
+    assert seen["from_items"] == [(main, 2)], seen
