@@ -21,6 +21,11 @@ In one run, on 127.0.0.1 (server and client in this process, one event loop), at
 cannot drop (the token count of the turn and one worker-thread round trip for the commit,
 measured as ``bench_store``'s floor); (f)/bound is the most (b)/bound can be here.
 
+(a-x) and (b-x) are (a) and (b) with the client in another process, as a server's clients
+are: the server (echo, or ours) runs in this process and a subprocess of this script
+(``--client echo|persist --url URL``) makes the sequential calls and reports its rate;
+(b-x) is compared with the bound of (a-x) and (r).
+
 Three diagnostics split (b): the same calls against a server without the JSONL mirror
 (b-m), the RPC stack alone (framing and params validation of the same
 request, no actor) and the local actor call alone (no RPC). ``--loop`` picks the event loop
@@ -303,6 +308,14 @@ class Report:
     # (``bench_store.bench_floor``): the token count of the turn and one worker round trip.
     count_s: float
     hop_s: float
+    # (a-x) and (b-x): calls/s with the client in another process.
+    echo_apart: float
+    persist_apart: float
+
+    @property
+    def bound_apart(self) -> float:
+        """The bound with the echo's client in another process."""
+        return 1 / (1 / self.echo_apart + 1 / self.raw_commit)
 
     @property
     def bound(self) -> float:
@@ -330,6 +343,13 @@ class Report:
             " | bound: the most (b) can reach |",
             f"| (b) turn.persist, sequential | {r.sequential:,.0f} | {ratio:.2f}"
             f" | bound, target >= 0.50: {'met' if ratio >= 0.5 else '**not met**'} |",
+            f"| (a-x) websockets echo, client in another process | {self.echo_apart:,.0f}"
+            f" | {self.echo_apart / self.echo:.2f} | (a) |",
+            f"| bound-x: 1 / (1/(a-x) + 1/r) | {self.bound_apart:,.0f} | 1.00 | bound-x |",
+            f"| (b-x) turn.persist, sequential, client in another process"
+            f" | {self.persist_apart:,.0f} | {self.persist_apart / self.bound_apart:.2f}"
+            f" | bound-x, target >= 0.50:"
+            f" {'met' if self.persist_apart / self.bound_apart >= 0.5 else '**not met**'} |",
             f"| (b-m) turn.persist, sequential, server without the JSONL mirror"
             f" | {r.unmirrored:,.0f} | {r.unmirrored / self.bound:.2f} | bound |",
             f"| (p) turn.persist, {args.pipeline} pipelined on one connection | {r.pipelined:,.0f}"
@@ -362,10 +382,68 @@ async def measure(args: argparse.Namespace) -> Report:
 
     # The token count of this benchmark's own turn (smaller than bench_store's).
     count, hop = await bench_store.bench_floor(args.warmup, args.calls, turn_events)
+    echo_apart = await _echo_apart(args)
+    persist_apart = await _persist_apart(args)
     loop = type(asyncio.get_running_loop()).__module__.split(".")[0]
     return Report(
-        args.synchronous, loop, a, raw, rates, count.per_turn_ms / 1000, hop.per_turn_ms / 1000
+        args.synchronous,
+        loop,
+        a,
+        raw,
+        rates,
+        count.per_turn_ms / 1000,
+        hop.per_turn_ms / 1000,
+        echo_apart,
+        persist_apart,
     )
+
+
+async def _client_apart(args: argparse.Namespace, kind: str, url: str) -> float:
+    """The calls/s a client in a subprocess of this script measures against ``url``."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, __file__, "--client", kind, "--url", url, "--calls", str(args.calls),
+        "--warmup", str(args.warmup), "--loop", args.loop,
+        stdout=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, _ = await proc.communicate()
+    if proc.returncode != 0:
+        raise RuntimeError(f"the {kind} client failed (exit {proc.returncode})")
+    return float(out.decode().split()[-1])
+
+
+async def _echo_apart(args: argparse.Namespace) -> float:
+    async def echo(ws: ServerConnection) -> None:
+        async for message in ws:
+            await ws.send(message)
+
+    async with serve(echo, "127.0.0.1", 0) as server:
+        port = server.sockets[0].getsockname()[1]
+        return await _client_apart(args, "echo", f"ws://127.0.0.1:{port}")
+
+
+async def _persist_apart(args: argparse.Namespace) -> float:
+    with tempfile.TemporaryDirectory() as tmp:
+        registry = ActorRegistry(Path(tmp), synchronous=args.synchronous)
+        await asyncio.to_thread(get_counter)
+        async with registry, SessionServer(registry, port=0) as server:
+            return await _client_apart(args, "persist", server.url)
+
+
+async def client_rate(kind: str, url: str, calls: int, warmup: int) -> float:
+    """The client side of (a-x) / (b-x): sequential calls/s against ``url``."""
+    if kind == "echo":
+        async with connect(url) as ws:
+            texts = [request_text(i) for i in range(calls + warmup)]
+            for text in texts[:warmup]:
+                await ws.send(text)
+                await ws.recv()
+            start = time.perf_counter()
+            for text in texts[warmup:]:
+                await ws.send(text)
+                await ws.recv()
+            return calls / (time.perf_counter() - start)
+    async with SessionClient(url, "bench-apart") as client:
+        return await _sequential_rate(client, calls, warmup)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -382,6 +460,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default="auto",
         help="event loop: auto (uvloop when installed, as `session-server serve`)",
     )
+    # The client of (a-x) / (b-x), run by this script in a subprocess.
+    parser.add_argument("--client", choices=["echo", "persist"], help=argparse.SUPPRESS)
+    parser.add_argument("--url", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
 
@@ -395,6 +476,10 @@ def run_with_loop(loop: str, coro: Any) -> Any:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    if args.client is not None:
+        rate = run_with_loop(args.loop, client_rate(args.client, args.url, args.calls, args.warmup))
+        print(f"{rate:.1f}")
+        return
     report: Report = run_with_loop(args.loop, measure(args))
     print(
         f"RPC benchmark: synchronous={report.synchronous}, loop={report.loop},"
