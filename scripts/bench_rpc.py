@@ -122,23 +122,31 @@ def request_text(n: int) -> str:
     )
 
 
-async def echo_rate(calls: int, warmup: int) -> float:
-    async def echo(ws: ServerConnection) -> None:
-        async for message in ws:
-            await ws.send(message)
+async def _echo(ws: ServerConnection) -> None:
+    """The bare echo server's handler."""
+    async for message in ws:
+        await ws.send(message)
 
-    async with serve(echo, "127.0.0.1", 0) as server:
+
+async def _echo_calls(url: str, calls: int, warmup: int) -> float:
+    """Sequential round trips per second of ``turn.persist`` request texts to the echo
+    server at ``url``."""
+    async with connect(url) as ws:
+        texts = [request_text(i) for i in range(calls + warmup)]
+        for text in texts[:warmup]:
+            await ws.send(text)
+            await ws.recv()
+        start = time.perf_counter()
+        for text in texts[warmup:]:
+            await ws.send(text)
+            await ws.recv()
+        return calls / (time.perf_counter() - start)
+
+
+async def echo_rate(calls: int, warmup: int) -> float:
+    async with serve(_echo, "127.0.0.1", 0) as server:
         port = server.sockets[0].getsockname()[1]
-        async with connect(f"ws://127.0.0.1:{port}") as ws:
-            texts = [request_text(i) for i in range(calls + warmup)]
-            for text in texts[:warmup]:
-                await ws.send(text)
-                await ws.recv()
-            start = time.perf_counter()
-            for text in texts[warmup:]:
-                await ws.send(text)
-                await ws.recv()
-            return calls / (time.perf_counter() - start)
+        return await _echo_calls(f"ws://127.0.0.1:{port}", calls, warmup)
 
 
 def raw_commit_rate(path: Path, synchronous: str, calls: int, warmup: int) -> float:
@@ -412,11 +420,7 @@ async def _client_apart(args: argparse.Namespace, kind: str, url: str) -> float:
 
 
 async def _echo_apart(args: argparse.Namespace) -> float:
-    async def echo(ws: ServerConnection) -> None:
-        async for message in ws:
-            await ws.send(message)
-
-    async with serve(echo, "127.0.0.1", 0) as server:
+    async with serve(_echo, "127.0.0.1", 0) as server:
         port = server.sockets[0].getsockname()[1]
         return await _client_apart(args, "echo", f"ws://127.0.0.1:{port}")
 
@@ -432,16 +436,7 @@ async def _persist_apart(args: argparse.Namespace) -> float:
 async def client_rate(kind: str, url: str, calls: int, warmup: int) -> float:
     """The client side of (a-x) / (b-x): sequential calls/s against ``url``."""
     if kind == "echo":
-        async with connect(url) as ws:
-            texts = [request_text(i) for i in range(calls + warmup)]
-            for text in texts[:warmup]:
-                await ws.send(text)
-                await ws.recv()
-            start = time.perf_counter()
-            for text in texts[warmup:]:
-                await ws.send(text)
-                await ws.recv()
-            return calls / (time.perf_counter() - start)
+        return await _echo_calls(url, calls, warmup)
     async with SessionClient(url, "bench-apart") as client:
         return await _sequential_rate(client, calls, warmup)
 

@@ -133,43 +133,32 @@ class CompactionTurns:
         """The session's working context (``AgentActor.build_working_context``), running
         the compactions the core finds due on the way."""
         async with instructions_counted(self.host.executor, instructions):
-            return await self._build(pump, session_id, instructions, limit, strategy, may_compact)
-
-    async def _build(
-        self,
-        pump: Pump,
-        session_id: str,
-        instructions: list[str],
-        limit: int | None,
-        strategy: Mapping[str, Any] | None,
-        may_compact: bool,
-    ) -> WorkingContext:
-        known = Known()
-        while True:
-            step: WorkingContext | CompactionDue = await pump.decide(
-                lambda k: self.core.build(
-                    session_id,
-                    k,
-                    instructions=instructions,
-                    limit=limit,
-                    strategy=strategy,
-                    may_compact=may_compact,
-                ),
-                known,
-            )
-            if isinstance(step, WorkingContext):
-                return step
-            if step.config.mode == "summarize" and not step.force:
-                # Off the critical path: the build waits a bounded time, then answers with
-                # the previous record (and placeholders, if the strategy has them) while
-                # the summary goes on (or is retried later).
-                outcome = await self.summary(pump, step)
-                if outcome == "slow" or outcome == "failed":
-                    await self.placeholder_fallback(pump, step, outcome)
-            else:
-                await self.compaction(pump, step)
-            known.compacted = True
-            known.forget_views(session_id)  # it may have committed: ask the cache again
+            known = Known()
+            while True:
+                step: WorkingContext | CompactionDue = await pump.decide(
+                    lambda k: self.core.build(
+                        session_id,
+                        k,
+                        instructions=instructions,
+                        limit=limit,
+                        strategy=strategy,
+                        may_compact=may_compact,
+                    ),
+                    known,
+                )
+                if isinstance(step, WorkingContext):
+                    return step
+                if step.config.mode == "summarize" and not step.force:
+                    # Off the critical path: the build waits a bounded time, then answers with
+                    # the previous record (and placeholders, if the strategy has them) while
+                    # the summary goes on (or is retried later).
+                    outcome = await self.summary(pump, step)
+                    if outcome == "slow" or outcome == "failed":
+                        await self.placeholder_fallback(pump, step, outcome)
+                else:
+                    await self.compaction(pump, step)
+                known.compacted = True
+                known.forget_views(session_id)  # it may have committed: ask the cache again
 
     async def summary(self, pump: Pump, due: CompactionDue) -> SummaryOutcome:
         """Start (or join) the session's background summary and wait for it at most

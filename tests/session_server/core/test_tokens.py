@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -244,11 +245,11 @@ def test_warned_set_is_module_level() -> None:
     assert name in tokens._WARNED
 
 
-def test_instruction_counts_are_remembered_within_their_bounds(
+def recording_counter(
     monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """A system instruction is encoded once, then its count is reused (builds count it
-    every time); the cache never holds more than its bounds."""
+) -> tuple[TokenCounter, list[str], Callable[[str], int]]:
+    """A counter whose ``count`` records each text it encodes; the list, and the
+    original ``count``."""
     counter = TokenCounter()
     calls: list[str] = []
     original = counter.count
@@ -258,6 +259,15 @@ def test_instruction_counts_are_remembered_within_their_bounds(
         return original(text)
 
     monkeypatch.setattr(counter, "count", counting)
+    return counter, calls, original
+
+
+def test_instruction_counts_are_remembered_within_their_bounds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A system instruction is encoded once, then its count is reused (builds count it
+    every time); the cache never holds more than its bounds."""
+    counter, calls, original = recording_counter(monkeypatch)
     prompt = "You are a careful assistant. " * 200
     first = counter.count_instruction(prompt)
     assert first == original(prompt)
@@ -280,15 +290,7 @@ def test_pinned_instruction_counts_are_used_and_released(monkeypatch: pytest.Mon
     """Counts taken ahead (``pin_instructions``): remembered like any count, and used
     while pinned (by each caller that pinned them), even when too large to remember or
     emptied from the cache meanwhile; forgotten from the pins when the last one unpins."""
-    counter = TokenCounter()
-    calls: list[str] = []
-    original = counter.count
-
-    def counting(text: str) -> int:
-        calls.append(text)
-        return original(text)
-
-    monkeypatch.setattr(counter, "count", counting)
+    counter, calls, original = recording_counter(monkeypatch)
     small = "You are brief. " * 10
     huge = "word " * (tokens.INSTRUCTION_CACHE_CHARS // 4 // 5 + 1)  # past the per-text cap
     assert counter.known_instructions([small, huge]) == {}
