@@ -23,8 +23,14 @@ measured as ``bench_store``'s floor); (f)/bound is the most (b)/bound can be her
 
 (a-x) and (b-x) are (a) and (b) with the client in another process, as a server's clients
 are: the server (echo, or ours) runs in this process and a subprocess of this script
-(``--client echo|persist --url URL``) makes the sequential calls and reports its rate;
-(b-x) is compared with the bound of (a-x) and (r).
+(``--client bare|persist --url URL``) makes the sequential calls and reports its rate;
+(b-x) is compared with the bound of (a-x) and (r). (b-xr) is (b-x) with the bare client
+of (a-x) (the same request texts, raw ``websockets``, no ``SessionClient``), and (m-x) the
+same bare client against ``minimal_server.py``: the least a ``turn.persist`` server does
+(decode, validate, count, one worker-thread commit), in this same stack. (m-x)/bound-x is
+the measured limit of a sequential call here. For the three servers of (a-x), (m-x) and
+(b-xr), this process's CPU time per call is reported (Linux: ``/proc/self/task``), on the
+event-loop thread and on the others (writer, mirror).
 
 Three diagnostics split (b): the same calls against a server without the JSONL mirror
 (b-m), the RPC stack alone (framing and params validation of the same
@@ -39,8 +45,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -51,6 +59,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import sqlite3
 from dataclasses import dataclass
 
+from minimal_server import minimal_server
 from websockets.asyncio.client import connect
 from websockets.asyncio.server import ServerConnection, serve
 
@@ -128,9 +137,10 @@ async def _echo(ws: ServerConnection) -> None:
         await ws.send(message)
 
 
-async def _echo_calls(url: str, calls: int, warmup: int) -> float:
-    """Sequential round trips per second of ``turn.persist`` request texts to the echo
-    server at ``url``."""
+async def _bare_calls(url: str, calls: int, warmup: int) -> float:
+    """Sequential round trips per second of ``turn.persist`` request texts (session
+    ``s``) sent by a bare ``websockets`` client to the server at ``url`` (the echo, the
+    minimal server or ours)."""
     async with connect(url) as ws:
         texts = [request_text(i) for i in range(calls + warmup)]
         for text in texts[:warmup]:
@@ -146,7 +156,7 @@ async def _echo_calls(url: str, calls: int, warmup: int) -> float:
 async def echo_rate(calls: int, warmup: int) -> float:
     async with serve(_echo, "127.0.0.1", 0) as server:
         port = server.sockets[0].getsockname()[1]
-        return await _echo_calls(f"ws://127.0.0.1:{port}", calls, warmup)
+        return await _bare_calls(f"ws://127.0.0.1:{port}", calls, warmup)
 
 
 def raw_commit_rate(path: Path, synchronous: str, calls: int, warmup: int) -> float:
@@ -316,14 +326,16 @@ class Report:
     # (``bench_store.bench_floor``): the token count of the turn and one worker round trip.
     count_s: float
     hop_s: float
-    # (a-x) and (b-x): calls/s with the client in another process.
-    echo_apart: float
+    # Calls/s with the client in another process: (a-x), (b-x), (m-x) and (b-xr).
+    echo_apart: Apart
     persist_apart: float
+    minimal_apart: Apart
+    bare_apart: Apart
 
     @property
     def bound_apart(self) -> float:
         """The bound with the echo's client in another process."""
-        return 1 / (1 / self.echo_apart + 1 / self.raw_commit)
+        return 1 / (1 / self.echo_apart.rate + 1 / self.raw_commit)
 
     @property
     def bound(self) -> float:
@@ -335,6 +347,35 @@ class Report:
         """Calls/s of the bound plus the token count and the worker round trip: the most
         a sequential turn.persist can reach here (no server code, no mirror)."""
         return 1 / (1 / self.bound + self.count_s + self.hop_s)
+
+    def _apart_row(self, label: str, rate: float) -> str:
+        ratio = rate / self.bound_apart
+        return (
+            f"| {label} | {rate:,.0f} | {ratio:.2f} | bound-x, target >= 0.50:"
+            f" {'met' if ratio >= 0.5 else '**not met**'}; of (m-x):"
+            f" {rate / self.minimal_apart.rate:.2f} |"
+        )
+
+    def cpu_table(self) -> list[str]:
+        """This process's CPU time per call while a client in another process called it."""
+        rows = [
+            "| server (bare client in another process) | event-loop thread, us/call"
+            " | other threads, us/call | total |",
+            "|---|---:|---:|---:|",
+        ]
+        for label, apart in (
+            ("(a-x) websockets echo", self.echo_apart),
+            ("(m-x) minimal server", self.minimal_apart),
+            ("(b-xr) session-server", self.bare_apart),
+        ):
+            if apart.loop_cpu_us is None or apart.other_cpu_us is None:
+                rows.append(f"| {label} | n/a | n/a | n/a |")
+                continue
+            total = apart.loop_cpu_us + apart.other_cpu_us
+            rows.append(
+                f"| {label} | {apart.loop_cpu_us:.0f} | {apart.other_cpu_us:.0f} | {total:.0f} |"
+            )
+        return rows
 
     def table(self, args: argparse.Namespace) -> list[str]:
         r = self.rates
@@ -351,13 +392,16 @@ class Report:
             " | bound: the most (b) can reach |",
             f"| (b) turn.persist, sequential | {r.sequential:,.0f} | {ratio:.2f}"
             f" | bound, target >= 0.50: {'met' if ratio >= 0.5 else '**not met**'} |",
-            f"| (a-x) websockets echo, client in another process | {self.echo_apart:,.0f}"
-            f" | {self.echo_apart / self.echo:.2f} | (a) |",
+            f"| (a-x) websockets echo, client in another process | {self.echo_apart.rate:,.0f}"
+            f" | {self.echo_apart.rate / self.echo:.2f} | (a) |",
             f"| bound-x: 1 / (1/(a-x) + 1/r) | {self.bound_apart:,.0f} | 1.00 | bound-x |",
-            f"| (b-x) turn.persist, sequential, client in another process"
-            f" | {self.persist_apart:,.0f} | {self.persist_apart / self.bound_apart:.2f}"
-            f" | bound-x, target >= 0.50:"
-            f" {'met' if self.persist_apart / self.bound_apart >= 0.5 else '**not met**'} |",
+            f"| (m-x) minimal server (`minimal_server.py`), the bare client of (a-x)"
+            f" | {self.minimal_apart.rate:,.0f} | {self.minimal_apart.rate / self.bound_apart:.2f}"
+            " | bound-x: the limit measured in this stack |",
+            self._apart_row("(b-xr) turn.persist, the bare client of (a-x)", self.bare_apart.rate),
+            self._apart_row(
+                "(b-x) turn.persist, `SessionClient` in another process", self.persist_apart
+            ),
             f"| (b-m) turn.persist, sequential, server without the JSONL mirror"
             f" | {r.unmirrored:,.0f} | {r.unmirrored / self.bound:.2f} | bound |",
             f"| (p) turn.persist, {args.pipeline} pipelined on one connection | {r.pipelined:,.0f}"
@@ -392,6 +436,7 @@ async def measure(args: argparse.Namespace) -> Report:
     count, hop = await bench_store.bench_floor(args.warmup, args.calls, turn_events)
     echo_apart = await _echo_apart(args)
     persist_apart = await _persist_apart(args)
+    minimal_apart, bare_apart = await _minimal_and_bare(args)
     loop = type(asyncio.get_running_loop()).__module__.split(".")[0]
     return Report(
         args.synchronous,
@@ -403,26 +448,78 @@ async def measure(args: argparse.Namespace) -> Report:
         hop.per_turn_ms / 1000,
         echo_apart,
         persist_apart,
+        minimal_apart,
+        bare_apart,
     )
 
 
-async def _client_apart(args: argparse.Namespace, kind: str, url: str) -> float:
-    """The calls/s a client in a subprocess of this script measures against ``url``."""
+@dataclass
+class Apart:
+    """Calls/s a client in another process measured, and the CPU time this process (the
+    server's) spent per call meanwhile: on the event-loop thread and on all its other
+    threads (None where ``/proc/self/task`` is not there)."""
+
+    rate: float
+    loop_cpu_us: float | None = None
+    other_cpu_us: float | None = None
+
+    @staticmethod
+    def mean(runs: list[Apart]) -> Apart:
+        def avg(values: list[float | None]) -> float | None:
+            known = [v for v in values if v is not None]
+            return sum(known) / len(known) if len(known) == len(values) else None
+
+        return Apart(
+            sum(r.rate for r in runs) / len(runs),
+            avg([r.loop_cpu_us for r in runs]),
+            avg([r.other_cpu_us for r in runs]),
+        )
+
+
+def thread_cpu_s() -> dict[int, float] | None:
+    """CPU seconds (user + system) of each thread of this process, by native id."""
+    tasks = Path("/proc/self/task")
+    if not tasks.is_dir():
+        return None
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict[int, float] = {}
+    for task in tasks.iterdir():
+        try:
+            # The fields after the command name (which may hold spaces) in parentheses.
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # the thread ended
+        out[int(task.name)] = (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
+async def _client_apart(args: argparse.Namespace, kind: str, url: str) -> Apart:
+    """What a client in a subprocess of this script measures against ``url``, with this
+    process's CPU time per call (warm-up calls included) meanwhile."""
+    loop_thread = threading.get_native_id()
+    before = thread_cpu_s()
     proc = await asyncio.create_subprocess_exec(
         sys.executable, __file__, "--client", kind, "--url", url, "--calls", str(args.calls),
         "--warmup", str(args.warmup), "--loop", args.loop,
         stdout=asyncio.subprocess.PIPE,
     )  # fmt: skip
     out, _ = await proc.communicate()
+    after = thread_cpu_s()
     if proc.returncode != 0:
         raise RuntimeError(f"the {kind} client failed (exit {proc.returncode})")
-    return float(out.decode().split()[-1])
+    rate = float(out.decode().split()[-1])
+    if before is None or after is None:
+        return Apart(rate)
+    calls = args.calls + args.warmup
+    spent = {tid: cpu - before.get(tid, 0.0) for tid, cpu in after.items()}
+    on_loop = spent.pop(loop_thread, 0.0)
+    return Apart(rate, 1e6 * on_loop / calls, 1e6 * sum(spent.values()) / calls)
 
 
-async def _echo_apart(args: argparse.Namespace) -> float:
+async def _echo_apart(args: argparse.Namespace) -> Apart:
     async with serve(_echo, "127.0.0.1", 0) as server:
         port = server.sockets[0].getsockname()[1]
-        return await _client_apart(args, "echo", f"ws://127.0.0.1:{port}")
+        return await _client_apart(args, "bare", f"ws://127.0.0.1:{port}")
 
 
 async def _persist_apart(args: argparse.Namespace) -> float:
@@ -430,13 +527,40 @@ async def _persist_apart(args: argparse.Namespace) -> float:
         registry = ActorRegistry(Path(tmp), synchronous=args.synchronous)
         await asyncio.to_thread(get_counter)
         async with registry, SessionServer(registry, port=0) as server:
-            return await _client_apart(args, "persist", server.url)
+            return (await _client_apart(args, "persist", server.url)).rate
+
+
+async def _minimal_and_bare(args: argparse.Namespace, rounds: int = 2) -> tuple[Apart, Apart]:
+    """(m-x) and (b-xr), in alternating rounds (the machine's speed drifts between runs):
+    the bare client against the minimal server, then against ours, ``rounds`` times."""
+    minimal: list[Apart] = []
+    bare: list[Apart] = []
+    for _ in range(rounds):
+        with tempfile.TemporaryDirectory() as tmp:
+            async with minimal_server(Path(tmp) / "minimal.sqlite", args.synchronous) as server:
+                minimal.append(await _client_apart(args, "bare", server.url))
+                if server.last_seq() != 4 * (args.calls + args.warmup):
+                    raise RuntimeError(f"the minimal server stored {server.last_seq()} events")
+        with tempfile.TemporaryDirectory() as tmp:
+            registry = ActorRegistry(Path(tmp), synchronous=args.synchronous)
+            async with (
+                registry,
+                SessionServer(registry, port=0) as ours,
+                SessionClient(ours.url, "bench-bare") as client,
+            ):
+                await client.create_session(session_id="s")
+                bare.append(await _client_apart(args, "bare", f"{ours.url}/v1/agents/bench-bare"))
+                stored = (await client.get_session("s"))["last_seq"]
+                if stored != 4 * (args.calls + args.warmup):
+                    raise RuntimeError(f"session-server stored {stored} events (errors?)")
+    return Apart.mean(minimal), Apart.mean(bare)
 
 
 async def client_rate(kind: str, url: str, calls: int, warmup: int) -> float:
-    """The client side of (a-x) / (b-x): sequential calls/s against ``url``."""
-    if kind == "echo":
-        return await _echo_calls(url, calls, warmup)
+    """The client side of the rows with the client in another process: sequential
+    calls/s against ``url``, by a bare ``websockets`` client or a ``SessionClient``."""
+    if kind == "bare":
+        return await _bare_calls(url, calls, warmup)
     async with SessionClient(url, "bench-apart") as client:
         return await _sequential_rate(client, calls, warmup)
 
@@ -456,7 +580,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="event loop: auto (uvloop when installed, as `session-server serve`)",
     )
     # The client of (a-x) / (b-x), run by this script in a subprocess.
-    parser.add_argument("--client", choices=["echo", "persist"], help=argparse.SUPPRESS)
+    parser.add_argument("--client", choices=["bare", "persist"], help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
@@ -481,6 +605,8 @@ def main(argv: list[str] | None = None) -> None:
         f" {args.calls} calls per measurement, token counts: {token_mode()}"
     )
     print("\n".join(report.table(args)))
+    print()
+    print("\n".join(report.cpu_table()))
 
 
 if __name__ == "__main__":
