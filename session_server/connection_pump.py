@@ -115,8 +115,13 @@ class Connection:
     # -- sending (everything goes through one FIFO, in order) -----------------------------
     def send(self, data: bytes, on_written: Callable[[], None] | None = None) -> None:
         """Queue ``data``; it is written after everything queued before it, then
-        ``on_written`` runs (also when the connection closed and it was dropped)."""
+        ``on_written`` runs (also when the connection closed and it was dropped). With
+        nothing queued and the socket writable, it is written at once."""
         if self.closed:
+            if on_written is not None:
+                on_written()
+            return
+        if not self.writing and not self.outgoing and self.ws.write_now(data):
             if on_written is not None:
                 on_written()
             return

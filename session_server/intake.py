@@ -37,7 +37,7 @@ from typing import Any, ClassVar
 
 from websockets.asyncio.server import ServerConnection
 from websockets.frames import DATA_OPCODES, Frame, Opcode
-from websockets.protocol import Event
+from websockets.protocol import OPEN, Event
 from websockets.streams import StreamReader
 
 __all__ = ["HANDOVER_BYTES", "FramePermits", "IntakeConnection", "intake_connection"]
@@ -155,6 +155,25 @@ class IntakeConnection(ServerConnection):
         self._stall: asyncio.TimerHandle | None = None
 
     # -- websockets hooks -------------------------------------------------------------------
+    def write_now(self, data: bytes) -> bool:
+        """Write ``data`` as one text frame now, without a task, when ``send`` would not
+        wait: the connection is open, no fragmented message is being sent and writing is
+        not paused. False: nothing was written (use ``send``).
+
+        This is what ``send`` does in that case (``protocol.send_text``, then
+        ``send_data``); an answer written this way skips a task and a turn of the event
+        loop (the sequential ``turn.persist``)."""
+        if (
+            self.protocol.state is not OPEN
+            or self.send_in_progress is not None
+            or self.paused
+            or self.transport.is_closing()
+        ):
+            return False
+        self.protocol.send_text(data)
+        self.send_data()
+        return True
+
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
         # websockets pauses and resumes the transport itself for its frame queue; route

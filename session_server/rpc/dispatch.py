@@ -107,7 +107,7 @@ async def _call(
         raise MethodNotFoundError(
             f"Method not found: {req.method!r} is not available on this endpoint (use {where})"
         )
-    too_big = await offload(lambda: find_out_of_range_int(req.params))
+    too_big = await offload(lambda: find_out_of_range_int(req.params)) if req.long_ints else None
     if too_big is not None:
         raise InvalidParamsError(
             f"{too_big}: integer out of range (must fit in a signed 64-bit integer)",

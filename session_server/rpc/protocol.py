@@ -13,6 +13,7 @@ each field by its path, e.g. ``params.events[0].content: Input should be a valid
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -68,6 +69,10 @@ class Request:
     params: dict[str, Any]
     id: RequestId = None
     notification: bool = False
+    long_ints: bool = field(default=True, compare=False)
+    """False when the frame holds no run of 19 digits: then no integer in ``params`` can
+    be outside the signed 64-bit range, and the walk of ``find_out_of_range_int`` is
+    skipped (the frames of the hot path)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,7 +121,19 @@ def _valid_id(value: Any) -> bool:
     return value is None or isinstance(value, str) or (type(value) is int)
 
 
-def _parse_item(obj: Any) -> Request | Invalid:
+# An integer outside [-2**63, 2**63 - 1] has at least 19 digits (2**63 - 1 has 19): a frame
+# without 19 digits in a row holds none. Digits inside strings only make the check run.
+_LONG_DIGITS_BYTES: Final = re.compile(rb"[0-9]{19}")
+_LONG_DIGITS_STR: Final = re.compile(r"[0-9]{19}")
+
+
+def _may_hold_long_ints(data: str | bytes) -> bool:
+    if isinstance(data, bytes):
+        return _LONG_DIGITS_BYTES.search(data) is not None
+    return _LONG_DIGITS_STR.search(data) is not None
+
+
+def _parse_item(obj: Any, long_ints: bool = True) -> Request | Invalid:
     if not isinstance(obj, dict):
         return Invalid(
             None,
@@ -153,7 +170,7 @@ def _parse_item(obj: Any) -> Request | Invalid:
             ),
             notification,
         )
-    return Request(method, params, rid, notification)
+    return Request(method, params, rid, notification, long_ints)
 
 
 def _json_type(value: Any) -> str:
@@ -174,11 +191,12 @@ def parse_frame(data: str | bytes) -> Frame:
     """Parse one frame. Raises ``ParseError`` (not JSON / not UTF-8) or
     ``InvalidRequestError`` (empty batch); every other problem is an ``Invalid`` item."""
     obj = _decode(data)
+    long_ints = _may_hold_long_ints(data)
     if isinstance(obj, list):
         if not obj:
             raise InvalidRequestError("Invalid Request: empty batch")
-        return Frame([_parse_item(o) for o in obj], batch=True)
-    return Frame([_parse_item(obj)], batch=False)
+        return Frame([_parse_item(o, long_ints) for o in obj], batch=True)
+    return Frame([_parse_item(obj, long_ints)], batch=False)
 
 
 def result_response(request_id: RequestId, result: Any) -> dict[str, Any]:

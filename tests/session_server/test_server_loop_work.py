@@ -42,7 +42,10 @@ async def test_a_large_frame_is_parsed_and_validated_on_a_worker(
     recording(monkeypatch, connection_pump, "parse_frame", seen)
     recording(monkeypatch, dispatch, "find_out_of_range_int", seen)
     recording(monkeypatch, params, "parse_client_events", seen)
+    # 19 digits in a row make the integer range check run (see the frame without them).
+    digits = "1" * 19
     events = [{"action": "user_message", "content": f"q{i}"} for i in range(params.MAX_WRITE_ITEMS)]
+    events[0]["content"] = digits
     async with (
         running_server(tmp_path / "memory") as server,
         SessionClient(server.url, "agent") as client,
@@ -53,10 +56,15 @@ async def test_a_large_frame_is_parsed_and_validated_on_a_worker(
         assert result["last_seq"] == params.MAX_WRITE_ITEMS
         large = {name: list(threads) for name, threads in seen.items()}
         seen.clear()
-        await client.append_events(sid, [{"content": "small"}])
+        await client.append_events(sid, [{"content": f"small {digits}"}])
+        small = {name: list(threads) for name, threads in seen.items()}
+        seen.clear()
+        await client.append_events(sid, [{"content": "small, no long number"}])
     for name in ("parse_frame", "find_out_of_range_int", "parse_client_events"):
         assert on_workers(large[name]), (name, large)
-        assert on_loop(seen[name]), (name, seen)
+        assert on_loop(small[name]), (name, small)
+    # No 19 digits in a row in the frame: no integer can be out of range, no walk.
+    assert "find_out_of_range_int" not in seen and on_loop(seen["parse_frame"]), seen
 
 
 async def test_a_large_frame_that_does_not_parse_is_answered(tmp_path: Path) -> None:

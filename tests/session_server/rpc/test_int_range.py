@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import json
+import re
 from typing import Any
 
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from session_server.rpc.protocol import INT64_MAX, INT64_MIN, find_out_of_range_int
+from session_server.rpc.protocol import (
+    INT64_MAX,
+    INT64_MIN,
+    Request,
+    find_out_of_range_int,
+    parse_frame,
+)
 
 
 def test_the_first_integer_out_of_range_is_named_by_its_path() -> None:
@@ -39,3 +47,35 @@ def _paths(value: Any, path: str) -> list[str]:
 def test_the_answer_is_the_first_out_of_range_path_in_document_order(value: Any) -> None:
     found = _paths(value, "params")
     assert find_out_of_range_int(value) == (found[0] if found else None)
+
+
+@given(JSON)
+def test_a_frame_without_19_digits_in_a_row_skips_the_walk_safely(value: Any) -> None:
+    """``parse_frame`` marks a request ``long_ints=False`` only when its frame has no run
+    of 19 digits; no integer beyond int64 can then be in its params."""
+    try:
+        text = json.dumps(
+            {"jsonrpc": "2.0", "id": 1, "method": "m", "params": {"v": value}}, allow_nan=False
+        )
+    except ValueError:  # an infinity: not JSON
+        assume(False)
+    for data in (text, text.encode()):
+        request = parse_frame(data).items[0]
+        assert isinstance(request, Request)
+        assert request.long_ints == (re.search("[0-9]{19}", text) is not None)
+        if not request.long_ints:
+            assert find_out_of_range_int(request.params) is None
+
+
+def test_the_digit_runs_that_mark_a_frame() -> None:
+    def marked(params: str) -> bool:
+        frame = f'{{"jsonrpc": "2.0", "id": 1, "method": "m", "params": {params}}}'
+        request = parse_frame(frame.encode()).items[0]
+        assert isinstance(request, Request)
+        return request.long_ints
+
+    assert not marked('{"n": 999999999999999999}')  # 18 digits: always in range
+    assert marked('{"n": 9223372036854775807}')  # INT64_MAX: checked (and in range)
+    assert marked('{"n": -9223372036854775809}')
+    assert marked('{"s": "id 12345678901234567890"}')  # digits in a string: checked too
+    assert not marked('{"f": 1.5e300, "n": [1, 2, 3]}')
