@@ -12,7 +12,7 @@ import contextlib
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Executor
-from typing import Any, Literal, Protocol, TypeVar
+from typing import Any, Final, Literal, Protocol, TypeVar
 
 import msgspec
 
@@ -33,6 +33,22 @@ __all__ = ["LARGE_CONTENT_CHARS", "SessionWrites", "WriteRunner", "off_loop_if_l
 T = TypeVar("T")
 
 _encode = msgspec.json.encode
+
+
+ITEM_CHARS: Final = 128
+"""What planning one item costs, in characters counted: validating, numbering and
+counting an event takes about 3-5 us here, as counting about 128 characters does
+(10,000 small events were planned on the event loop in 27-57 ms)."""
+
+
+def _plan_size(items: Sequence[SessionEvent | ContextMessage]) -> int:
+    """The size ``off_loop_if_large`` weighs: the characters of the items' content and
+    arguments plus ``ITEM_CHARS`` per item. Enough items are large by their number alone
+    (their characters are not walked on the loop: 200,000 messages took 80 ms)."""
+    weight = ITEM_CHARS * len(items)
+    if weight >= LARGE_CONTENT_CHARS:
+        return weight
+    return weight + _content_chars(items)
 
 
 def _content_chars(items: Iterable[SessionEvent | ContextMessage]) -> int:
@@ -146,7 +162,7 @@ class SessionWrites:
         """
         plan = await off_loop_if_large(
             self.host.executor,
-            _content_chars(events),
+            _plan_size(events),
             lambda: self.core.plan_events(
                 session_id,
                 events,
@@ -199,7 +215,7 @@ class SessionWrites:
         again.
         """
 
-        size = _content_chars(ctx.get_new_messages())
+        size = _plan_size(ctx.get_new_messages())
 
         def prepare() -> PreparedTurn:
             return self.core.prepare_turn(

@@ -21,6 +21,7 @@ from session_server import ActorRegistry, AgentActor
 from session_server.client import SessionClient
 from session_server.compaction.summarize import SummaryRequest, SummaryResult
 from session_server.core import tokens
+from session_server.core.agent_core import AgentCore
 from session_server.core.events import ContextMessage, SessionEvent, ToolCall
 from session_server.core.tokens import TokenCounter, get_counter
 from session_server.mirror.rows_file import ROWS_FILE
@@ -29,6 +30,7 @@ from session_server.mirror_io.writer import MirrorWriter
 from session_server.rpc import memory_methods
 from session_server.runtime import mirror_link, transfer
 from session_server.runtime.off_loop import LARGE_CONTENT_CHARS, instructions_counted
+from session_server.runtime.session_writes import ITEM_CHARS
 from session_server.runtime.summarizers import ExtractiveSummarizer
 from tests.support.server import running_server
 
@@ -399,3 +401,32 @@ async def test_concurrent_builds_with_one_large_instruction_pin_and_release_it(
     assert seen and on_workers(seen), sorted(set(seen))
     assert answered[0] == get_counter().count(prompt) + tokens.MESSAGE_OVERHEAD
     assert get_counter()._pinned == {}
+
+
+async def test_many_small_items_are_planned_off_the_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, threads: dict[str, list[str]]
+) -> None:
+    """Planning is linear in the items too, not only in their characters: 10,000 small
+    events were planned on the event loop in 27-57 ms. Past ``LARGE_CONTENT_CHARS /
+    ITEM_CHARS`` items, an append and a turn are planned (and counted) on a worker; a
+    turn of a few small messages stays on the loop."""
+    many = LARGE_CONTENT_CHARS // ITEM_CHARS
+    recording(monkeypatch, AgentCore, "plan_events", threads)
+    recording(monkeypatch, AgentCore, "prepare_turn", threads)
+    async with ActorRegistry(tmp_path, idle_timeout=None, mirror=False) as reg:
+        actor = await reg.get("agent")
+        sid = await actor.create_session()
+        await actor.append_events(sid, [SessionEvent(content=f"e{i}") for i in range(many)])
+        await actor.append_events(sid, [SessionEvent(content="one")])
+        ctx = await actor.build_working_context(sid)
+        ctx.add_messages([ContextMessage(role="user", content=f"m{i}") for i in range(many)])
+        await actor.persist_working_context(sid, ctx)
+        ctx = await actor.build_working_context(sid)
+        ctx.add_messages([ContextMessage(role="user", content="small")])
+        await actor.persist_working_context(sid, ctx)
+        stored = await actor.load_events(sid, limit=None)
+    assert len(stored) == 2 * many + 2
+    planned, prepared = threads["plan_events"], threads["prepare_turn"]
+    assert on_workers(planned[:1]) and on_workers(prepared[:1]), threads
+    assert not on_workers(planned[1:]) and not on_workers(prepared[1:]), threads
+    assert [e.token_count for e in stored] == [get_counter().count_event(e) for e in stored]
