@@ -251,6 +251,15 @@ class IntakeConnection(ServerConnection):
         if self.ended:
             return
         held = self._held()
+        if held <= self.threshold and not (
+            self.waiting or self.permit or self._intake_paused or self._stall is not None
+        ):
+            # The common case (runs 4 times per message): small, and nothing to withdraw,
+            # release, resume or disarm; what the full rule below would do, and no more.
+            if held != self.counted:
+                self.pool.add_held(held - self.counted)
+                self.counted = held
+            return
         self.pool.add_held(held - self.counted)
         self.counted = held
         if held <= self.threshold:

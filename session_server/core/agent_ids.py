@@ -6,6 +6,7 @@ NFD spellings of one name (``"café"`` typed on two systems) are one agent, one 
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from typing import Final
 
@@ -14,6 +15,7 @@ from .errors import InvalidAgentIdError
 __all__ = ["MAX_AGENT_ID_BYTES", "validate_agent_id"]
 
 MAX_AGENT_ID_BYTES: Final = 128
+_CONTROL: Final = re.compile("[\x00-\x1f\x7f-\x9f]")  # C0, DEL and C1
 
 
 def validate_agent_id(agent_id: object) -> str:
@@ -43,7 +45,7 @@ def validate_agent_id(agent_id: object) -> str:
         problem = "must not contain a path separator"
     elif ".." in agent_id or agent_id == ".":
         problem = "must not contain '..' or be '.'"
-    elif any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 for c in agent_id):
+    elif _CONTROL.search(agent_id):
         problem = "must not contain NUL or control characters"
     elif agent_id != agent_id.strip():
         problem = "must not start or end with whitespace"

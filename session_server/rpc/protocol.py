@@ -123,14 +123,17 @@ def _valid_id(value: Any) -> bool:
 
 # An integer outside [-2**63, 2**63 - 1] has at least 19 digits (2**63 - 1 has 19): a frame
 # without 19 digits in a row holds none. Digits inside strings only make the check run.
-_LONG_DIGITS_BYTES: Final = re.compile(rb"[0-9]{19}")
-_LONG_DIGITS_STR: Final = re.compile(r"[0-9]{19}")
+# Bytes (every frame the server reads) are scanned as a translation to 0/1 and a search,
+# 0.5 us for a turn.persist frame against 5 us for the regular expression.
+_DIGIT_MARKS: Final = bytes(0x31 if 0x30 <= b <= 0x39 else 0x30 for b in range(256))
+_LONG_RUN: Final = b"1" * 19
+_LONG_DIGITS: Final = re.compile(r"[0-9]{19}")
 
 
 def _may_hold_long_ints(data: str | bytes) -> bool:
     if isinstance(data, bytes):
-        return _LONG_DIGITS_BYTES.search(data) is not None
-    return _LONG_DIGITS_STR.search(data) is not None
+        return _LONG_RUN in data.translate(_DIGIT_MARKS)
+    return _LONG_DIGITS.search(data) is not None
 
 
 def _parse_item(obj: Any, long_ints: bool = True) -> Request | Invalid:
@@ -229,10 +232,22 @@ def _small(value: Any, depth: int = 0) -> bool:
     if kind is str:
         return len(value) <= 65_536
     if kind is dict:
-        return depth < 4 and len(value) <= 32 and all(_small(v, depth + 1) for v in value.values())
+        return (
+            depth < 4
+            and len(value) <= 32
+            and all(type(v) in _SCALARS or _small(v, depth + 1) for v in value.values())
+        )
     if kind is list or kind is tuple:
-        return depth < 4 and len(value) <= 16 and all(_small(v, depth + 1) for v in value)
+        return (
+            depth < 4
+            and len(value) <= 16
+            and all(type(v) in _SCALARS or _small(v, depth + 1) for v in value)
+        )
     return True
+
+
+# Leaves ``_small`` takes without a call (an answer's seqs, counts and flags).
+_SCALARS: Final = frozenset({int, float, bool, type(None)})
 
 
 def encode_pieces(message: Any) -> Iterator[bytes]:

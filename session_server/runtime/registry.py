@@ -250,6 +250,12 @@ class ActorRegistry:
         nothing is made. With ``create=True`` a new agent counts against ``max_agents``
         (``TooLargeError`` beyond it); its folder appears when its store first opens.
         """
+        actor = self._actors.get(agent_id)
+        if actor is not None and actor.is_open and not self._is_closed:
+            # Every key is a validated id: finding one is its validation (each request
+            # asks for its connection's actor; the check walked the id's characters).
+            self._start_sweeper()
+            return actor
         agent_id = validate_agent_id(agent_id)
         if self._is_closed:
             raise AgentUnavailableError("the registry is closed", data={"agent_id": agent_id})

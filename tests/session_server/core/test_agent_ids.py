@@ -74,3 +74,17 @@ def test_long_ids_are_truncated_in_the_message() -> None:
     with pytest.raises(InvalidAgentIdError) as info:
         validate_agent_id("x" * 10_000)
     assert len(info.value.message) < 200
+
+
+def test_exactly_c0_del_and_c1_are_control_characters() -> None:
+    for code in range(0x200):
+        char = chr(code)
+        if char in "/\\.":
+            continue
+        control = code < 0x20 or 0x7F <= code < 0xA0
+        try:
+            validate_agent_id(f"a{char}b")
+        except InvalidAgentIdError as exc:
+            assert control and "control" in exc.message, (code, exc.message)
+        else:
+            assert not control, code
