@@ -17,7 +17,9 @@ Runs, in one process (the load phase against a server subprocess):
    shim (``scripts/flush_delay.c``, built with gcc; the section says so when it is not).
 3. RPC (``scripts/bench_rpc.py``, NORMAL and FULL): sequential ``turn.persist`` vs its
    bound (a bare ``websockets`` echo round trip of the same request text plus a raw
-   sqlite3 commit of the turn), pipelined calls, 32 connections on one agent, 16 on 16.
+   sqlite3 commit of the turn), with the client in another process against the echo,
+   the minimal server (``scripts/minimal_server.py``) and ours with their CPU per call,
+   pipelined calls, 32 connections on one agent, 16 on 16.
 4. Compaction (``scripts/bench_compaction.py``): tokens of the built context per strategy
    vs no compaction, and the pure build/plan time at 1k/100k events.
 5. Load (``tests/support/load.py``): 64 connections over 16 agents against
@@ -147,7 +149,11 @@ async def rpc_section(quick: bool) -> tuple[str, float]:
         "",
         "Same request text (a 4-message `turn.persist`), server and client in one process,"
         " 127.0.0.1. The bound of a sequential call is one bare `websockets` echo round trip"
-        " plus one raw sqlite3 commit of the turn at the same synchronous level.",
+        " plus one raw sqlite3 commit of the turn at the same synchronous level. The `-x`"
+        " rows have the client in another process; (m-x) is `scripts/minimal_server.py`, the"
+        " least a `turn.persist` server does (decode, validate, count, one worker-thread"
+        " commit), the limit measured in this stack; the second table is the server"
+        " process's CPU time per call meanwhile.",
     ]
     full_commit = 0.0
     for sync in ("NORMAL", "FULL"):
@@ -163,6 +169,8 @@ async def rpc_section(quick: bool) -> tuple[str, float]:
             f"Command: `scripts/bench_rpc.py {' '.join(argv)}`",
             "",
             *report.table(args),
+            "",
+            *report.cpu_table(),
         ]
     return "\n".join(lines), full_commit
 
