@@ -48,6 +48,12 @@ the event loop, 160 kB of 10,000 small events about 15 ms), and a worker round t
 costs about 0.1 ms."""
 
 
+DIRECT_WRITE_BYTES: Final = 32 * 1024
+"""Answers up to this size are written at once when nothing is queued (no task): larger
+ones go through the queue, where they count against ``max_outgoing_bytes`` until the
+socket took them, so a client that does not read is stopped by its first large answer."""
+
+
 class ConnectionHost(SubscriberLimits, Protocol):
     """What a connection reads of its server (``SessionServer``): the bounds, the
     method table, the shared budgets, the topics and the stop deadline."""
@@ -115,13 +121,18 @@ class Connection:
     # -- sending (everything goes through one FIFO, in order) -----------------------------
     def send(self, data: bytes, on_written: Callable[[], None] | None = None) -> None:
         """Queue ``data``; it is written after everything queued before it, then
-        ``on_written`` runs (also when the connection closed and it was dropped). With
-        nothing queued and the socket writable, it is written at once."""
+        ``on_written`` runs (also when the connection closed and it was dropped). A small
+        message is written at once when nothing is queued and the socket is writable."""
         if self.closed:
             if on_written is not None:
                 on_written()
             return
-        if not self.writing and not self.outgoing and self.ws.write_now(data):
+        if (
+            len(data) <= DIRECT_WRITE_BYTES
+            and not self.writing
+            and not self.outgoing
+            and self.ws.write_now(data)
+        ):
             if on_written is not None:
                 on_written()
             return
