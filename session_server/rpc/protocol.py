@@ -131,9 +131,9 @@ _LONG_DIGITS: Final = re.compile(r"[0-9]{19}")
 
 
 def _may_hold_long_ints(data: str | bytes) -> bool:
-    if isinstance(data, bytes):
-        return _LONG_RUN in data.translate(_DIGIT_MARKS)
-    return _LONG_DIGITS.search(data) is not None
+    if isinstance(data, str):
+        return _LONG_DIGITS.search(data) is not None
+    return _LONG_RUN in data.translate(_DIGIT_MARKS)  # bytes, or a bytearray
 
 
 def _parse_item(obj: Any, long_ints: bool = True) -> Request | Invalid:

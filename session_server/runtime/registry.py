@@ -250,7 +250,7 @@ class ActorRegistry:
         nothing is made. With ``create=True`` a new agent counts against ``max_agents``
         (``TooLargeError`` beyond it); its folder appears when its store first opens.
         """
-        actor = self._actors.get(agent_id)
+        actor = self._actors.get(agent_id) if type(agent_id) is str else None
         if actor is not None and actor.is_open and not self._is_closed:
             # Every key is a validated id: finding one is its validation (each request
             # asks for its connection's actor; the check walked the id's characters).

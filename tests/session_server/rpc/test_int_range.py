@@ -79,3 +79,12 @@ def test_the_digit_runs_that_mark_a_frame() -> None:
     assert marked('{"n": -9223372036854775809}')
     assert marked('{"s": "id 12345678901234567890"}')  # digits in a string: checked too
     assert not marked('{"f": 1.5e300, "n": [1, 2, 3]}')
+
+
+def test_a_bytearray_frame_is_scanned_too() -> None:
+    frame = bytearray(b'{"jsonrpc": "2.0", "id": 1, "method": "m", "params": {"n": 1}}')
+    request = parse_frame(bytes(frame)).items[0]
+    assert isinstance(request, Request) and not request.long_ints
+    frame[-3:-2] = b"9" * 20
+    request = parse_frame(frame).items[0]  # type: ignore[arg-type]
+    assert isinstance(request, Request) and request.long_ints

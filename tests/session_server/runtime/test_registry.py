@@ -114,3 +114,16 @@ async def test_a_closed_registry_refuses_with_a_distinct_error(tmp_path: Path) -
     await reg.close()
     with pytest.raises(AgentUnavailableError, match="closed"):
         await reg.get("a")
+
+
+async def test_an_id_that_is_not_a_string_is_refused_while_actors_are_open(tmp_path: Path) -> None:
+    """``get`` looks an open actor up before validating (every key is a validated id);
+    an id that is not a string, even an unhashable one, still gets the validation's
+    refusal, and an open actor is still found by its NFD spelling."""
+    async with ActorRegistry(tmp_path, idle_timeout=None, mirror=False) as reg:
+        actor = await reg.get("café")
+        await actor.create_session()
+        for bad in (["café"], 7, None):
+            with pytest.raises(InvalidAgentIdError, match="must be a string"):
+                await reg.get(bad)  # type: ignore[arg-type]
+        assert await reg.get("cafe\u0301") is actor
