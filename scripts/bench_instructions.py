@@ -10,6 +10,10 @@ by ``3 N`` is the cost of one turn without start-up. Reported: (a) raw ``sqlite3
 (b) session-server (with its event-loop thread apart from the worker threads: the loop
 thread is what one process serves every connection with), (c) the Agents SDK's
 ``SQLiteSession``. ``--writers W`` runs (b) as W concurrent writers on one agent.
+``--systems rpc minimal`` (not run by default) measure the server process of a sequential
+``turn.persist`` over RPC instead, called by ``bench_rpc``'s bare client in another process
+(not under valgrind): (d) session-server (mirror off, as (b)) and (e) ``minimal_server.py``,
+the least such a server does; their main thread is the event loop, the rest the workers.
 
 Needs ``valgrind`` on the PATH. Slow: about a minute per system at the default size.
 """
@@ -34,7 +38,8 @@ from tests.support.bench_env import token_mode, use_shared_tiktoken  # noqa: E40
 # Set before the workload subprocesses start: they inherit it.
 use_shared_tiktoken()
 
-SYSTEMS = ("raw", "ours", "sdk")
+SYSTEMS = ("raw", "ours", "sdk", "rpc", "minimal")
+DEFAULT_SYSTEMS = ("raw", "ours", "sdk")
 
 
 def _workload(system: str, synchronous: str, turns: int, writers: int) -> None:
@@ -74,7 +79,39 @@ def _workload(system: str, synchronous: str, turns: int, writers: int) -> None:
 
             await asyncio.gather(*(write(s) for s in sessions))
 
-    bench_store.run_with_loop("auto", sdk() if system == "sdk" else ours())
+    async def served() -> None:
+        """The server in this process, called by ``bench_rpc``'s bare client in another
+        process (valgrind does not follow it): ``turns`` sequential ``turn.persist``."""
+        import bench_rpc
+        from minimal_server import minimal_server
+
+        from session_server.client import SessionClient
+        from session_server.server import SessionServer
+
+        args = ["--client", "bare", "--calls", str(turns), "--warmup", "0"]
+        if system == "minimal":
+            async with minimal_server(root / "minimal.sqlite", synchronous) as server:
+                await _call_apart(bench_rpc.__file__, [*args, "--url", server.url])
+            return
+        async with (
+            ActorRegistry(root, synchronous=synchronous, mirror=False) as reg,  # type: ignore[arg-type]
+            SessionServer(reg, port=0) as ours_server,
+            SessionClient(ours_server.url, "agent") as client,
+        ):
+            await client.create_session(session_id="s")
+            url = f"{ours_server.url}/v1/agents/agent"
+            await _call_apart(bench_rpc.__file__, [*args, "--url", url])
+
+    work = {"sdk": sdk, "rpc": served, "minimal": served}.get(system, ours)
+    bench_store.run_with_loop("auto", work())
+
+
+async def _call_apart(script: str, args: list[str]) -> None:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, script, *args, stdout=asyncio.subprocess.DEVNULL
+    )
+    if await proc.wait() != 0:
+        raise RuntimeError(f"the client in another process failed: {args}")
 
 
 def _count(system: str, synchronous: str, turns: int, writers: int) -> tuple[int, int]:
@@ -126,7 +163,14 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--turns", type=int, default=100, help="N: runs of N and 4 N turns (100)")
     p.add_argument("--synchronous", choices=["FULL", "NORMAL"], default="NORMAL")
     p.add_argument("--writers", type=int, default=1, help="(b) as W writers on one agent")
-    p.add_argument("--systems", nargs="+", choices=SYSTEMS, default=list(SYSTEMS))
+    p.add_argument(
+        "--systems",
+        nargs="+",
+        choices=SYSTEMS,
+        default=list(DEFAULT_SYSTEMS),
+        help="rpc: our server over RPC, minimal: scripts/minimal_server.py, each called by"
+        " a bare client in another process (the server process's instructions per call)",
+    )
     p.add_argument("--run", choices=SYSTEMS, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.run:
@@ -143,7 +187,13 @@ def main(argv: list[str] | None = None) -> None:
     print("| system | all threads | main (event loop) thread | vs (a) raw sqlite3 |")
     print("|---|---:|---:|---:|")
     raw = rows.get("raw", (0, 0))[0]
-    names = {"raw": "(a) raw sqlite3", "ours": "(b) session-server", "sdk": "(c) SQLiteSession"}
+    names = {
+        "raw": "(a) raw sqlite3",
+        "ours": "(b) session-server",
+        "sdk": "(c) SQLiteSession",
+        "rpc": "(d) session-server over RPC, server process",
+        "minimal": "(e) minimal server over RPC, server process",
+    }
     for system, (total, main_thread) in rows.items():
         ratio = f"{total / raw:.2f}x" if raw else ""
         print(f"| {names[system]} | {total:,} | {main_thread:,} | {ratio} |")
