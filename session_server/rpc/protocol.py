@@ -128,12 +128,22 @@ def _valid_id(value: Any) -> bool:
 _DIGIT_MARKS: Final = bytes(0x31 if 0x30 <= b <= 0x39 else 0x30 for b in range(256))
 _LONG_RUN: Final = b"1" * 19
 _LONG_DIGITS: Final = re.compile(r"[0-9]{19}")
+# A larger frame (parsed on a worker) is translated a slice at a time: a translation of
+# the whole of a 16 MiB frame would add its size to what a large append holds.
+_SCAN_CHUNK: Final = 1024 * 1024
 
 
 def _may_hold_long_ints(data: str | bytes) -> bool:
     if isinstance(data, str):
         return _LONG_DIGITS.search(data) is not None
-    return _LONG_RUN in data.translate(_DIGIT_MARKS)  # bytes, or a bytearray
+    size = len(data)  # bytes, or a bytearray
+    if size <= _SCAN_CHUNK:
+        return _LONG_RUN in data.translate(_DIGIT_MARKS)
+    overlap = len(_LONG_RUN) - 1  # the slices overlap: no run is cut in two
+    for start in range(0, size - overlap, _SCAN_CHUNK):
+        if _LONG_RUN in data[start : start + _SCAN_CHUNK + overlap].translate(_DIGIT_MARKS):
+            return True
+    return False
 
 
 def _parse_item(obj: Any, long_ints: bool = True) -> Request | Invalid:

@@ -187,7 +187,13 @@ class SessionWrites:
         if metadata is not None and not isinstance(metadata, dict):
             raise InvalidParamsError("metadata: must be an object")
         sid = session_id or str(uuid.uuid4())
-        plan = self.core.plan_events(sid, events, create=NewSession(self.agent_id, metadata))
+        create = NewSession(self.agent_id, metadata)
+        # An import is planned as an append is: a folder of many events on a worker.
+        plan = await off_loop_if_large(
+            self.host.executor,
+            _plan_size(events),
+            lambda: self.core.plan_events(sid, events, create=create),
+        )
         return sid, await self.commit(plan)
 
     async def persist_working_context(

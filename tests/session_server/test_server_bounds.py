@@ -409,3 +409,40 @@ async def test_byte_budget_bounds_and_reserves_room_for_small_requests() -> None
         budget.release(token)
     budget.release(await waiting)
     assert budget.in_use == 0 and budget.large_in_use == 0
+
+
+async def test_unread_answers_written_at_once_still_hold_the_window(server: RunningServer) -> None:
+    """Answers up to ``DIRECT_WRITE_BYTES`` are written at once while nothing is queued
+    and writing is not paused. A client pipelining 600 requests with such answers (17
+    MB, more than the sockets' buffers hold) and reading none is still stopped: once
+    writing pauses, the answers queue and hold the window. The transport then holds at
+    most its high-water mark plus two answers (one written at once, one being flushed),
+    and every answer arrives once the client reads."""
+    size = connection_pump.DIRECT_WRITE_BYTES - 4096
+    async with SessionClient(server.url, AGENT) as client:
+        await client.create_session(session_id="near")
+        await client.append_events("near", [{"content": noise(size)}])
+    ws = await stalled(server.url)
+    try:
+        n = 600
+        for i in range(n):
+            await ws.send(request(i, "events.load", session_id="near"), text=True)
+        conn = only_connection(server.server)
+        await until(
+            lambda: conn.slots.locked() and not conn.tasks and conn.outgoing,
+            "every slot held by an unwritten answer",
+        )
+        assert len(conn.outgoing) <= server.server.max_inflight
+        assert conn.outgoing_bytes <= server.server.max_inflight * (size + 1024)
+        transport = conn.ws.transport
+        _low, high = transport.get_write_buffer_limits()
+        assert transport.get_write_buffer_size() <= high + 2 * (size + 1024)
+        seen: set[int] = set()
+        while len(seen) < n:
+            async with asyncio.timeout(DEADLINE_S):
+                answer = _DEC.decode(await ws.recv(decode=False))
+            assert len(answer["result"]["events"][0]["content"]) == size
+            seen.add(answer["id"])
+        assert seen == set(range(n))
+    finally:
+        await ws.close()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 from collections.abc import Callable
 from pathlib import Path
 
@@ -179,3 +180,107 @@ async def test_a_permit_holder_whose_reader_takes_nothing_is_dropped(tmp_path: P
             answer = msgspec.json.decode(await other.recv(decode=False))
         await other.close()
         assert "result" in answer, answer
+
+
+def _append_request(rid: int, session_id: str, size: int) -> bytes:
+    """A masked text frame appending ``size`` characters, answered with ``rid``."""
+    payload = msgspec.json.encode(
+        {
+            "jsonrpc": "2.0",
+            "id": rid,
+            "method": "events.append",
+            "params": {"session_id": session_id, "events": [{"content": "x" * size}]},
+        }
+    )
+    return Frame(Opcode.TEXT, payload).serialize(mask=True, extensions=[])
+
+
+async def test_large_and_small_frames_interleaved_leave_the_rule_at_rest(tmp_path: Path) -> None:
+    """Each connection sends a run of frames of random sizes (small, just under the
+    threshold, over it) in random slices, so reads end mid-frame and hold several frames
+    at once, while one permit serves them all. The rule's common case (small, nothing to
+    undo) returns early; whatever the order, every frame is answered, the intake stays
+    within its bound and every connection ends with no permit, no place in the queue,
+    no pause and no stall timer: what the full rule leaves."""
+    rng = random.Random(9)
+    sizes = (100, THRESHOLD - 2_000, 3 * THRESHOLD)
+    connections = 4
+    async with running_server(
+        tmp_path / "memory",
+        max_frame_bytes=MAX_FRAME,
+        large_frame_threshold=THRESHOLD,
+        large_frame_permits=1,
+    ) as running:
+        permits = running.server.permits
+        async with SessionClient(running.url, AGENT) as setup:
+            for i in range(connections):
+                await setup.create_session(session_id=f"s{i}")
+        for _round in range(3):
+            conns = [
+                await connect(f"{running.url}/v1/agents/{AGENT}", max_size=None)
+                for _ in range(connections)
+            ]
+            try:
+                plans = [[rng.choice(sizes) for _ in range(6)] for _ in range(connections)]
+                streams = [
+                    b"".join(_append_request(j, f"s{i}", size) for j, size in enumerate(plan))
+                    for i, plan in enumerate(plans)
+                ]
+                cuts = [sorted(rng.sample(range(1, len(s)), 5)) for s in streams]
+                for k in range(6):  # slice k of every stream, connection after connection
+                    for ws, stream, cut in zip(conns, streams, cuts, strict=True):
+                        bounds = [0, *cut, len(stream)]
+                        ws.transport.write(stream[bounds[k] : bounds[k + 1]])
+                    await asyncio.sleep(0)  # let the server read between the slices
+                async with asyncio.timeout(60):
+                    for ws, plan in zip(conns, plans, strict=True):
+                        answers = [msgspec.json.decode(await ws.recv(decode=False)) for _ in plan]
+                        assert all("result" in a for a in answers), answers
+                        assert sorted(a["id"] for a in answers) == list(range(len(plan)))
+                await _until(lambda: permits.in_use == 0 and permits.held == 0)
+                assert not permits.waiting
+                for conn in running.server._connections:
+                    intake = conn.ws
+                    assert not (intake.permit or intake.waiting or intake._intake_paused)
+                    assert intake._stall is None and intake.counted == 0
+            finally:
+                for ws in conns:
+                    await ws.close()
+        assert 0 < permits.peak <= 1 and permits.held_peak <= _bound()
+
+
+async def test_a_permit_taken_for_small_frames_is_given_back_once_they_are_claimed(
+    tmp_path: Path,
+) -> None:
+    """Small frames arriving together hold more than the threshold: the connection takes
+    the permit, then its reader claims them one by one (none needs it). Once the bytes
+    held are under the threshold again the permit goes back to the pool (the full rule;
+    the early return of the common case must not skip it), so another connection's large
+    frame is served while the first stays open and idle."""
+    async with running_server(
+        tmp_path / "memory",
+        max_frame_bytes=MAX_FRAME,
+        large_frame_threshold=THRESHOLD,
+        large_frame_permits=1,
+    ) as running:
+        permits = running.server.permits
+        async with SessionClient(running.url, AGENT) as setup:
+            await setup.create_session(session_id="s0")
+        frames = 10
+        async with (
+            connect(f"{running.url}/v1/agents/{AGENT}", max_size=None) as idle,
+            connect(f"{running.url}/v1/agents/{AGENT}", max_size=None) as large,
+        ):
+            size = THRESHOLD // 3
+            idle.transport.write(b"".join(_append_request(i, "s0", size) for i in range(frames)))
+            async with asyncio.timeout(30):
+                answers = [
+                    msgspec.json.decode(await idle.recv(decode=False)) for _ in range(frames)
+                ]
+            assert sorted(a["id"] for a in answers) == list(range(frames)), answers
+            assert permits.peak == 1  # the frames together took the permit
+            await _until(lambda: permits.in_use == 0 and permits.held == 0)
+            large.transport.write(_append_request(frames, "s0", 3 * THRESHOLD))
+            async with asyncio.timeout(30):
+                answer = msgspec.json.decode(await large.recv(decode=False))
+            assert answer["id"] == frames and "result" in answer, answer

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 import re
+import tracemalloc
 from typing import Any
 
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
+from session_server.core.errors import ParseError
+from session_server.rpc import protocol
 from session_server.rpc.protocol import (
     INT64_MAX,
     INT64_MIN,
@@ -88,3 +91,55 @@ def test_a_bytearray_frame_is_scanned_too() -> None:
     frame[-3:-2] = b"9" * 20
     request = parse_frame(frame).items[0]  # type: ignore[arg-type]
     assert isinstance(request, Request) and request.long_ints
+
+
+# JSON number literals as a peer may write them: any length of integer part, fractions,
+# exponents (``1e19`` and ``10E+18`` are integral values without 19 digits in a row).
+NUMBER = st.from_regex(
+    r"-?(0|[1-9][0-9]{0,24})(\.[0-9]{1,4})?([eE][+-]?[0-9]{1,3})?", fullmatch=True
+)
+BLANK = st.sampled_from(["", " ", "\n", "\t", "\r\n  "])
+
+
+@given(st.lists(st.tuples(BLANK, NUMBER, BLANK), min_size=1, max_size=8))
+def test_msgspec_decodes_no_integer_beyond_int64_from_a_frame_without_19_digits(
+    numbers: list[tuple[str, str, str]],
+) -> None:
+    """The premise of the skipped walk, checked against msgspec's own decoding: a number
+    written with an exponent or a fraction decodes as a float (never an int), so only a
+    literal of 19 digits or more can give an integer outside int64."""
+    body = ",".join(f"{before}{number}{after}" for before, number, after in numbers)
+    frame = f'{{"jsonrpc":"2.0","id":1,"method":"m","params":{{"v":[{body}]}}}}'.encode()
+    try:
+        request = parse_frame(frame).items[0]
+    except ParseError:  # a float beyond the double range: msgspec refuses the frame
+        assume(False)
+    assert isinstance(request, Request)
+    decoded = request.params["v"]
+    assert len(decoded) == len(numbers)
+    for (_, number, _), value in zip(numbers, decoded, strict=True):
+        assert (type(value) is int) == (re.fullmatch(r"-?[0-9]+", number) is not None)
+    if not request.long_ints:
+        assert find_out_of_range_int(request.params) is None
+
+
+def test_the_digit_scan_of_a_large_frame_copies_a_slice_at_a_time() -> None:
+    """A frame of several MiB (parsed on a worker) is not copied whole to find its digit
+    runs (a large append already holds a few times its size); a run that straddles two
+    slices is still found, wherever it starts."""
+    chunk = protocol._SCAN_CHUNK
+    frame = b"a " * (2 * chunk)
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        marked = protocol._may_hold_long_ints(frame)
+        peak = tracemalloc.get_traced_memory()[1] - before
+    finally:
+        tracemalloc.stop()
+    assert not marked and peak < 3 * chunk, peak
+    for start in range(chunk - 20, chunk + 2):
+        for data in (bytearray(b"x" * (2 * chunk)), bytearray(b"x" * (chunk + 40))):
+            data[start : start + 19] = b"1" * 19
+            assert protocol._may_hold_long_ints(data), start
+            data[start + 9 : start + 10] = b" "
+            assert not protocol._may_hold_long_ints(data), start

@@ -430,3 +430,26 @@ async def test_many_small_items_are_planned_off_the_loop(
     assert on_workers(planned[:1]) and on_workers(prepared[:1]), threads
     assert not on_workers(planned[1:]) and not on_workers(prepared[1:]), threads
     assert [e.token_count for e in stored] == [get_counter().count_event(e) for e in stored]
+
+
+async def test_an_import_of_many_events_is_planned_off_the_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, threads: dict[str, list[str]]
+) -> None:
+    """``import_events`` (an export folder without its rows file) plans its events as an
+    append does: past ``LARGE_CONTENT_CHARS / ITEM_CHARS`` items on a worker (a reference
+    folder of 10,000 events was validated and numbered on the event loop), a small one
+    on the loop; the stored counts are the counter's either way."""
+    many = LARGE_CONTENT_CHARS // ITEM_CHARS
+    recording(monkeypatch, AgentCore, "plan_events", threads)
+    async with ActorRegistry(tmp_path, idle_timeout=None, mirror=False) as reg:
+        actor = await reg.get("agent")
+        big, result = await actor.import_events(
+            [SessionEvent(content=f"e{i}") for i in range(many)]
+        )
+        small, _ = await actor.import_events([SessionEvent(content="one")])
+        stored = await actor.load_events(big, limit=None)
+        stored += await actor.load_events(small, limit=None)
+    assert result.last_seq == many and len(stored) == many + 1
+    planned = threads["plan_events"]
+    assert on_workers(planned[:1]) and not on_workers(planned[1:]), threads
+    assert [e.token_count for e in stored] == [get_counter().count_event(e) for e in stored]
