@@ -7,7 +7,9 @@ the core's cache, the mirror and the subscribers what changed.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import Executor
 from typing import Any, Protocol, TypeVar
 
 import msgspec
@@ -28,11 +30,19 @@ __all__ = ["EditRunner", "SessionEdits"]
 T = TypeVar("T")
 
 
+class _ExecutorHost(Protocol):
+    @property
+    def executor(self) -> Executor: ...
+
+
 class EditRunner(Protocol):
     """What the edits need of their actor."""
 
     @property
     def core(self) -> AgentCore: ...
+
+    @property
+    def host(self) -> _ExecutorHost: ...
 
     @property
     def mirror(self) -> MirrorLink: ...
@@ -70,7 +80,8 @@ class SessionEdits:
         """Write a whole session as it is (``core.session_rows``: checked first), in one
         transaction; its mirror files are written from it right after the commit."""
         validate_session_id(rows.session.id)
-        check_rows(rows)
+        # Linear in the rows (every event decoded): on a worker, not the event loop.
+        await asyncio.get_running_loop().run_in_executor(self.host.executor, check_rows, rows)
 
         async def write(store: AgentStore) -> None:
             await store.insert_session_rows(rows)

@@ -149,7 +149,10 @@ async def import_session(
         rows = parsed.rows
         rows.session.agent_id = actor.agent_id  # the session now belongs to this agent
         if new_ids or (session_id is not None and session_id != rows.session.id):
-            rows = with_new_ids(rows, session_id or str(uuid.uuid4()), new_event_ids=new_ids)
+            copy = functools.partial(
+                with_new_ids, rows, session_id or str(uuid.uuid4()), new_event_ids=new_ids
+            )
+            rows = await _off_loop(actor, copy)  # a copy of every row
         await actor.import_rows(rows)
         return {
             "session_id": rows.session.id,

@@ -28,7 +28,7 @@ from session_server.mirror.rows_file import ROWS_FILE
 from session_server.mirror_io.snapshot_index import SnapshotIndex
 from session_server.mirror_io.writer import MirrorWriter
 from session_server.rpc import memory_methods
-from session_server.runtime import mirror_link, transfer
+from session_server.runtime import mirror_link, session_edits, transfer
 from session_server.runtime.off_loop import LARGE_CONTENT_CHARS, instructions_counted
 from session_server.runtime.session_writes import ITEM_CHARS
 from session_server.runtime.summarizers import ExtractiveSummarizer
@@ -88,6 +88,8 @@ async def test_export_and_import_touch_files_on_workers(
     recording(monkeypatch, transfer, "write_export", threads)
     recording(monkeypatch, transfer, "import_reference_folder", threads)
     recording(monkeypatch, transfer, "read_rows_file", threads)
+    recording(monkeypatch, transfer, "with_new_ids", threads)
+    recording(monkeypatch, session_edits, "check_rows", threads)
     async with ActorRegistry(tmp_path, idle_timeout=None) as reg:
         actor = await reg.get("agent")
         sid = await one_turn(actor, "q")
@@ -100,6 +102,9 @@ async def test_export_and_import_touch_files_on_workers(
     assert on_workers(threads["write_export"]), threads
     assert on_workers(threads["read_rows_file"]), threads
     assert on_workers(threads["import_reference_folder"]), threads
+    # Linear in the rows (an event decoded each): a session of 10,000 events is not
+    # renumbered or checked on the event loop.
+    assert on_workers(threads["with_new_ids"]) and on_workers(threads["check_rows"]), threads
 
 
 async def test_memory_view_and_snapshot_index_read_on_workers(
