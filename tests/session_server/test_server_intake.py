@@ -6,10 +6,12 @@ exceed the documented bound."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import random
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 import msgspec
 from websockets.asyncio.client import ClientConnection, connect
@@ -17,7 +19,7 @@ from websockets.frames import Frame, Opcode
 
 from session_server.client import SessionClient
 from tests.support.plain_http import http_get
-from tests.support.server import running_server
+from tests.support.server import RunningServer, running_server
 
 MAX_FRAME = 1024 * 1024
 THRESHOLD = 64 * 1024
@@ -61,6 +63,24 @@ async def _until(condition: Callable[[], bool]) -> None:
     async with asyncio.timeout(20):
         while not condition():  # noqa: ASYNC110
             await asyncio.sleep(0.005)
+
+
+@contextlib.asynccontextmanager
+async def _one_permit_server(
+    tmp_path: Path, sessions: int = 1, **options: Any
+) -> AsyncIterator[RunningServer]:
+    """A server with one large-frame permit and sessions ``s0``, ``s1``, ... of ``AGENT``."""
+    async with running_server(
+        tmp_path / "memory",
+        max_frame_bytes=MAX_FRAME,
+        large_frame_threshold=THRESHOLD,
+        large_frame_permits=1,
+        **options,
+    ) as running:
+        async with SessionClient(running.url, AGENT) as setup:
+            for i in range(sessions):
+                await setup.create_session(session_id=f"s{i}")
+        yield running
 
 
 async def test_connections_mid_frame_wait_for_permits_and_all_complete(tmp_path: Path) -> None:
@@ -112,15 +132,8 @@ async def test_connections_mid_frame_wait_for_permits_and_all_complete(tmp_path:
 
 
 async def test_a_connection_that_leaves_mid_frame_gives_its_permit_back(tmp_path: Path) -> None:
-    async with running_server(
-        tmp_path / "memory",
-        max_frame_bytes=MAX_FRAME,
-        large_frame_threshold=THRESHOLD,
-        large_frame_permits=1,
-    ) as running:
+    async with _one_permit_server(tmp_path) as running:
         permits = running.server.permits
-        async with SessionClient(running.url, AGENT) as setup:
-            await setup.create_session(session_id="s0")
         frame = _append_frame("s0", 900_000)
         quitter = await connect(f"{running.url}/v1/agents/{AGENT}", max_size=None)
         quitter.transport.write(frame[: len(frame) // 2])
@@ -154,16 +167,8 @@ async def test_a_permit_holder_whose_reader_takes_nothing_is_dropped(tmp_path: P
     """A connection that got a permit mid-frame and then stops taking messages (what a
     client that does not read its answers causes once its window is full) would keep
     the permit for good: it is dropped after ``large_frame_hold_timeout``."""
-    async with running_server(
-        tmp_path / "memory",
-        max_frame_bytes=MAX_FRAME,
-        large_frame_threshold=THRESHOLD,
-        large_frame_permits=1,
-        large_frame_hold_timeout=0.2,
-    ) as running:
+    async with _one_permit_server(tmp_path, large_frame_hold_timeout=0.2) as running:
         permits = running.server.permits
-        async with SessionClient(running.url, AGENT) as setup:
-            await setup.create_session(session_id="s0")
         frame = _append_frame("s0", 900_000)
         holder = await connect(f"{running.url}/v1/agents/{AGENT}", max_size=None)
         holder.transport.write(frame[: len(frame) // 2])
@@ -205,16 +210,8 @@ async def test_large_and_small_frames_interleaved_leave_the_rule_at_rest(tmp_pat
     rng = random.Random(9)
     sizes = (100, THRESHOLD - 2_000, 3 * THRESHOLD)
     connections = 4
-    async with running_server(
-        tmp_path / "memory",
-        max_frame_bytes=MAX_FRAME,
-        large_frame_threshold=THRESHOLD,
-        large_frame_permits=1,
-    ) as running:
+    async with _one_permit_server(tmp_path, sessions=connections) as running:
         permits = running.server.permits
-        async with SessionClient(running.url, AGENT) as setup:
-            for i in range(connections):
-                await setup.create_session(session_id=f"s{i}")
         for _round in range(3):
             conns = [
                 await connect(f"{running.url}/v1/agents/{AGENT}", max_size=None)
@@ -257,15 +254,8 @@ async def test_a_permit_taken_for_small_frames_is_given_back_once_they_are_claim
     held are under the threshold again the permit goes back to the pool (the full rule;
     the early return of the common case must not skip it), so another connection's large
     frame is served while the first stays open and idle."""
-    async with running_server(
-        tmp_path / "memory",
-        max_frame_bytes=MAX_FRAME,
-        large_frame_threshold=THRESHOLD,
-        large_frame_permits=1,
-    ) as running:
+    async with _one_permit_server(tmp_path) as running:
         permits = running.server.permits
-        async with SessionClient(running.url, AGENT) as setup:
-            await setup.create_session(session_id="s0")
         frames = 10
         async with (
             connect(f"{running.url}/v1/agents/{AGENT}", max_size=None) as idle,
