@@ -17,11 +17,11 @@ import asyncio
 from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import Executor
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import Final, TypeVar
+from typing import Final, Protocol, TypeVar
 
 from ..core.tokens import TokenCounter, loaded_counter
 
-__all__ = ["LARGE_CONTENT_CHARS", "instructions_counted", "off_loop_if_large"]
+__all__ = ["LARGE_CONTENT_CHARS", "ExecutorHost", "instructions_counted", "off_loop_if_large"]
 
 T = TypeVar("T")
 
@@ -29,6 +29,13 @@ T = TypeVar("T")
 # counting 32 Ki characters of text takes about 3 ms here (25-30 ms for 256 Ki), and a
 # persist under a compacting strategy counts its turn before the commit.
 LARGE_CONTENT_CHARS: Final = 32 * 1024
+
+
+class ExecutorHost(Protocol):
+    """An owner of the worker threads that planning and checks run on off the loop."""
+
+    @property
+    def executor(self) -> Executor: ...
 
 
 async def off_loop_if_large(executor: Executor, size: int, plan: Callable[[], T]) -> T:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
-from concurrent.futures import Executor
 from typing import Any, Protocol, TypeVar
 
 import msgspec
@@ -23,16 +22,12 @@ from ..core.validation import parse_event
 from ..mirror_io.writer import validate_session_id
 from ..storage.store import AgentStore
 from .mirror_link import MirrorLink
+from .off_loop import ExecutorHost
 from .subscriptions import Subscriptions
 
 __all__ = ["EditRunner", "SessionEdits"]
 
 T = TypeVar("T")
-
-
-class _ExecutorHost(Protocol):
-    @property
-    def executor(self) -> Executor: ...
 
 
 class EditRunner(Protocol):
@@ -42,7 +37,7 @@ class EditRunner(Protocol):
     def core(self) -> AgentCore: ...
 
     @property
-    def host(self) -> _ExecutorHost: ...
+    def host(self) -> ExecutorHost: ...
 
     @property
     def mirror(self) -> MirrorLink: ...

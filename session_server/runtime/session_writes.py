@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from concurrent.futures import Executor
 from typing import Any, Final, Literal, Protocol, TypeVar
 
 import msgspec
@@ -26,7 +25,12 @@ from ..mirror_io.writer import validate_session_id
 from ..storage.store import AgentStore
 from .compaction_turns import CompactionTurns
 from .mirror_link import MirrorLink
-from .off_loop import LARGE_CONTENT_CHARS, instructions_counted, off_loop_if_large
+from .off_loop import (
+    LARGE_CONTENT_CHARS,
+    ExecutorHost,
+    instructions_counted,
+    off_loop_if_large,
+)
 
 __all__ = ["LARGE_CONTENT_CHARS", "SessionWrites", "WriteRunner", "off_loop_if_large"]
 
@@ -98,11 +102,6 @@ def _no_prompt_size(usage: Mapping[str, Any] | None) -> bool:
         return False
 
 
-class _ExecutorHost(Protocol):
-    @property
-    def executor(self) -> Executor: ...
-
-
 class WriteRunner(Protocol):
     """What the writes need of their actor."""
 
@@ -113,7 +112,7 @@ class WriteRunner(Protocol):
     def context_limit(self) -> int: ...
 
     @property
-    def host(self) -> _ExecutorHost: ...
+    def host(self) -> ExecutorHost: ...
 
     @property
     def core(self) -> AgentCore: ...
