@@ -88,10 +88,10 @@ def _workload(system: str, synchronous: str, turns: int, writers: int) -> None:
         from session_server.client import SessionClient
         from session_server.server import SessionServer
 
-        args = ["--client", "bare", "--calls", str(turns), "--warmup", "0"]
+        args = bench_rpc.parse_args(["--calls", str(turns), "--warmup", "0"])
         if system == "minimal":
             async with minimal_server(root / "minimal.sqlite", synchronous) as server:
-                await _call_apart(bench_rpc.__file__, [*args, "--url", server.url])
+                await bench_rpc.client_apart(args, "bare", server.url)
             return
         async with (
             ActorRegistry(root, synchronous=synchronous, mirror=False) as reg,  # type: ignore[arg-type]
@@ -99,19 +99,10 @@ def _workload(system: str, synchronous: str, turns: int, writers: int) -> None:
             SessionClient(ours_server.url, "agent") as client,
         ):
             await client.create_session(session_id="s")
-            url = f"{ours_server.url}/v1/agents/agent"
-            await _call_apart(bench_rpc.__file__, [*args, "--url", url])
+            await bench_rpc.client_apart(args, "bare", f"{ours_server.url}/v1/agents/agent")
 
     work = {"sdk": sdk, "rpc": served, "minimal": served}.get(system, ours)
     bench_store.run_with_loop("auto", work())
-
-
-async def _call_apart(script: str, args: list[str]) -> None:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, script, *args, stdout=asyncio.subprocess.DEVNULL
-    )
-    if await proc.wait() != 0:
-        raise RuntimeError(f"the client in another process failed: {args}")
 
 
 def _count(system: str, synchronous: str, turns: int, writers: int) -> tuple[int, int]:

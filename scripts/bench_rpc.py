@@ -56,10 +56,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import sqlite3
 from dataclasses import dataclass
 
-from minimal_server import minimal_server
+from minimal_server import INSERT_EVENT, minimal_server, open_turn_db
 from websockets.asyncio.client import connect
 from websockets.asyncio.server import ServerConnection, serve
 
@@ -73,8 +72,6 @@ from session_server.rpc.methods import CallContext, MethodSpec, PersistParams, m
 from session_server.rpc.table import ROWS
 from session_server.runtime.registry import ActorRegistry
 from session_server.server import SessionServer
-from session_server.storage.schema import SCHEMA_VERSION, schema_sql
-from session_server.storage.sqlite_open import wal_autocheckpoint_pages
 from tests.support.bench_env import token_mode, use_shared_tiktoken
 
 use_shared_tiktoken()
@@ -161,19 +158,7 @@ async def echo_rate(calls: int, warmup: int) -> float:
 
 def raw_commit_rate(path: Path, synchronous: str, calls: int, warmup: int) -> float:
     """Raw ``sqlite3`` commits per second of one turn's rows (the storage part of the bound)."""
-    conn = sqlite3.connect(path, isolation_level=None)
-    conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute(f"PRAGMA synchronous={synchronous}")
-    conn.execute(f"PRAGMA wal_autocheckpoint={wal_autocheckpoint_pages(synchronous)}")  # as ours
-    conn.executescript(schema_sql())
-    conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
-    conn.execute(
-        "INSERT INTO sessions (id, agent_id, created_at, updated_at) VALUES ('s', 'a', 0, 0)"
-    )
-    insert = (
-        "INSERT INTO events (id, session_id, seq, action, content, metadata, created_at, turn,"
-        " turn_start_seq, token_count) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-    )
+    conn = open_turn_db(path, synchronous)  # the minimal server's file, as ours
     seq = 0
     start = 0.0
     for n in range(warmup + calls):
@@ -186,7 +171,7 @@ def raw_commit_rate(path: Path, synchronous: str, calls: int, warmup: int) -> fl
             rows.append((d["id"], "s", seq, d["action"], d["content"], d["metadata"],
                          d["created_at"], n, seq, 10))  # fmt: skip
         conn.execute("BEGIN IMMEDIATE")
-        conn.executemany(insert, rows)
+        conn.executemany(INSERT_EVENT, rows)
         conn.execute(
             "UPDATE sessions SET last_seq = ?, last_turn = ?, updated_at = ? WHERE id = 's'",
             (seq, n, n),
@@ -493,7 +478,7 @@ def thread_cpu_s() -> dict[int, float] | None:
     return out
 
 
-async def _client_apart(args: argparse.Namespace, kind: str, url: str) -> Apart:
+async def client_apart(args: argparse.Namespace, kind: str, url: str) -> Apart:
     """What a client in a subprocess of this script measures against ``url``, with this
     process's CPU time per call (warm-up calls included) meanwhile."""
     loop_thread = threading.get_native_id()
@@ -519,7 +504,7 @@ async def _client_apart(args: argparse.Namespace, kind: str, url: str) -> Apart:
 async def _echo_apart(args: argparse.Namespace) -> Apart:
     async with serve(_echo, "127.0.0.1", 0) as server:
         port = server.sockets[0].getsockname()[1]
-        return await _client_apart(args, "bare", f"ws://127.0.0.1:{port}")
+        return await client_apart(args, "bare", f"ws://127.0.0.1:{port}")
 
 
 async def _persist_apart(args: argparse.Namespace) -> float:
@@ -527,7 +512,7 @@ async def _persist_apart(args: argparse.Namespace) -> float:
         registry = ActorRegistry(Path(tmp), synchronous=args.synchronous)
         await asyncio.to_thread(get_counter)
         async with registry, SessionServer(registry, port=0) as server:
-            return (await _client_apart(args, "persist", server.url)).rate
+            return (await client_apart(args, "persist", server.url)).rate
 
 
 async def _minimal_and_bare(args: argparse.Namespace, rounds: int = 2) -> tuple[Apart, Apart]:
@@ -538,7 +523,7 @@ async def _minimal_and_bare(args: argparse.Namespace, rounds: int = 2) -> tuple[
     for _ in range(rounds):
         with tempfile.TemporaryDirectory() as tmp:
             async with minimal_server(Path(tmp) / "minimal.sqlite", args.synchronous) as server:
-                minimal.append(await _client_apart(args, "bare", server.url))
+                minimal.append(await client_apart(args, "bare", server.url))
                 if server.last_seq() != 4 * (args.calls + args.warmup):
                     raise RuntimeError(f"the minimal server stored {server.last_seq()} events")
         with tempfile.TemporaryDirectory() as tmp:
@@ -549,7 +534,7 @@ async def _minimal_and_bare(args: argparse.Namespace, rounds: int = 2) -> tuple[
                 SessionClient(ours.url, "bench-bare") as client,
             ):
                 await client.create_session(session_id="s")
-                bare.append(await _client_apart(args, "bare", f"{ours.url}/v1/agents/bench-bare"))
+                bare.append(await client_apart(args, "bare", f"{ours.url}/v1/agents/bench-bare"))
                 stored = (await client.get_session("s"))["last_seq"]
                 if stored != 4 * (args.calls + args.warmup):
                     raise RuntimeError(f"session-server stored {stored} events (errors?)")

@@ -33,32 +33,43 @@ from session_server.core.codec import dehydrate_event, message_to_event
 from session_server.core.events import ContextMessage, SessionEvent
 from session_server.core.tokens import get_counter
 from session_server.storage.schema import SCHEMA_VERSION, schema_sql
+from session_server.storage.sqlite_open import wal_autocheckpoint_pages
 
-__all__ = ["MINIMAL_SESSION", "MinimalServer", "minimal_server"]
+__all__ = ["INSERT_EVENT", "MINIMAL_SESSION", "MinimalServer", "minimal_server", "open_turn_db"]
 
 MINIMAL_SESSION = "s"
 """The one session the minimal server writes to (every request's ``session_id`` is
 ignored: it has no registry to look one up in)."""
 
-_INSERT = (
+INSERT_EVENT = (
     "INSERT INTO events (id, session_id, seq, action, content, metadata, created_at, turn,"
     " turn_start_seq, token_count) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
+"""One event row, in the store's schema."""
+
+
+def open_turn_db(path: Path, synchronous: str) -> sqlite3.Connection:
+    """A new SQLite file in the store's schema, WAL, at ``synchronous`` with the store's
+    checkpoint interval, holding the session ``MINIMAL_SESSION`` (autocommit: callers
+    write their own ``BEGIN IMMEDIATE`` ... ``COMMIT``)."""
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute(f"PRAGMA synchronous={synchronous}")
+    conn.execute(f"PRAGMA wal_autocheckpoint={wal_autocheckpoint_pages(synchronous)}")  # as ours
+    conn.executescript(schema_sql())
+    conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+    conn.execute(
+        "INSERT INTO sessions (id, agent_id, created_at, updated_at) VALUES (?, 'a', 0, 0)",
+        (MINIMAL_SESSION,),
+    )
+    return conn
 
 
 class _Store:
     """One SQLite file and its position, written only on the worker thread."""
 
     def __init__(self, path: Path, synchronous: str) -> None:
-        self.conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-        self.conn.execute("PRAGMA journal_mode=WAL")
-        self.conn.execute(f"PRAGMA synchronous={synchronous}")
-        self.conn.executescript(schema_sql())
-        self.conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
-        self.conn.execute(
-            "INSERT INTO sessions (id, agent_id, created_at, updated_at) VALUES (?, 'a', 0, 0)",
-            (MINIMAL_SESSION,),
-        )
+        self.conn = open_turn_db(path, synchronous)
         self.counter = get_counter()
         self.seq = 0
         self.turn = 0
@@ -75,7 +86,7 @@ class _Store:
                  row["created_at"], self.turn, seq, self.counter.count_event(event))
             )  # fmt: skip
         self.conn.execute("BEGIN IMMEDIATE")
-        self.conn.executemany(_INSERT, rows)
+        self.conn.executemany(INSERT_EVENT, rows)
         self.conn.execute(
             "UPDATE sessions SET last_seq = ?, last_turn = ?, updated_at = ? WHERE id = ?",
             (seq, self.turn, self.turn, MINIMAL_SESSION),
