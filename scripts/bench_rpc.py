@@ -28,9 +28,12 @@ are: the server (echo, or ours) runs in this process and a subprocess of this sc
 of (a-x) (the same request texts, raw ``websockets``, no ``SessionClient``), and (m-x) the
 same bare client against ``minimal_server.py``: the least a ``turn.persist`` server does
 (decode, validate, count, one worker-thread commit), in this same stack. (m-x)/bound-x is
-the measured limit of a sequential call here. For the three servers of (a-x), (m-x) and
-(b-xr), this process's CPU time per call is reported (Linux: ``/proc/self/task``), on the
-event-loop thread and on the others (writer, mirror).
+the measured limit of a sequential call here. (b-xr-m) is (b-xr) against a server
+without the JSONL mirror, and (b-xr-mk) the same with requests that carry no idempotency
+key: what those two parts of the contract cost in our server, measured in the same rounds.
+For the servers of (a-x), (m-x), (b-xr) and its ablation, this process's CPU time per call
+is reported (Linux: ``/proc/self/task``), on the event-loop thread and on the others
+(writer, mirror).
 
 Three diagnostics split (b): the same calls against a server without the JSONL mirror
 (b-m), the RPC stack alone (framing and params validation of the same
@@ -111,21 +114,15 @@ def turn_events(n: int) -> list[SessionEvent]:
     return [message_to_event("s", m) for m in turn(n)]
 
 
-def request_text(n: int) -> str:
+def request_text(n: int, keyed: bool = True) -> str:
+    """The ``turn.persist`` request of turn ``n`` (session ``s``), with a fresh
+    idempotency key unless ``keyed`` is false."""
     import msgspec
 
-    return json.dumps(
-        {
-            "jsonrpc": "2.0",
-            "id": n,
-            "method": "turn.persist",
-            "params": {
-                "session_id": "s",
-                "messages": msgspec.to_builtins(turn(n)),
-                "idempotency_key": str(uuid.uuid4()),
-            },
-        }
-    )
+    params: dict[str, Any] = {"session_id": "s", "messages": msgspec.to_builtins(turn(n))}
+    if keyed:
+        params["idempotency_key"] = str(uuid.uuid4())
+    return json.dumps({"jsonrpc": "2.0", "id": n, "method": "turn.persist", "params": params})
 
 
 async def _echo(ws: ServerConnection) -> None:
@@ -134,12 +131,12 @@ async def _echo(ws: ServerConnection) -> None:
         await ws.send(message)
 
 
-async def _bare_calls(url: str, calls: int, warmup: int) -> float:
+async def _bare_calls(url: str, calls: int, warmup: int, keyed: bool = True) -> float:
     """Sequential round trips per second of ``turn.persist`` request texts (session
-    ``s``) sent by a bare ``websockets`` client to the server at ``url`` (the echo, the
-    minimal server or ours)."""
+    ``s``; ``keyed``: each with an idempotency key) sent by a bare ``websockets`` client
+    to the server at ``url`` (the echo, the minimal server or ours)."""
     async with connect(url) as ws:
-        texts = [request_text(i) for i in range(calls + warmup)]
+        texts = [request_text(i, keyed) for i in range(calls + warmup)]
         for text in texts[:warmup]:
             await ws.send(text)
             await ws.recv()
@@ -316,6 +313,9 @@ class Report:
     persist_apart: float
     minimal_apart: Apart
     bare_apart: Apart
+    # (b-xr) without the JSONL mirror, then also without idempotency keys: what those two
+    # parts of the contract cost, measured (``Ablation``).
+    ablation: Ablation
 
     @property
     def bound_apart(self) -> float:
@@ -352,6 +352,8 @@ class Report:
             ("(a-x) websockets echo", self.echo_apart),
             ("(m-x) minimal server", self.minimal_apart),
             ("(b-xr) session-server", self.bare_apart),
+            ("(b-xr-m) session-server, no mirror", self.ablation.unmirrored),
+            ("(b-xr-mk) session-server, no mirror, no keys", self.ablation.plain),
         ):
             if apart.loop_cpu_us is None or apart.other_cpu_us is None:
                 rows.append(f"| {label} | n/a | n/a | n/a |")
@@ -387,6 +389,12 @@ class Report:
             self._apart_row(
                 "(b-x) turn.persist, `SessionClient` in another process", self.persist_apart
             ),
+            self._apart_row(
+                "(b-xr-m) (b-xr), server without the JSONL mirror", self.ablation.unmirrored.rate
+            ),
+            self._apart_row(
+                "(b-xr-mk) (b-xr-m), requests without idempotency keys", self.ablation.plain.rate
+            ),
             f"| (b-m) turn.persist, sequential, server without the JSONL mirror"
             f" | {r.unmirrored:,.0f} | {r.unmirrored / self.bound:.2f} | bound |",
             f"| (p) turn.persist, {args.pipeline} pipelined on one connection | {r.pipelined:,.0f}"
@@ -421,7 +429,7 @@ async def measure(args: argparse.Namespace) -> Report:
     count, hop = await bench_store.bench_floor(args.warmup, args.calls, turn_events)
     echo_apart = await _echo_apart(args)
     persist_apart = await _persist_apart(args)
-    minimal_apart, bare_apart = await _minimal_and_bare(args)
+    minimal_apart, bare_apart, ablation = await _minimal_and_bare(args)
     loop = type(asyncio.get_running_loop()).__module__.split(".")[0]
     return Report(
         args.synchronous,
@@ -435,6 +443,7 @@ async def measure(args: argparse.Namespace) -> Report:
         persist_apart,
         minimal_apart,
         bare_apart,
+        ablation,
     )
 
 
@@ -515,37 +524,62 @@ async def _persist_apart(args: argparse.Namespace) -> float:
             return (await client_apart(args, "persist", server.url)).rate
 
 
-async def _minimal_and_bare(args: argparse.Namespace, rounds: int = 2) -> tuple[Apart, Apart]:
-    """(m-x) and (b-xr), in alternating rounds (the machine's speed drifts between runs):
-    the bare client against the minimal server, then against ours, ``rounds`` times."""
+@dataclass(frozen=True)
+class Ablation:
+    """(b-xr) with parts of the contract taken away: ``unmirrored`` is the server without
+    its JSONL mirror, ``plain`` also has requests without idempotency keys."""
+
+    unmirrored: Apart
+    plain: Apart
+
+
+async def ours_apart(args: argparse.Namespace, mirror: bool, keyed: bool) -> Apart:
+    """The bare client against a fresh session-server (``mirror`` on or off), its
+    requests with idempotency keys or not; checks that every event was stored."""
+    with tempfile.TemporaryDirectory() as tmp:
+        registry = ActorRegistry(Path(tmp), synchronous=args.synchronous, mirror=mirror)
+        async with (
+            registry,
+            SessionServer(registry, port=0) as ours,
+            SessionClient(ours.url, "bench-bare") as client,
+        ):
+            await client.create_session(session_id="s")
+            kind = "bare" if keyed else "bare-unkeyed"
+            apart = await client_apart(args, kind, f"{ours.url}/v1/agents/bench-bare")
+            stored = (await client.get_session("s"))["last_seq"]
+            if stored != 4 * (args.calls + args.warmup):
+                raise RuntimeError(f"session-server stored {stored} events (errors?)")
+            return apart
+
+
+async def _minimal_and_bare(
+    args: argparse.Namespace, rounds: int = 2
+) -> tuple[Apart, Apart, Ablation]:
+    """(m-x), (b-xr) and its ablation, in alternating rounds (the machine's speed drifts
+    between runs): the bare client against the minimal server, then against ours, ours
+    without the mirror and ours without the mirror nor keys, ``rounds`` times."""
     minimal: list[Apart] = []
     bare: list[Apart] = []
+    unmirrored: list[Apart] = []
+    plain: list[Apart] = []
     for _ in range(rounds):
         with tempfile.TemporaryDirectory() as tmp:
             async with minimal_server(Path(tmp) / "minimal.sqlite", args.synchronous) as server:
                 minimal.append(await client_apart(args, "bare", server.url))
                 if server.last_seq() != 4 * (args.calls + args.warmup):
                     raise RuntimeError(f"the minimal server stored {server.last_seq()} events")
-        with tempfile.TemporaryDirectory() as tmp:
-            registry = ActorRegistry(Path(tmp), synchronous=args.synchronous)
-            async with (
-                registry,
-                SessionServer(registry, port=0) as ours,
-                SessionClient(ours.url, "bench-bare") as client,
-            ):
-                await client.create_session(session_id="s")
-                bare.append(await client_apart(args, "bare", f"{ours.url}/v1/agents/bench-bare"))
-                stored = (await client.get_session("s"))["last_seq"]
-                if stored != 4 * (args.calls + args.warmup):
-                    raise RuntimeError(f"session-server stored {stored} events (errors?)")
-    return Apart.mean(minimal), Apart.mean(bare)
+        bare.append(await ours_apart(args, mirror=True, keyed=True))
+        unmirrored.append(await ours_apart(args, mirror=False, keyed=True))
+        plain.append(await ours_apart(args, mirror=False, keyed=False))
+    ablation = Ablation(Apart.mean(unmirrored), Apart.mean(plain))
+    return Apart.mean(minimal), Apart.mean(bare), ablation
 
 
 async def client_rate(kind: str, url: str, calls: int, warmup: int) -> float:
     """The client side of the rows with the client in another process: sequential
     calls/s against ``url``, by a bare ``websockets`` client or a ``SessionClient``."""
-    if kind == "bare":
-        return await _bare_calls(url, calls, warmup)
+    if kind in ("bare", "bare-unkeyed"):
+        return await _bare_calls(url, calls, warmup, keyed=kind == "bare")
     async with SessionClient(url, "bench-apart") as client:
         return await _sequential_rate(client, calls, warmup)
 
@@ -565,7 +599,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="event loop: auto (uvloop when installed, as `session-server serve`)",
     )
     # The client of (a-x) / (b-x), run by this script in a subprocess.
-    parser.add_argument("--client", choices=["bare", "persist"], help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--client", choices=["bare", "bare-unkeyed", "persist"], help=argparse.SUPPRESS
+    )
     parser.add_argument("--url", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 

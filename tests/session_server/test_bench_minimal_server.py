@@ -14,7 +14,7 @@ from websockets.asyncio.client import connect
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 
-from bench_rpc import Apart, request_text, thread_cpu_s
+from bench_rpc import Apart, ours_apart, parse_args, request_text, thread_cpu_s
 from minimal_server import minimal_server
 
 
@@ -47,3 +47,20 @@ def test_thread_cpu_and_means() -> None:
     mean = Apart.mean([Apart(100.0, 10.0, 20.0), Apart(300.0, 30.0, 40.0)])
     assert mean == Apart(200.0, 20.0, 30.0)
     assert Apart.mean([Apart(100.0, 10.0, 20.0), Apart(300.0)]).loop_cpu_us is None
+
+
+def test_request_texts_with_and_without_keys() -> None:
+    keyed = json.loads(request_text(3))["params"]
+    plain = json.loads(request_text(3, keyed=False))["params"]
+    assert isinstance(keyed.pop("idempotency_key"), str)
+    assert "idempotency_key" not in plain
+    assert keyed == plain  # the same turn either way
+
+
+async def test_ablation_servers_store_every_turn() -> None:
+    # (b-xr-m) and (b-xr-mk): ours without the mirror, with and without keys, called by
+    # the bare client in another process; ``ours_apart`` refuses a run that lost a turn.
+    args = parse_args(["--calls", "5", "--warmup", "2", "--synchronous", "FULL"])
+    for keyed in (True, False):
+        apart = await ours_apart(args, mirror=False, keyed=keyed)
+        assert apart.rate > 0
