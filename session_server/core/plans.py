@@ -11,6 +11,7 @@ value ``ValueError`` (these are programming errors of the caller, not requests t
 
 from __future__ import annotations
 
+from copy import copy as _copy
 from typing import Any
 
 import msgspec
@@ -152,8 +153,16 @@ class AppendBatch(msgspec.Struct, frozen=True):
             raise TypeError("create: must be a NewSession or None")
 
     def with_mirror_seq(self, mirror_seq: int) -> AppendBatch:
-        """The same batch, also storing the mirror cursor ``mirror_seq``."""
-        return msgspec.structs.replace(self, mirror_seq=mirror_seq)
+        """The same batch, also storing the mirror cursor ``mirror_seq``.
+
+        A copy with that one field set: the rest was checked when the batch was made
+        (``msgspec.structs.replace`` would run ``__post_init__`` over every event again,
+        on the event loop, for each append of a mirrored session).
+        """
+        _opt_int("mirror_seq", mirror_seq)
+        copy = _copy(self)
+        msgspec.structs.force_setattr(copy, "mirror_seq", mirror_seq)
+        return copy
 
     @property
     def writes_nothing(self) -> bool:

@@ -29,6 +29,7 @@ from session_server.core.agent_core import (
     compaction_report,
     trusted_snapshot_digest,
 )
+from session_server.core.codec import message_to_event
 from session_server.core.context import WorkingContext
 from session_server.core.errors import InvalidParamsError, NotFoundError
 from session_server.core.events import ContextMessage, SessionEvent, ToolCall
@@ -399,6 +400,19 @@ def test_misuse_of_the_values_raises_type_and_value_errors() -> None:
     assert AppendBatch(SID).writes_nothing
     assert not AppendBatch(SID, create=NewSession("agent")).writes_nothing
     assert AppendBatch(SID).with_mirror_seq(4).mirror_seq == 4
+
+
+def test_with_mirror_seq_copies_the_batch_and_checks_only_the_cursor() -> None:
+    events = [message_to_event(SID, ContextMessage(role="user", content="hi"))]
+    batch = AppendBatch(SID, events, [3], expected_last_seq=2, idempotency_key="k")
+    moved = batch.with_mirror_seq(7)
+    assert moved == msgspec.structs.replace(batch, mirror_seq=7)
+    assert batch.mirror_seq is None  # the original is left as it was
+    assert moved.events is batch.events  # not validated again, not copied
+    with pytest.raises(ValueError, match="mirror_seq: must be >= 0"):
+        batch.with_mirror_seq(-1)
+    with pytest.raises(TypeError, match="mirror_seq: must be an int"):
+        batch.with_mirror_seq(True)
 
 
 def tool_turns(n: int) -> list[SessionEvent]:
