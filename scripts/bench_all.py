@@ -152,8 +152,10 @@ async def rpc_section(quick: bool) -> tuple[str, float]:
         " plus one raw sqlite3 commit of the turn at the same synchronous level. The `-x`"
         " rows have the client in another process; (m-x) is `scripts/minimal_server.py`, the"
         " least a `turn.persist` server does (decode, validate, count, one worker-thread"
-        " commit), the limit measured in this stack; the second table is the server"
-        " process's CPU time per call meanwhile.",
+        " commit), the limit measured in this stack; (b-xr-m) and (b-xr-mk) are ours"
+        " without the JSONL mirror, and also without idempotency keys in the requests (what"
+        " those two parts of the contract cost); the second table is the server process's"
+        " CPU time per call meanwhile.",
     ]
     full_commit = 0.0
     for sync in ("NORMAL", "FULL"):
