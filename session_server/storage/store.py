@@ -311,10 +311,14 @@ class AgentStore(StoreConnections):
         popped: SessionEvent | None = await self._write(
             "pop_event", session_sql.pop_event, session_id, event_id, replacement
         )
+        if popped is not None:  # removed, or rewritten in place: its text goes either way
+            await self._erase_after_delete()
         return popped
 
     async def clear_events(self, session_id: str) -> int:
         deleted: int = await self._write("clear_session", session_sql.clear_events, session_id)
+        if deleted:
+            await self._erase_after_delete()
         return deleted
 
     async def context_window(

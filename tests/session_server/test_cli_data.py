@@ -324,7 +324,9 @@ def test_sigkill_during_backup_leaves_nothing_restore_accepts(tmp_path: Path) ->
     assert nothing.returncode == 1 and "not a backup folder" in nothing.stderr
 
 
-@pytest.mark.parametrize("how", ["session.delete", "events.delete"])
+@pytest.mark.parametrize(
+    "how", ["session.delete", "events.delete", "session.clear", "events.pop", "events.pop-replace"]
+)
 async def test_deleted_text_is_gone_from_every_file(tmp_path: Path, how: str) -> None:
     mem = tmp_path / "mem"
     secret = "SECRET-7f3a9c-" * 3
@@ -345,10 +347,24 @@ async def test_deleted_text_is_gone_from_every_file(tmp_path: Path, how: str) ->
             assert any(p.name.startswith("agent.sqlite") for p in files_with)
             if how == "session.delete":
                 await client.call("session.delete", {"session_id": sid})
-            else:
+            elif how == "events.delete":
                 loaded = await client.call("events.load", {"session_id": sid})
                 ids = [e["id"] for e in loaded["events"]]
                 await client.call("events.delete", {"session_id": sid, "event_ids": ids})
+            elif how == "session.clear":
+                await client.call("session.clear", {"session_id": sid})
+            else:
+                # The answer popped, then the user message popped too, or rewritten in place
+                # (its text overwritten in its page): the last write's own WAL erase is what
+                # the files are checked for.
+                popped = await client.call("events.pop", {"session_id": sid})
+                assert secret in popped["event"]["content"]
+                last: dict[str, Any] = {"session_id": sid}
+                if how == "events.pop-replace":
+                    last["replace_with"] = {"action": "user_message", "content": "redacted"}
+                popped = await client.call("events.pop", last)
+                assert secret in popped["event"]["content"]
+                assert popped["replaced"] is (how == "events.pop-replace")
             await client.call("memory.view", {"session_id": keep})  # mirror work drained
             leaks = [
                 str(p.relative_to(mem))
