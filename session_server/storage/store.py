@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import logging
 import sqlite3
-from collections.abc import Collection, Iterable, Mapping, Sequence
-from typing import Any, Final
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from typing import Any, Final, TypeVar
 
 from ..core.errors import AgentUnavailableError, NotFoundError, SessionServerError, StorageError
 from ..core.events import SessionEvent
@@ -54,6 +54,7 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 _SESSION_COLUMNS: Final = "id, agent_id, created_at, updated_at, metadata, last_seq"
 
@@ -119,6 +120,15 @@ class AgentStore(StoreConnections):
                 log.warning("agent %r: WAL not truncated after a delete (busy)", self.agent_id)
 
         await self._call(run)
+
+    async def _delete(self, what: str, body: Callable[..., T], *args: Any) -> T:
+        """A write that deletes or overwrites stored text: ``_write``, then, when its
+        result says something went (a count, an event: anything true), the WAL erased
+        (``_erase_after_delete``)."""
+        result: T = await self._write(what, body, *args)
+        if result:
+            await self._erase_after_delete()
+        return result
 
     async def _erase_after_delete(self) -> None:
         """``erase_wal`` after a committed delete. A failure is logged, not raised: the
@@ -272,9 +282,7 @@ class AgentStore(StoreConnections):
                 ops.invalidate_mirror(conn, session_id)
             return int(deleted)
 
-        deleted = await self._write("delete_events", body)
-        if deleted:
-            await self._erase_after_delete()
+        deleted: int = await self._delete("delete_events", body)
         return deleted
 
     # -- session edits beside the turn path (bodies in ``session_sql``) -----------------
@@ -308,17 +316,14 @@ class AgentStore(StoreConnections):
         event_id: str | None,
         replacement: tuple[SessionEvent, int] | None,
     ) -> SessionEvent | None:
-        popped: SessionEvent | None = await self._write(
+        # Removed, or rewritten in place: the event's text goes either way.
+        popped: SessionEvent | None = await self._delete(
             "pop_event", session_sql.pop_event, session_id, event_id, replacement
         )
-        if popped is not None:  # removed, or rewritten in place: its text goes either way
-            await self._erase_after_delete()
         return popped
 
     async def clear_events(self, session_id: str) -> int:
-        deleted: int = await self._write("clear_session", session_sql.clear_events, session_id)
-        if deleted:
-            await self._erase_after_delete()
+        deleted: int = await self._delete("clear_session", session_sql.clear_events, session_id)
         return deleted
 
     async def context_window(
