@@ -31,7 +31,13 @@ same bare client against ``minimal_server.py``: the least a ``turn.persist`` ser
 the measured limit of a sequential call here. (b-xr-m) is (b-xr) against a server
 without the JSONL mirror, and (b-xr-mk) the same with requests that carry no idempotency
 key: what those two parts of the contract cost in our server, measured in the same rounds.
-For the servers of (a-x), (m-x), (b-xr) and its ablation, this process's CPU time per call
+(m-xk) is the minimal server that also writes the request's idempotency key and the
+turn's tool call in its transaction (as the store does), and (m-xkm) that one with the
+JSONL mirror too (``MirrorWriter`` on a thread of its own, batched every 50 ms as ours):
+the least a server can do that keeps the whole contract of a ``turn.persist``, so
+(m-xkm)/bound-x is the limit of (b-xr), and (b-xr)/(m-xkm) what our server's own code
+costs beside it.
+For the servers of (a-x), (m-x), (m-xk), (m-xkm), (b-xr) and its ablation, this process's CPU time per call
 is reported (Linux: ``/proc/self/task``), on the event-loop thread and on the others
 (writer, mirror).
 
@@ -313,6 +319,9 @@ class Report:
     persist_apart: float
     minimal_apart: Apart
     bare_apart: Apart
+    # The minimal server with the contract's storage (``contract``), then with the mirror
+    # too (``mirrored``): what a server keeping the whole contract reaches at the least.
+    minimal_contract: MinimalContract
     # (b-xr) without the JSONL mirror, then also without idempotency keys: what those two
     # parts of the contract cost, measured (``Ablation``).
     ablation: Ablation
@@ -338,7 +347,15 @@ class Report:
         return (
             f"| {label} | {rate:,.0f} | {ratio:.2f} | bound-x, target >= 0.50:"
             f" {'met' if ratio >= 0.5 else '**not met**'}; of (m-x):"
-            f" {rate / self.minimal_apart.rate:.2f} |"
+            f" {rate / self.minimal_apart.rate:.2f}; of (m-xkm):"
+            f" {rate / self.minimal_contract.mirrored.rate:.2f} |"
+        )
+
+    def _minimal_row(self, label: str, apart: Apart) -> str:
+        ratio = apart.rate / self.bound_apart
+        return (
+            f"| {label} | {apart.rate:,.0f} | {ratio:.2f} | bound-x:"
+            f" {'at least' if ratio >= 0.5 else 'under'} 0.50 |"
         )
 
     def cpu_table(self) -> list[str]:
@@ -351,6 +368,8 @@ class Report:
         for label, apart in (
             ("(a-x) websockets echo", self.echo_apart),
             ("(m-x) minimal server", self.minimal_apart),
+            ("(m-xk) minimal server, keys and tool calls", self.minimal_contract.contract),
+            ("(m-xkm) minimal server, keys, tool calls and mirror", self.minimal_contract.mirrored),
             ("(b-xr) session-server", self.bare_apart),
             ("(b-xr-m) session-server, no mirror", self.ablation.unmirrored),
             ("(b-xr-mk) session-server, no mirror, no keys", self.ablation.plain),
@@ -385,6 +404,14 @@ class Report:
             f"| (m-x) minimal server (`minimal_server.py`), the bare client of (a-x)"
             f" | {self.minimal_apart.rate:,.0f} | {self.minimal_apart.rate / self.bound_apart:.2f}"
             " | bound-x: the limit measured in this stack |",
+            self._minimal_row(
+                "(m-xk) (m-x), writing the idempotency key and the tool call",
+                self.minimal_contract.contract,
+            ),
+            self._minimal_row(
+                "(m-xkm) (m-xk), and the JSONL mirror: the whole contract at the least",
+                self.minimal_contract.mirrored,
+            ),
             self._apart_row("(b-xr) turn.persist, the bare client of (a-x)", self.bare_apart.rate),
             self._apart_row(
                 "(b-x) turn.persist, `SessionClient` in another process", self.persist_apart
@@ -429,7 +456,7 @@ async def measure(args: argparse.Namespace) -> Report:
     count, hop = await bench_store.bench_floor(args.warmup, args.calls, turn_events)
     echo_apart = await _echo_apart(args)
     persist_apart = await _persist_apart(args)
-    minimal_apart, bare_apart, ablation = await _minimal_and_bare(args)
+    minimal_apart, bare_apart, ablation, minimal_contract = await _minimal_and_bare(args)
     loop = type(asyncio.get_running_loop()).__module__.split(".")[0]
     return Report(
         args.synchronous,
@@ -443,6 +470,7 @@ async def measure(args: argparse.Namespace) -> Report:
         persist_apart,
         minimal_apart,
         bare_apart,
+        minimal_contract,
         ablation,
     )
 
@@ -533,6 +561,36 @@ class Ablation:
     plain: Apart
 
 
+@dataclass(frozen=True)
+class MinimalContract:
+    """The minimal server with the parts of the contract a ``turn.persist`` must write:
+    ``contract`` its idempotency and tool-call rows, ``mirrored`` also the JSONL mirror."""
+
+    contract: Apart
+    mirrored: Apart
+
+
+async def contract_apart(args: argparse.Namespace, contract: bool, mirror: bool) -> Apart:
+    """The bare client against a fresh minimal server (``contract``: with the key and
+    tool-call rows; ``mirror``: with the JSONL mirror); checks that every event was stored
+    (and mirrored)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        memory = Path(tmp) / "memory" if mirror else None
+        db = Path(tmp) / "minimal.sqlite"
+        async with minimal_server(
+            db, args.synchronous, contract=contract, mirror_dir=memory
+        ) as server:
+            apart = await client_apart(args, "bare", server.url)
+        events = 4 * (args.calls + args.warmup)
+        if server.last_seq() != events:
+            raise RuntimeError(f"the minimal server stored {server.last_seq()} events")
+        if memory is not None:
+            lines = sum(1 for p in memory.rglob("*.jsonl") for _ in p.open("rb"))
+            if lines < events:
+                raise RuntimeError(f"the minimal server mirrored {lines} lines for {events} events")
+        return apart
+
+
 async def ours_apart(args: argparse.Namespace, mirror: bool, keyed: bool) -> Apart:
     """The bare client against a fresh session-server (``mirror`` on or off), its
     requests with idempotency keys or not; checks that every event was stored."""
@@ -554,11 +612,14 @@ async def ours_apart(args: argparse.Namespace, mirror: bool, keyed: bool) -> Apa
 
 async def _minimal_and_bare(
     args: argparse.Namespace, rounds: int = 2
-) -> tuple[Apart, Apart, Ablation]:
-    """(m-x), (b-xr) and its ablation, in alternating rounds (the machine's speed drifts
-    between runs): the bare client against the minimal server, then against ours, ours
-    without the mirror and ours without the mirror nor keys, ``rounds`` times."""
+) -> tuple[Apart, Apart, Ablation, MinimalContract]:
+    """(m-x), (b-xr), its ablation and (m-xk), (m-xkm), in alternating rounds (the
+    machine's speed drifts between runs): the bare client against the minimal server,
+    then against ours, ours without the mirror, ours without the mirror nor keys, and the
+    minimal server with the contract's rows and then its mirror, ``rounds`` times."""
     minimal: list[Apart] = []
+    contract: list[Apart] = []
+    mirrored: list[Apart] = []
     bare: list[Apart] = []
     unmirrored: list[Apart] = []
     plain: list[Apart] = []
@@ -571,8 +632,11 @@ async def _minimal_and_bare(
         bare.append(await ours_apart(args, mirror=True, keyed=True))
         unmirrored.append(await ours_apart(args, mirror=False, keyed=True))
         plain.append(await ours_apart(args, mirror=False, keyed=False))
+        contract.append(await contract_apart(args, contract=True, mirror=False))
+        mirrored.append(await contract_apart(args, contract=True, mirror=True))
     ablation = Ablation(Apart.mean(unmirrored), Apart.mean(plain))
-    return Apart.mean(minimal), Apart.mean(bare), ablation
+    full = MinimalContract(Apart.mean(contract), Apart.mean(mirrored))
+    return Apart.mean(minimal), Apart.mean(bare), ablation, full
 
 
 async def client_rate(kind: str, url: str, calls: int, warmup: int) -> float:

@@ -13,13 +13,27 @@ in-flight window, range checks, errors worded per field, authentication or agent
 registry. It is the same Python, websockets, msgspec, tiktoken and sqlite3 on the same
 event loop, so ``(m-x) / bound-x`` is what a sequential call can reach in this stack
 with nothing but the required work: the limit the RPC target is measured against.
+
+Two parts of the contract are storage every ``turn.persist`` must write, and can be
+turned on to measure what they cost at the least:
+
+- ``contract=True``: in the same transaction, the request's idempotency key (its row in
+  the store's ``idempotency`` table, with the answer and the request's digest, claimed
+  with ``ON CONFLICT DO NOTHING`` and a replay answered from it; pruned as the store
+  does, ``prune_idempotency`` every ``PRUNE_EVERY_SEQS``) and the turn's tool calls
+  (``tool_calls``, so a late result can join its call's turn).
+- ``mirror_dir``: the JSONL mirror in the reference layout (``MirrorWriter``), written
+  on a thread of its own after the answer, batched every 50 ms as ours is, with a
+  ``working_context_snapshot.json`` of the last 50 messages at most once a second.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import sqlite3
+import time
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -32,20 +46,41 @@ from websockets.asyncio.server import ServerConnection, serve
 from session_server.core.codec import dehydrate_event, message_to_event
 from session_server.core.events import ContextMessage, SessionEvent
 from session_server.core.tokens import get_counter
+from session_server.mirror_io.writer import MirrorWriter
+from session_server.storage.idempotency import (
+    DEFAULT_RETENTION,
+    PRUNE_EVERY_SEQS,
+    columns_digest,
+    prune_idempotency,
+)
 from session_server.storage.schema import SCHEMA_VERSION, schema_sql
 from session_server.storage.sqlite_open import wal_autocheckpoint_pages
 
-__all__ = ["INSERT_EVENT", "MINIMAL_SESSION", "MinimalServer", "minimal_server", "open_turn_db"]
+__all__ = [
+    "INSERT_EVENT",
+    "MINIMAL_AGENT",
+    "MINIMAL_SESSION",
+    "MinimalServer",
+    "minimal_server",
+    "open_turn_db",
+]
 
 MINIMAL_SESSION = "s"
 """The one session the minimal server writes to (every request's ``session_id`` is
 ignored: it has no registry to look one up in)."""
+
+MINIMAL_AGENT = "a"
+"""The agent id of that session (its mirror folder's)."""
 
 INSERT_EVENT = (
     "INSERT INTO events (id, session_id, seq, action, content, metadata, created_at, turn,"
     " turn_start_seq, token_count) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 """One event row, in the store's schema."""
+
+_MIRROR_DELAY_S = 0.05  # as ours (``MirrorLink.delay``)
+_SNAPSHOT_INTERVAL_S = 1.0  # as ours (``MirrorLink.snapshot_interval``)
+_SNAPSHOT_MESSAGES = 50  # the default window
 
 
 def open_turn_db(path: Path, synchronous: str) -> sqlite3.Connection:
@@ -59,8 +94,8 @@ def open_turn_db(path: Path, synchronous: str) -> sqlite3.Connection:
     conn.executescript(schema_sql())
     conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
     conn.execute(
-        "INSERT INTO sessions (id, agent_id, created_at, updated_at) VALUES (?, 'a', 0, 0)",
-        (MINIMAL_SESSION,),
+        "INSERT INTO sessions (id, agent_id, created_at, updated_at) VALUES (?, ?, 0, 0)",
+        (MINIMAL_SESSION, MINIMAL_AGENT),
     )
     return conn
 
@@ -68,32 +103,138 @@ def open_turn_db(path: Path, synchronous: str) -> sqlite3.Connection:
 class _Store:
     """One SQLite file and its position, written only on the worker thread."""
 
-    def __init__(self, path: Path, synchronous: str) -> None:
+    def __init__(self, path: Path, synchronous: str, contract: bool) -> None:
         self.conn = open_turn_db(path, synchronous)
         self.counter = get_counter()
+        self.contract = contract
         self.seq = 0
         self.turn = 0
 
-    def commit(self, events: list[SessionEvent]) -> int:
+    def commit(self, events: list[SessionEvent], key: str | None) -> tuple[int, list[SessionEvent]]:
+        """Store one turn; its last seq and its stored events (none for a replay)."""
         self.turn += 1
         rows = []
+        stored = []
         seq = self.seq
+        now = int(time.time() * 1000)
         for event in events:
             seq += 1
             row = dehydrate_event(event)
+            tokens = self.counter.count_event(event)
             rows.append(
                 (row["id"], MINIMAL_SESSION, seq, row["action"], row["content"], row["metadata"],
-                 row["created_at"], self.turn, seq, self.counter.count_event(event))
+                 now, self.turn, self.seq + 1, tokens)
             )  # fmt: skip
+            stored.append(
+                msgspec.structs.replace(
+                    event, seq=seq, turn=self.turn, timestamp=now, token_count=tokens
+                )
+            )
         self.conn.execute("BEGIN IMMEDIATE")
-        self.conn.executemany(INSERT_EVENT, rows)
-        self.conn.execute(
-            "UPDATE sessions SET last_seq = ?, last_turn = ?, updated_at = ? WHERE id = ?",
-            (seq, self.turn, self.turn, MINIMAL_SESSION),
-        )
-        self.conn.execute("COMMIT")
+        try:
+            if self.contract and key is not None:
+                replayed = self._claim(key, events, [r[5] for r in rows], seq, now)
+                if replayed is not None:
+                    self.conn.execute("ROLLBACK")
+                    self.turn -= 1
+                    return replayed, []
+            self.conn.executemany(INSERT_EVENT, rows)
+            if self.contract:
+                calls = [
+                    (MINIMAL_SESSION, call.id, self.turn, self.seq + 1)
+                    for event in events
+                    for call in event.tool_calls or ()
+                ]
+                self.conn.executemany(
+                    "INSERT INTO tool_calls (session_id, call_id, turn, turn_start_seq)"
+                    " VALUES (?, ?, ?, ?) ON CONFLICT(session_id, call_id) DO UPDATE SET"
+                    " turn = excluded.turn, turn_start_seq = excluded.turn_start_seq",
+                    calls,
+                )
+            self.conn.execute(
+                "UPDATE sessions SET last_seq = ?, last_turn = ?, updated_at = ? WHERE id = ?",
+                (seq, self.turn, now, MINIMAL_SESSION),
+            )
+            if self.contract and seq // PRUNE_EVERY_SEQS != self.seq // PRUNE_EVERY_SEQS:
+                prune_idempotency(self.conn, MINIMAL_SESSION, now, DEFAULT_RETENTION)
+            self.conn.execute("COMMIT")
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
         self.seq = seq
-        return seq
+        return seq, stored
+
+    def _claim(
+        self, key: str, events: list[SessionEvent], metadata: list[str | None], seq: int, now: int
+    ) -> int | None:
+        """Claim ``key`` with this turn's answer, as the store does; the last seq of the
+        first answer when the key was taken already (a replay)."""
+        digest = columns_digest(events, metadata, None)
+        answer = {"seqs": list(range(self.seq + 1, seq + 1)), "last_seq": seq, "digest": digest}
+        claimed = self.conn.execute(
+            "INSERT INTO idempotency (session_id, key, result, created_at) VALUES (?, ?, ?, ?)"
+            " ON CONFLICT (session_id, key) DO NOTHING",
+            (MINIMAL_SESSION, key, msgspec.json.encode(answer).decode(), now),
+        ).rowcount
+        if claimed:
+            return None
+        (first,) = self.conn.execute(
+            "SELECT result FROM idempotency WHERE session_id = ? AND key = ?",
+            (MINIMAL_SESSION, key),
+        ).fetchone()
+        return int(msgspec.json.decode(first)["last_seq"])
+
+
+class _Mirror:
+    """The JSONL mirror of the one session: committed events held on the loop, written
+    together every ``_MIRROR_DELAY_S`` on a thread of its own, in commit order, with the
+    snapshot of the last messages at most every ``_SNAPSHOT_INTERVAL_S``."""
+
+    def __init__(self, memory_dir: Path, executor: ThreadPoolExecutor) -> None:
+        self.writer = MirrorWriter(memory_dir, MINIMAL_AGENT, enabled=True)
+        self.executor = executor
+        self.pending: list[SessionEvent] = []
+        self.recent: collections.deque[ContextMessage] = collections.deque(
+            maxlen=_SNAPSHOT_MESSAGES
+        )
+        self.timer: asyncio.TimerHandle | None = None
+        self.snapshot_at = 0.0
+        self.chain: asyncio.Future[None] | None = None
+
+    def committed(self, stored: list[SessionEvent], messages: list[ContextMessage]) -> None:
+        self.pending.extend(stored)
+        self.recent.extend(messages)
+        if self.timer is None:
+            self.timer = asyncio.get_running_loop().call_later(_MIRROR_DELAY_S, self.flush)
+
+    def flush(self) -> None:
+        self.timer = None
+        events, self.pending = self.pending, []
+        snapshot = None
+        now = time.monotonic()
+        if events and now - self.snapshot_at >= _SNAPSHOT_INTERVAL_S:
+            snapshot = (list(self.recent), events[-1].seq)
+            self.snapshot_at = now
+        # One write at a time, in order: each waits for the one before (a single thread).
+        self.chain = asyncio.get_running_loop().run_in_executor(
+            self.executor, self._write, events, snapshot
+        )
+
+    def _write(
+        self, events: list[SessionEvent], snapshot: tuple[list[ContextMessage], int] | None
+    ) -> None:
+        if events:
+            self.writer.append(MINIMAL_SESSION, events)
+        if snapshot is not None:
+            messages, last_seq = snapshot
+            self.writer.write_snapshot(MINIMAL_SESSION, messages=messages, last_seq=last_seq)
+
+    async def drain(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.flush()
+        if self.chain is not None:
+            await self.chain
 
 
 @dataclass(frozen=True)
@@ -109,29 +250,39 @@ class MinimalServer:
 
 
 @contextlib.asynccontextmanager
-async def minimal_server(path: Path, synchronous: str) -> AsyncIterator[MinimalServer]:
-    """Serve the minimal ``turn.persist`` (module doc) with its SQLite file at ``path``."""
-    store = _Store(path, synchronous)
+async def minimal_server(
+    path: Path, synchronous: str, *, contract: bool = False, mirror_dir: Path | None = None
+) -> AsyncIterator[MinimalServer]:
+    """Serve the minimal ``turn.persist`` (module doc) with its SQLite file at ``path``;
+    ``contract``: with the idempotency and tool-call rows; ``mirror_dir``: with the JSONL
+    mirror under that memory directory (written out before this returns)."""
+    store = _Store(path, synchronous, contract)
     decoder = msgspec.json.Decoder()
     encoder = msgspec.json.Encoder()
     loop = asyncio.get_running_loop()
+    mirror_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="minimal-mirror")
+    mirror = None if mirror_dir is None else _Mirror(mirror_dir, mirror_thread)
 
     async def handler(ws: ServerConnection) -> None:
         async for frame in ws:
             request: dict[str, Any] = decoder.decode(frame)
-            messages = [
-                msgspec.convert(m, ContextMessage, strict=True)
-                for m in request["params"]["messages"]
-            ]
+            params = request["params"]
+            messages = [msgspec.convert(m, ContextMessage, strict=True) for m in params["messages"]]
             events = [message_to_event(MINIMAL_SESSION, m) for m in messages]
-            last_seq = await loop.run_in_executor(writer, store.commit, events)
+            key = params.get("idempotency_key")
+            last_seq, stored = await loop.run_in_executor(writer, store.commit, events, key)
             answer = {"jsonrpc": "2.0", "id": request["id"], "result": {"last_seq": last_seq}}
             await ws.send(encoder.encode(answer), text=True)
+            if mirror is not None and stored:
+                mirror.committed(stored, messages)
 
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="minimal-writer") as writer:
         try:
             async with serve(handler, "127.0.0.1", 0) as server:
                 port = server.sockets[0].getsockname()[1]
                 yield MinimalServer(f"ws://127.0.0.1:{port}", store)
+            if mirror is not None:
+                await mirror.drain()
         finally:
+            mirror_thread.shutdown(wait=True)
             store.conn.close()

@@ -19,7 +19,20 @@ from .needs import Known, Need, NeedCount, NeedSnapshot, known_state
 from .plans import SessionState, SnapshotDue
 from .recent import SessionView
 
-__all__ = ["ContextBuilds", "trusted_snapshot_digest"]
+__all__ = ["ContextBuilds", "render_snapshot", "trusted_snapshot_digest"]
+
+
+def render_snapshot(view: SessionView, instructions: list[str]) -> SnapshotParts:
+    """Messages, instructions and last seq of the default context of ``view`` (the window
+    of ``context_limit`` events): what ``working_context_snapshot.json`` holds. One
+    function for a view from the cache and one read from the file."""
+    built = build_compacted_context(
+        view.events,
+        record=None if view.record is None else view.record.data,
+        messages=view.messages,
+        system_instructions=instructions,
+    )
+    return built.messages, built.system_instructions, view.last_seq
 
 
 def trusted_snapshot_digest(state: SessionState) -> str | None:
@@ -163,12 +176,4 @@ class ContextBuilds(CoreState):
         """Messages, instructions and last seq of the session's default context, from the
         cache as of the latest commit (``None`` when the cache cannot say: no snapshot)."""
         view = self._recent.window(due.session_id, self.context_limit)
-        if view is None:
-            return None
-        built = build_compacted_context(
-            view.events,
-            record=None if view.record is None else view.record.data,
-            messages=view.messages,
-            system_instructions=due.instructions,
-        )
-        return built.messages, built.system_instructions, view.last_seq
+        return None if view is None else render_snapshot(view, due.instructions)

@@ -29,6 +29,7 @@ store lazily and may be hibernated by its host (the registry); the next call re-
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from concurrent.futures import Executor
@@ -63,7 +64,7 @@ from .commit_effects import GroupCommit
 from .compaction_turns import SUMMARY_BACKOFF_MAX as SUMMARY_BACKOFF_MAX
 from .compaction_turns import CompactionHost, CompactionTurns
 from .compaction_turns import SummaryOutcome as SummaryOutcome
-from .mirror_link import MirrorLink
+from .mirror_link import MirrorLink, snapshot_from_file
 from .session_edits import SessionEdits
 from .session_reads import SessionReads
 from .session_writes import LARGE_CONTENT_CHARS as LARGE_CONTENT_CHARS
@@ -178,6 +179,9 @@ class AgentActor(SessionReads, SessionWrites, SessionEdits):
             enabled=host.mirror,
             executor=host.mirror_executor,
             snapshot_parts=self.core.snapshot_parts,
+            read_snapshot=functools.partial(
+                snapshot_from_file, path, context_limit, busy_timeout_ms
+            ),
             on_lag=host.operations.mirror_lag_seconds.observe,
             index=host.snapshot_index,
         )

@@ -29,7 +29,13 @@ flush it, and a crash is repaired on activation.
 
 The snapshot is a cache (served only when it matches SQLite's last seq, see above), and
 rendering it costs a context build plus a file write: a session's snapshot is rendered at
-most once per ``snapshot_interval`` (default 1 s). A turn that comes later than that after
+most once per ``snapshot_interval`` (default 1 s). It renders from the recent-events cache
+when that holds the session's window (a client that builds its contexts keeps it warm),
+on the loop at the flush; otherwise the batch's worker thread reads the window from the
+file on a read-only connection of its own (``read_snapshot``) and renders it there. A
+client that only persists turns so costs the event loop nothing for the snapshot: before,
+the loop read the window once per flush to warm the cache, which then had to be kept up
+on every commit (measured: about 40 of 280 us of loop CPU per sequential call at FULL). A turn that comes later than that after
 the previous snapshot gets its own at the next flush, as before; turns in quicker
 succession share one, written at most ``snapshot_interval`` after the previous one, and
 ``drain`` (hibernation, shutdown) writes what is held at once. Under load (64 clients
@@ -42,30 +48,36 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import sqlite3
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from pathlib import Path
 from typing import Any, TypeVar
 
+from ..core.context_builds import render_snapshot
+from ..core.decisions import SnapshotParts
 from ..core.errors import InvalidParamsError, SessionServerError
-from ..core.events import ContextMessage, SessionEvent
+from ..core.events import SessionEvent
 from ..core.plans import SnapshotDue
+from ..core.recent import SessionView
 from ..mirror.checkpoint import Resume, plan_activation, repair_reason
 from ..mirror.snapshot import SNAPSHOT_FILE, RestoredSnapshot
 from ..mirror_io.snapshot_files import load_snapshot_cache
 from ..mirror_io.snapshot_index import SnapshotIndex
 from ..mirror_io.writer import MirrorWriter, validate_session_id
+from ..storage.context_window import read_context_window_at
 from ..storage.event_pages import SessionEventReader
 from ..storage.store import AgentStore, MirrorCheckpoint, MirrorRow, MirrorStatus
 
-__all__ = ["MirrorLink"]
+__all__ = ["MirrorLink", "snapshot_from_file"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 # Renders a due snapshot (messages, system instructions, last seq) or says ``None``: the
-# agent core's ``snapshot_parts``, a pure function of its state as of the latest commit.
-SnapshotRenderer = Callable[[SnapshotDue], tuple[list[ContextMessage], list[str], int] | None]
+# agent core's ``snapshot_parts``, a pure function of its state as of the latest commit
+# (on the loop), or ``snapshot_from_file`` (on a worker thread).
+SnapshotRenderer = Callable[[SnapshotDue], SnapshotParts | None]
 
 
 class MirrorLink:
@@ -83,6 +95,7 @@ class MirrorLink:
         enabled: bool,
         executor: Executor,
         snapshot_parts: SnapshotRenderer,
+        read_snapshot: SnapshotRenderer | None = None,
         delay: float = 0.05,
         snapshot_interval: float = 1.0,
         on_lag: Callable[[float], None] | None = None,
@@ -93,14 +106,14 @@ class MirrorLink:
         self.writer = MirrorWriter(memory_dir, agent_id, enabled=enabled, on_touch=on_touch)
         self._executor = executor
         self._render = snapshot_parts
+        # Renders, on the batch's worker thread, a snapshot the cache could not.
+        self._read_snapshot = read_snapshot
         self.delay = delay
         self.snapshot_interval = snapshot_interval
         # When each session's snapshot was last rendered (monotonic; only recent ones).
         self._snapshot_at: dict[str, float] = {}
         self._appends: dict[str, list[SessionEvent]] = {}
         self._snapshots: dict[str, SnapshotDue] = {}
-        # Sessions whose cache was checked for the next snapshot since the last flush.
-        self._checked: set[str] = set()
         self._timer: asyncio.Handle | None = None
         self._timer_at = 0.0  # the loop time the timer fires at
         self._chain: asyncio.Future[None] | None = None
@@ -284,19 +297,6 @@ class MirrorLink:
         self._snapshots[due.session_id] = due
         self._arm()
 
-    def first_turn_since_flush(self, session_id: str) -> bool:
-        """``True`` the first time it is asked for ``session_id`` since the last flush.
-
-        The actor then checks that the cache can render the session's snapshot (reading
-        the window when it cannot): once per flush, not on every turn. The cache stays
-        able to render while turns append to it; if it lets the session go meanwhile, that
-        flush writes no snapshot and the next turn's check reads the window again.
-        """
-        if session_id in self._checked:
-            return False
-        self._checked.add(session_id)
-        return True
-
     def _generation_of(self, session_id: str) -> int:
         return self._generation.get(session_id, 0)
 
@@ -331,21 +331,31 @@ class MirrorLink:
             self._timer = None
         appends, self._appends = self._appends, {}
         dues = self._due_snapshots(force)
-        self._checked.clear()
         since, self._pending_since = self._pending_since, None
-        # Rendered now, on the loop, from the core's state as of the latest commit. One the
-        # cache cannot render is not written, and does not count as rendered.
-        snapshots = {sid: parts for sid, due in dues.items() if (parts := self._render(due))}
+        # Rendered now, on the loop, from the core's state as of the latest commit, when
+        # the cache holds the window; the others are read from the file with the batch.
+        snapshots: dict[str, SnapshotParts] = {}
+        cold: dict[str, SnapshotDue] = {}
+        for sid, due in dues.items():
+            parts = self._render(due)
+            if parts is not None:
+                snapshots[sid] = parts
+            elif self._read_snapshot is not None:
+                cold[sid] = due
         rendered_at = time.monotonic()
-        for sid in snapshots:
+        for sid in (*snapshots, *cold):
             self._snapshot_at[sid] = rendered_at
-        if not appends and not snapshots:
+        if not appends and not snapshots and not cold:
             return
 
-        generations = {sid: self._generation_of(sid) for sid in {*appends, *snapshots}}
+        generations = {sid: self._generation_of(sid) for sid in {*appends, *snapshots, *cold}}
 
         def write() -> tuple[dict[str, int | None], dict[str, tuple[int, str]]]:
             cursors = {sid: self.writer.append(sid, evs) for sid, evs in appends.items()}
+            for sid, due in cold.items():
+                parts = self._read_cold(due)
+                if parts is not None:
+                    snapshots[sid] = parts
             bound: dict[str, tuple[int, str]] = {}
             for sid, (msgs, system, last_seq) in snapshots.items():
                 digest = self.writer.write_snapshot(
@@ -375,6 +385,21 @@ class MirrorLink:
 
         self._later(write, done)
 
+    def _read_cold(self, due: SnapshotDue) -> SnapshotParts | None:
+        """``read_snapshot(due)`` on the batch's worker thread; ``None`` (no snapshot this
+        time, the next turn's flush tries again) when the file cannot be read."""
+        assert self._read_snapshot is not None
+        try:
+            return self._read_snapshot(due)
+        except (SessionServerError, OSError, sqlite3.Error) as exc:
+            log.warning(
+                "snapshot of session %r of agent %r not rendered: %s",
+                due.session_id,
+                self.writer.agent_id,
+                exc,
+            )
+            return None
+
     async def unlist(self, session_id: str) -> None:
         """Before a session delete commits: the snapshot index stops listing the session
         (a tombstone on disk, so not even a rebuild after a crash lists it again)."""
@@ -397,7 +422,6 @@ class MirrorLink:
         self._generation[session_id] = self._generation_of(session_id) + 1
         self._snapshots.pop(session_id, None)
         self._snapshot_at.pop(session_id, None)
-        self._checked.discard(session_id)
         self._appends.pop(session_id, None)
         self._cursor.pop(session_id, None)
         self._bound.pop(session_id, None)
@@ -482,6 +506,16 @@ class MirrorLink:
 
     def stats(self) -> dict[str, Any]:
         return {"active_sessions": len(self._active), "busy": self.busy}
+
+
+def snapshot_from_file(
+    path: Path, limit: int, busy_timeout_ms: int, due: SnapshotDue
+) -> SnapshotParts | None:
+    """The snapshot ``due`` asks for, from the agent file at ``path`` (the window of
+    ``limit`` events, read on a read-only connection of its own, rendered as the cache
+    would: ``render_snapshot``); ``None`` when the session is gone. A worker thread."""
+    window = read_context_window_at(path, due.session_id, limit, busy_timeout_ms=busy_timeout_ms)
+    return None if window is None else render_snapshot(SessionView.of(window), due.instructions)
 
 
 def _names_a_folder(session_id: str) -> bool:

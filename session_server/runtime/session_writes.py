@@ -244,16 +244,6 @@ class SessionWrites:
         if isinstance(step, AppendResult):
             return step
         result = await self.commit(step)
-        if (
-            step.snapshot is not None
-            and self.mirror.enabled
-            and self.mirror.first_turn_since_flush(session_id)
-            and self.core.cached_view(session_id, self.context_limit) is None
-        ):
-            # The snapshot renders from the cache: read the window once (it stays warm
-            # from now on), then ask for the snapshot again.
-            await self.decide(lambda k: self.core.view(session_id, self.context_limit, k))
-            self.mirror.snapshot(step.snapshot)
         if step.batch.compaction_required:
             self.compactions.prime(self, session_id, list(ctx.system_instructions), strategy)
         self.compactions.report_futile(session_id)

@@ -8,6 +8,7 @@ The widening is the one rule of ``core.turns`` (``widening_turns``, ``window_fro
 from __future__ import annotations
 
 import sqlite3
+from pathlib import Path
 from typing import Any
 
 from ..core.errors import CorruptRecordError, NotFoundError
@@ -18,7 +19,7 @@ from ..core.turns import widening_turns, window_from
 from . import sqlite_ops as ops
 from .sqlite_ops import EVENT_COLUMNS
 
-__all__ = ["read_context_window"]
+__all__ = ["read_context_window", "read_context_window_at"]
 
 
 def read_context_window(
@@ -96,3 +97,19 @@ def read_context_window(
         complete=complete,
         record=record,
     )
+
+
+def read_context_window_at(
+    path: Path, session_id: str, limit: int, *, busy_timeout_ms: int = 5000
+) -> ContextWindow | None:
+    """The window of the session's default context build (the last ``limit`` events
+    from its latest compaction record on), read on a read-only connection of its own
+    (synchronous: a worker thread, beside the agent's writer); ``None`` when the session
+    is gone."""
+    conn = ops.connect(path, synchronous="NORMAL", busy_timeout_ms=busy_timeout_ms, readonly=True)
+    try:
+        return read_context_window(conn, session_id, limit, None, True)
+    except NotFoundError:
+        return None
+    finally:
+        conn.close()

@@ -64,3 +64,40 @@ async def test_ablation_servers_store_every_turn() -> None:
     for keyed in (True, False):
         apart = await ours_apart(args, mirror=False, keyed=keyed)
         assert apart.rate > 0
+
+
+async def test_the_contract_minimal_server_keeps_keys_calls_and_the_mirror(tmp_path: Path) -> None:
+    # (m-xk) and (m-xkm): the rows the store writes for a keyed turn, a replay answered
+    # from the key's row (nothing written twice), and the JSONL mirror of every event.
+    db, memory = tmp_path / "minimal.sqlite", tmp_path / "memory"
+    async with (
+        minimal_server(db, "FULL", contract=True, mirror_dir=memory) as server,
+        connect(server.url) as ws,
+    ):
+        texts = [request_text(n) for n in range(3)]
+        for n, text in enumerate(texts):
+            await ws.send(text)
+            assert json.loads(await ws.recv())["result"] == {"last_seq": 4 * (n + 1)}
+        await ws.send(texts[1])  # a retry of the second turn
+        assert json.loads(await ws.recv())["result"] == {"last_seq": 8}
+        assert server.last_seq() == 12
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT count(*) FROM events").fetchone() == (12,)
+        keys = conn.execute("SELECT key, result FROM idempotency ORDER BY created_at").fetchall()
+        calls = conn.execute("SELECT call_id, turn FROM tool_calls ORDER BY turn").fetchall()
+    assert sorted(k for k, _ in keys) == sorted(
+        json.loads(t)["params"]["idempotency_key"] for t in texts
+    )
+    assert all(len(json.loads(r)["digest"]) == 64 for _, r in keys)
+    assert calls == [("call-0", 1), ("call-1", 2), ("call-2", 3)]
+    (traces,) = memory.rglob("raw_traces.jsonl")
+    lines = [json.loads(line) for line in traces.read_text(encoding="utf-8").splitlines()]
+    assert [line["trace_type"] for line in lines[:4]] == [
+        "user", "tool_call", "tool_result", "assistant",
+    ]  # fmt: skip
+    assert len(lines) == 12
+    (snapshot,) = memory.rglob("working_context_snapshot.json")
+    # Written at the first flush (at most once a second after): the turns committed by then.
+    written = json.loads(snapshot.read_text(encoding="utf-8"))
+    assert written["last_seq"] in (4, 8, 12)
+    assert len(written["messages"]) == written["last_seq"]

@@ -1,19 +1,23 @@
-"""The end-of-turn snapshot: the cache is checked once per mirror flush, not per turn."""
+"""The end-of-turn snapshot: rendered from the cache when it holds the window, else read
+from the file on the mirror's worker thread (the event loop never reads for it)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import sqlite3
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from session_server import ActorRegistry
+from session_server import ActorRegistry, AgentActor
 from session_server.core.agent_core import AgentCore
 from session_server.core.context import WorkingContext
-from session_server.core.events import ContextMessage
+from session_server.core.events import ContextMessage, ToolCall
+from session_server.core.plans import SnapshotDue
 from session_server.mirror import SNAPSHOT_FILE
+from session_server.runtime.mirror_link import snapshot_from_file
 
 
 def turn(n: int) -> list[ContextMessage]:
@@ -23,53 +27,115 @@ def turn(n: int) -> list[ContextMessage]:
     ]
 
 
-async def test_turns_between_two_flushes_check_the_cache_once_and_the_last_one_is_written(
+def tool_turn(n: int) -> list[ContextMessage]:
+    call = ToolCall(id=f"call-{n}", name="lookup", arguments={"n": n})
+    return [
+        ContextMessage(role="user", content=f"question {n}"),
+        ContextMessage(role="assistant", tool_calls=[call]),
+        ContextMessage(role="tool", tool_call_id=call.id, name="lookup", content=f"out {n} " * 30),
+        ContextMessage(role="assistant", content=f"answer {n}"),
+    ]
+
+
+async def persist(actor: AgentActor, sid: str, messages: list[ContextMessage]) -> int:
+    ctx = WorkingContext()
+    ctx.add_messages(messages)
+    return (await actor.persist_working_context(sid, ctx)).last_seq
+
+
+async def test_a_persist_only_client_costs_the_loop_no_read_and_gets_each_flush_snapshot(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    checks: list[str] = []
-    original = AgentCore.cached_view
+    windows: list[str] = []
+    original = AgentCore.view
 
-    def recording(self: AgentCore, session_id: str, limit: int) -> Any:
-        checks.append(session_id)
-        return original(self, session_id, limit)
+    def recording(self: AgentCore, session_id: str, limit: int, known: Any) -> Any:
+        windows.append(session_id)
+        return original(self, session_id, limit, known)
 
-    monkeypatch.setattr(AgentCore, "cached_view", recording)
+    monkeypatch.setattr(AgentCore, "view", recording)
     async with ActorRegistry(tmp_path, idle_timeout=None) as reg:
         actor = await reg.get("agent")
         actor.mirror.delay = 3600.0  # flushes only when drained, below
+        actor.mirror.snapshot_interval = 0.0
         sid = await actor.create_session()
         path = actor.mirror.session_dir(sid) / SNAPSHOT_FILE
         for flush in range(2):
-            checks.clear()
             for n in range(5):
-                ctx = WorkingContext()
-                ctx.add_messages(turn(10 * flush + n))
-                last = await actor.persist_working_context(sid, ctx)
-            assert checks == [sid]  # the first turn since the last flush, only
+                last = await persist(actor, sid, tool_turn(10 * flush + n))
             await actor.mirror.drain()
-            assert json.loads(path.read_text(encoding="utf-8"))["last_seq"] == last.last_seq
+            assert json.loads(path.read_text(encoding="utf-8"))["last_seq"] == last
+        assert windows == []  # no window read on the loop, and the cache stays cold
+        assert actor.core.cached_view(sid, actor.context_limit) is None
 
 
-async def test_a_session_the_cache_let_go_gets_its_snapshot_after_the_next_turn(
+async def test_the_snapshot_read_from_the_file_is_the_one_the_cache_renders(
+    tmp_path: Path,
+) -> None:
+    """The same parts either way, with tool calls, a window cut inside a turn and a
+    compaction record (a summary's memory block in the instructions)."""
+    async with ActorRegistry(tmp_path, idle_timeout=None) as reg:
+        actor = await reg.get("agent")
+        sid = await actor.create_session()
+        for n in range(30):
+            await persist(actor, sid, tool_turn(n))
+        await actor.compact(sid, strategy={"mode": "compact", "compact_keep": 2})
+        for n in range(30, 33):
+            await persist(actor, sid, tool_turn(n))
+        due = SnapshotDue(sid, ["be brief"])
+        cold = snapshot_from_file(actor.path, actor.context_limit, 5000, due)
+        actor.core._recent.forget(sid)  # the compaction's read warmed it: cold again
+        assert actor.core.snapshot_parts(due) is None
+        await actor.build_working_context(sid)  # warms the cache
+        warm = actor.core.snapshot_parts(due)
+        assert cold is not None and warm is not None
+        assert cold == warm
+        messages, instructions, last_seq = cold
+        session = await actor.get_session(sid)
+        assert session is not None and last_seq == session["last_seq"]
+        assert instructions[0] == "be brief" and len(messages) > 0
+        assert (
+            snapshot_from_file(actor.path, actor.context_limit, 5000, SnapshotDue("gone", []))
+            is None
+        )
+
+
+async def test_a_warm_cache_renders_on_the_loop_and_a_failed_read_retries_next_flush(
     tmp_path: Path,
 ) -> None:
     async with ActorRegistry(tmp_path, idle_timeout=None) as reg:
         actor = await reg.get("agent")
-        actor.mirror.delay = 3600.0
+        mirror = actor.mirror
+        mirror.delay = 3600.0
+        mirror.snapshot_interval = 0.0
         sid = await actor.create_session()
-        path = actor.mirror.session_dir(sid) / SNAPSHOT_FILE
-        for n in range(2):
-            ctx = WorkingContext()
-            ctx.add_messages(turn(n))
-            await actor.persist_working_context(sid, ctx)
-        actor.core._recent.forget(sid)  # the cache lets the session go before the flush
-        await actor.mirror.drain()
-        assert not path.exists()  # that flush could not render it: nothing written
-        ctx = WorkingContext()
-        ctx.add_messages(turn(2))
-        last = await actor.persist_working_context(sid, ctx)  # checks and reads the window
-        await actor.mirror.drain()
-        assert json.loads(path.read_text(encoding="utf-8"))["last_seq"] == last.last_seq
+        path = mirror.session_dir(sid) / SNAPSHOT_FILE
+        reads: list[str] = []
+        read = mirror._read_snapshot
+        assert read is not None
+
+        def failing(due: SnapshotDue) -> Any:
+            reads.append(due.session_id)
+            raise sqlite3.OperationalError("disk I/O error")
+
+        mirror._read_snapshot = failing
+        first = await persist(actor, sid, turn(0))
+        await mirror.drain()
+        assert reads == [sid] and not path.exists()  # not rendered: nothing written
+        assert mirror.cursor(sid) == first  # the trace lines were written all the same
+
+        mirror._read_snapshot = read
+        last = await persist(actor, sid, turn(1))
+        await mirror.drain()
+        assert json.loads(path.read_text(encoding="utf-8"))["last_seq"] == last
+
+        await actor.build_working_context(sid)  # the cache holds the window now
+        mirror._read_snapshot = failing
+        reads.clear()
+        last = await persist(actor, sid, turn(2))
+        await mirror.drain()
+        assert reads == []  # rendered from the cache, on the loop
+        assert json.loads(path.read_text(encoding="utf-8"))["last_seq"] == last
 
 
 async def test_quick_turns_share_one_snapshot_per_interval_and_drain_writes_the_held_one(
