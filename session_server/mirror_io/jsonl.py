@@ -51,7 +51,8 @@ def encode_line(obj: Any) -> bytes:
 
 
 def encode_lines(objs: Iterable[Any]) -> bytes:
-    return b"".join(_ENCODER.encode(o) + b"\n" for o in objs)
+    """JSONL of ``objs``: each one compact JSON followed by ``\\n`` (one encoder call)."""
+    return _ENCODER.encode_lines(objs)
 
 
 def read_bytes_or_empty(path: Path) -> bytes:

@@ -34,7 +34,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import msgspec
 
@@ -325,13 +325,14 @@ class MirrorWriter:
         return snapshot_digest(data)
 
     def _run(self, session_dir: Path, ops: list[MirrorOp]) -> None:
-        pending: list[bytes] = []
+        # Consecutive trace lines go out in one write of one encoding.
+        pending: list[dict[str, Any]] = []
         for op in ops:
             if isinstance(op, AppendTraces):
-                pending.append(encode_lines(op.lines))
+                pending.extend(op.lines)
                 continue
             if pending:
-                append_bytes(session_dir / ACTIVE_FILE, b"".join(pending), fsync=self.fsync)
+                append_bytes(session_dir / ACTIVE_FILE, encode_lines(pending), fsync=self.fsync)
                 pending = []
             if isinstance(op, ArchiveTurns):
                 _archive_turns(session_dir, op.turn_ids)
@@ -339,7 +340,7 @@ class MirrorWriter:
                 name = EPISODIC_FILE if op.kind == "episodic" else SEMANTIC_FILE
                 append_bytes(session_dir / name, encode_lines(op.items), fsync=True)
         if pending:
-            append_bytes(session_dir / ACTIVE_FILE, b"".join(pending), fsync=self.fsync)
+            append_bytes(session_dir / ACTIVE_FILE, encode_lines(pending), fsync=self.fsync)
 
 
 def _turn_of_line(raw: bytes) -> object:

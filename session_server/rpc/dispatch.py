@@ -10,6 +10,7 @@ dict (``None`` for notifications). This module does no I/O itself; it never impo
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -67,11 +68,12 @@ async def dispatch(
     ``observe(method, code, seconds)``, when given, is called once per item with the
     method name (``unknown`` when it names no method, ``invalid`` for an unusable item:
     the label set stays bounded whatever clients send), ``ok`` or the JSON-RPC error code,
-    and the time taken.
+    and the time taken. It runs among ``ctx.after`` (right after the answer is queued):
+    the metrics' work is not part of the answer's latency.
     """
     if isinstance(item, Invalid):
         if observe is not None:
-            observe("invalid", str(item.error.code), 0.0)
+            ctx.after.append(functools.partial(observe, "invalid", str(item.error.code), 0.0))
         return None if item.notification else error_response(item.id, item.error)
     started = time.perf_counter()
     error: SessionServerError | None = None
@@ -84,7 +86,8 @@ async def dispatch(
         error = InternalError("Internal error")
     if observe is not None:
         label = item.method if item.method in methods else "unknown"
-        observe(label, "ok" if error is None else str(error.code), time.perf_counter() - started)
+        code = "ok" if error is None else str(error.code)
+        ctx.after.append(functools.partial(observe, label, code, time.perf_counter() - started))
     if item.notification:
         return None
     if error is not None:
