@@ -222,3 +222,49 @@ def test_the_flush_timer_rearms_on_uvloop_after_a_deadline_already_reached(
             assert json.loads(path.read_text(encoding="utf-8"))["last_seq"] == last.last_seq
 
     uvloop.run(scenario())
+
+
+async def test_a_snapshot_read_from_the_file_is_read_again_only_after_its_interval(
+    tmp_path: Path,
+) -> None:
+    """Reads cost more than renders from the cache: at most one per
+    ``cold_snapshot_interval`` per session, the latest held until then (or a drain)."""
+    async with ActorRegistry(tmp_path, idle_timeout=None) as reg:
+        actor = await reg.get("agent")
+        mirror = actor.mirror
+        mirror.delay = 0.001
+        mirror.snapshot_interval = 0.0
+        mirror.cold_snapshot_interval = 3600.0
+        loop = asyncio.get_running_loop()
+        read = mirror._read_snapshot
+        assert read is not None
+        reads: list[int] = []
+        done = asyncio.Event()
+
+        def counting(due: SnapshotDue) -> Any:
+            parts = read(due)
+            assert parts is not None
+            reads.append(parts[2])
+            loop.call_soon_threadsafe(done.set)
+            return parts
+
+        mirror._read_snapshot = counting
+        sid = await actor.create_session()
+        path = mirror.session_dir(sid) / SNAPSHOT_FILE
+        first = await persist(actor, sid, turn(0))
+        await asyncio.wait_for(done.wait(), 10)
+        assert reads == [first]
+        for n in range(1, 4):
+            last = await persist(actor, sid, turn(n))
+        await mirror.drain()  # the held one, at once
+        assert reads == [first, last]
+        assert json.loads(path.read_text(encoding="utf-8"))["last_seq"] == last
+        # Once the interval has passed, the timer writes the held one without a drain
+        # (a new session: the interval counts from each one's last read).
+        mirror.cold_snapshot_interval = 0.05
+        other = await actor.create_session()
+        await persist(actor, other, turn(0))
+        last = await persist(actor, other, turn(1))
+        while reads[-1] != last:
+            done.clear()
+            await asyncio.wait_for(done.wait(), 10)
