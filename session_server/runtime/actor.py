@@ -32,10 +32,8 @@ import asyncio
 import functools
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
-from concurrent.futures import Executor
-from contextlib import AbstractAsyncContextManager
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from ..core.agent_core import (
     AGENT_STRATEGY_KEY,
@@ -51,18 +49,16 @@ from ..core.agent_core import (
     StrategyWrite,
     compaction_report,
 )
-from ..core.cache_budget import CacheBudget
 from ..core.context import WorkingContext
 from ..core.plans import AppendResult
 from ..core.recent import SessionView
 from ..core.tokens import get_counter, loaded_counter
-from ..mirror_io.snapshot_index import SnapshotIndex
-from ..storage.sqlite_ops import IdempotencyRetention
 from ..storage.store import AgentStore, Synchronous
 from .activity import ActivityScope
+from .actor_host import ActorHost
 from .commit_effects import GroupCommit
 from .compaction_turns import SUMMARY_BACKOFF_MAX as SUMMARY_BACKOFF_MAX
-from .compaction_turns import CompactionHost, CompactionTurns
+from .compaction_turns import CompactionTurns
 from .compaction_turns import SummaryOutcome as SummaryOutcome
 from .mirror_link import MirrorLink, snapshot_from_file
 from .session_edits import SessionEdits
@@ -77,73 +73,12 @@ __all__ = ["MAX_GROUP_APPENDS", "MAX_GROUP_EVENTS", "ActorHost", "AgentActor", "
 T = TypeVar("T")
 
 
-class ActorHost(CompactionHost, Protocol):
-    """What an actor needs from its owner (``ActorRegistry``): shared resources and the
-    bookkeeping of the open-store bound, besides what its compactions need
-    (``CompactionHost``: summarizer, metrics, summary timing)."""
-
-    @property
-    def memory_dir(self) -> Path: ...
-
-    @property
-    def mirror(self) -> bool: ...
-
-    @property
-    def count_executor(self) -> Executor:
-        """A thread of its own where group commits take token counts ahead of the writer
-        (``storage.group_counts``): never one SQLite calls wait for."""
-        ...
-
-    @property
-    def mirror_executor(self) -> Executor:
-        """Where mirror file I/O runs: threads of its own, so a burst of mirror writes or
-        a streamed repair never holds the threads commits wait for."""
-        ...
-
-    @property
-    def snapshot_index(self) -> SnapshotIndex | None:
-        """The index ``memory.list_snapshots`` reads (``None``: read-only, no mirror)."""
-        ...
-
-    @property
-    def readonly(self) -> bool:
-        """Open stores read-only, without the agent lock (tools beside a server)."""
-        ...
-
-    @property
-    def idempotency(self) -> IdempotencyRetention:
-        """How long keyed writes can be replayed."""
-        ...
-
-    @property
-    def default_strategy(self) -> dict[str, Any] | None: ...
-
-    @property
-    def cache_budget(self) -> CacheBudget:
-        """The bytes the recent-events caches of all the host's actors may hold."""
-        ...
-
-    def open_slot(self) -> AbstractAsyncContextManager[None]:
-        """Held while a store opens: one at a time, with room made under the bound."""
-        ...
-
-    def store_opened(self, actor: AgentActor) -> None: ...
-
-    def store_used(self, actor: AgentActor) -> None: ...
-
-    def store_closed(self, actor: AgentActor) -> None: ...
-
-    def actor_idle(self) -> None:
-        """An actor's last activity ended: it may be hibernated if over the bound."""
-        ...
-
-
 class AgentActor(SessionReads, SessionWrites, SessionEdits):
     """One agent's memory. Obtain it with ``await registry.get(agent_id)``."""
 
     def __init__(
         self,
-        host: ActorHost,
+        host: ActorHost[AgentActor],
         agent_id: str,
         path: Path,
         *,

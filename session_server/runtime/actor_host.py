@@ -1,0 +1,81 @@
+"""``ActorHost``: what an ``AgentActor`` needs from the registry that hosts it (a
+protocol: the registry is the one implementation, tests may give their own)."""
+
+from __future__ import annotations
+
+from concurrent.futures import Executor
+from contextlib import AbstractAsyncContextManager
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+from ..core.cache_budget import CacheBudget
+from ..mirror_io.snapshot_index import SnapshotIndex
+from ..storage.sqlite_ops import IdempotencyRetention
+from .compaction_turns import CompactionHost
+
+__all__ = ["ActorHost"]
+
+# The hosted actor's type (``AgentActor``): a parameter, so that this module need not
+# import the actor module, which imports it.
+A = TypeVar("A", contravariant=True)
+
+
+class ActorHost(CompactionHost, Protocol[A]):
+    """What an actor needs from its owner (``ActorRegistry``): shared resources and the
+    bookkeeping of the open-store bound, besides what its compactions need
+    (``CompactionHost``: summarizer, metrics, summary timing)."""
+
+    @property
+    def memory_dir(self) -> Path: ...
+
+    @property
+    def mirror(self) -> bool: ...
+
+    @property
+    def count_executor(self) -> Executor:
+        """A thread of its own where group commits take token counts ahead of the writer
+        (``storage.group_counts``): never one SQLite calls wait for."""
+        ...
+
+    @property
+    def mirror_executor(self) -> Executor:
+        """Where mirror file I/O runs: threads of its own, so a burst of mirror writes or
+        a streamed repair never holds the threads commits wait for."""
+        ...
+
+    @property
+    def snapshot_index(self) -> SnapshotIndex | None:
+        """The index ``memory.list_snapshots`` reads (``None``: read-only, no mirror)."""
+        ...
+
+    @property
+    def readonly(self) -> bool:
+        """Open stores read-only, without the agent lock (tools beside a server)."""
+        ...
+
+    @property
+    def idempotency(self) -> IdempotencyRetention:
+        """How long keyed writes can be replayed."""
+        ...
+
+    @property
+    def default_strategy(self) -> dict[str, Any] | None: ...
+
+    @property
+    def cache_budget(self) -> CacheBudget:
+        """The bytes the recent-events caches of all the host's actors may hold."""
+        ...
+
+    def open_slot(self) -> AbstractAsyncContextManager[None]:
+        """Held while a store opens: one at a time, with room made under the bound."""
+        ...
+
+    def store_opened(self, actor: A) -> None: ...
+
+    def store_used(self, actor: A) -> None: ...
+
+    def store_closed(self, actor: A) -> None: ...
+
+    def actor_idle(self) -> None:
+        """An actor's last activity ended: it may be hibernated if over the bound."""
+        ...
