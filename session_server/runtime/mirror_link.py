@@ -29,24 +29,24 @@ flush it, and a crash is repaired on activation.
 
 The snapshot is a cache (served only when it matches SQLite's last seq, see above), and
 rendering it costs a context build plus a file write: a session's snapshot is rendered at
-most once per ``snapshot_interval`` (default 1 s). It renders from the recent-events cache
-when that holds the session's window (a client that builds its contexts keeps it warm),
-on the loop at the flush; otherwise the batch's worker thread reads the window from the
-file on a read-only connection of its own (``read_snapshot``) and renders it there. A
-client that only persists turns so costs the event loop nothing for the snapshot: before,
-the loop read the window once per flush to warm the cache, which then had to be kept up
-on every commit (measured: about 40 of 280 us of loop CPU per sequential call at FULL).
-A read costs 0.5 ms alone and 3-4 ms of CPU under load (64 clients on 32 sessions), so
-a session whose snapshot was read is rendered again at most once per
-``cold_snapshot_interval`` (default 5 s): under that load the reads then cost about what
-keeping the caches warm did. The snapshot is a cache, trusted only as SQLite binds it at a
-clean close, and ``drain`` renders the latest one then, so only a reader of the files
-sees it lag (at most that long while the server runs). A turn that comes later than that after
-the previous snapshot gets its own at the next flush, as before; turns in quicker
-succession share one, written at most ``snapshot_interval`` after the previous one, and
-``drain`` (hibernation, shutdown) writes what is held at once. Under load (64 clients
-writing back to back) this renders one snapshot per busy session per second instead of
-one per flush.
+most once per ``snapshot_interval`` (default 1 s). A turn that comes later than that after
+the previous snapshot gets its own at the next flush; turns in quicker succession share
+one, written at most ``snapshot_interval`` after the previous one, and ``drain``
+(hibernation, shutdown) writes what is held at once. Under load (64 clients writing back
+to back) this renders one snapshot per busy session per second instead of one per flush.
+
+Where it renders: from the recent-events cache, on the loop at the flush, when the cache
+holds the session's window (a client that builds its contexts keeps it warm); otherwise
+the batch's worker thread reads the window from the file on a read-only connection of
+its own (``read_snapshot``: ``snapshot_from_file``) and renders it there with the same
+function. A client that only persists turns so costs the event loop nothing for the
+snapshot: before, the loop read the window once per flush to warm the cache, which then
+had to be kept up on every commit (measured: about 40 of 280 us of loop CPU per
+sequential call at FULL). A read costs 0.5 ms alone and 3-4 ms of CPU under load (64
+clients on 32 sessions), so a session whose snapshot was read is rendered again at most
+once per ``cold_snapshot_interval`` (default 5 s); under that load the reads then cost
+less than keeping the caches warm did. SQLite binds a snapshot only at a clean close, and
+``drain`` renders the latest one then, so only a reader of the files sees the lag.
 """
 
 from __future__ import annotations
@@ -398,8 +398,9 @@ class MirrorLink:
         self._later(write, done)
 
     def _read_cold(self, due: SnapshotDue) -> SnapshotParts | None:
-        """``read_snapshot(due)`` on the batch's worker thread; ``None`` (no snapshot this
-        time, the next turn's flush tries again) when the file cannot be read."""
+        """``read_snapshot(due)`` on the batch's worker thread; ``None`` when the file
+        cannot be read (no snapshot this time: the session's next due one, or a drain,
+        tries again)."""
         assert self._read_snapshot is not None
         try:
             return self._read_snapshot(due)

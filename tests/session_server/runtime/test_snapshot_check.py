@@ -100,7 +100,7 @@ async def test_the_snapshot_read_from_the_file_is_the_one_the_cache_renders(
         )
 
 
-async def test_a_warm_cache_renders_on_the_loop_and_a_failed_read_retries_next_flush(
+async def test_a_warm_cache_renders_on_the_loop_and_a_failed_read_is_tried_again(
     tmp_path: Path,
 ) -> None:
     async with ActorRegistry(tmp_path, idle_timeout=None) as reg:
