@@ -19,12 +19,14 @@ turned on to measure what they cost at the least:
 
 - ``contract=True``: in the same transaction, the request's idempotency key (its row in
   the store's ``idempotency`` table, with the answer and the request's digest, claimed
-  with ``ON CONFLICT DO NOTHING`` and a replay answered from it; pruned as the store
-  does, ``prune_idempotency`` every ``PRUNE_EVERY_SEQS``) and the turn's tool calls
-  (``tool_calls``, so a late result can join its call's turn).
+  with ``ON CONFLICT DO NOTHING``, and a replay answered from it, without the store's
+  check that a retry asks for the same thing; pruned as the store does,
+  ``prune_idempotency`` every ``PRUNE_EVERY_SEQS`` seqs of keyed writes) and the turn's
+  tool calls (``tool_calls``, so a late result can join its call's turn).
 - ``mirror_dir``: the JSONL mirror in the reference layout (``MirrorWriter``), written
   on a thread of its own after the answer, batched every 50 ms as ours is, with a
-  ``working_context_snapshot.json`` of the last 50 messages at most once a second.
+  ``working_context_snapshot.json`` at most once a second: the last 50 messages as they
+  came (no context build, and no final one when the server stops).
 """
 
 from __future__ import annotations
@@ -103,15 +105,17 @@ def open_turn_db(path: Path, synchronous: str) -> sqlite3.Connection:
 class _Store:
     """One SQLite file and its position, written only on the worker thread."""
 
-    def __init__(self, path: Path, synchronous: str, contract: bool) -> None:
+    def __init__(self, path: Path, synchronous: str, contract: bool, mirrored: bool) -> None:
         self.conn = open_turn_db(path, synchronous)
         self.counter = get_counter()
         self.contract = contract
+        self.mirrored = mirrored  # the stored events are handed to the mirror
         self.seq = 0
         self.turn = 0
 
     def commit(self, events: list[SessionEvent], key: str | None) -> tuple[int, list[SessionEvent]]:
-        """Store one turn; its last seq and its stored events (none for a replay)."""
+        """Store one turn; its last seq and, for the mirror, its stored events (none for
+        a replay or without a mirror)."""
         self.turn += 1
         rows = []
         stored = []
@@ -125,11 +129,12 @@ class _Store:
                 (row["id"], MINIMAL_SESSION, seq, row["action"], row["content"], row["metadata"],
                  now, self.turn, self.seq + 1, tokens)
             )  # fmt: skip
-            stored.append(
-                msgspec.structs.replace(
-                    event, seq=seq, turn=self.turn, timestamp=now, token_count=tokens
+            if self.mirrored:
+                stored.append(
+                    msgspec.structs.replace(
+                        event, seq=seq, turn=self.turn, timestamp=now, token_count=tokens
+                    )
                 )
-            )
         self.conn.execute("BEGIN IMMEDIATE")
         try:
             if self.contract and key is not None:
@@ -155,11 +160,13 @@ class _Store:
                 "UPDATE sessions SET last_seq = ?, last_turn = ?, updated_at = ? WHERE id = ?",
                 (seq, self.turn, now, MINIMAL_SESSION),
             )
-            if self.contract and seq // PRUNE_EVERY_SEQS != self.seq // PRUNE_EVERY_SEQS:
+            crossed = seq // PRUNE_EVERY_SEQS != self.seq // PRUNE_EVERY_SEQS
+            if self.contract and key is not None and crossed:
                 prune_idempotency(self.conn, MINIMAL_SESSION, now, DEFAULT_RETENTION)
             self.conn.execute("COMMIT")
         except BaseException:
             self.conn.execute("ROLLBACK")
+            self.turn -= 1
             raise
         self.seq = seq
         return seq, stored
@@ -256,7 +263,7 @@ async def minimal_server(
     """Serve the minimal ``turn.persist`` (module doc) with its SQLite file at ``path``;
     ``contract``: with the idempotency and tool-call rows; ``mirror_dir``: with the JSONL
     mirror under that memory directory (written out before this returns)."""
-    store = _Store(path, synchronous, contract)
+    store = _Store(path, synchronous, contract, mirrored=mirror_dir is not None)
     decoder = msgspec.json.Decoder()
     encoder = msgspec.json.Encoder()
     loop = asyncio.get_running_loop()

@@ -146,8 +146,12 @@ class MirrorLink:
 
     @property
     def busy(self) -> bool:
-        pending = bool(self._appends or self._snapshots)
-        return pending or (self._chain is not None and not self._chain.done())
+        """Mirror work to do now: trace lines not yet handed over, or a batch running.
+
+        A snapshot held until its interval passes does not count: the actor may be
+        hibernated meanwhile (``close`` drains, which renders it at once), instead of
+        staying open above the host's bound for up to ``cold_snapshot_interval``."""
+        return bool(self._appends) or (self._chain is not None and not self._chain.done())
 
     def cursor(self, session_id: str) -> int | None:
         """The last mirrored seq confirmed since the last store of the cursor."""
@@ -298,7 +302,8 @@ class MirrorLink:
 
         Its content is rendered (``snapshot_parts``) when the batch is written, from the
         state as of the latest commit; only the latest due snapshot of a session counts,
-        and a session's is rendered at most once per ``snapshot_interval``.
+        and a session's is rendered at most once per ``snapshot_interval`` (once per
+        ``cold_snapshot_interval`` when it had to be read from the file).
         """
         if not self.enabled:
             return
@@ -362,11 +367,16 @@ class MirrorLink:
 
         generations = {sid: self._generation_of(sid) for sid in {*appends, *snapshots, *cold}}
 
-        def write() -> tuple[dict[str, int | None], dict[str, tuple[int, str]]]:
+        Written = tuple[dict[str, int | None], dict[str, tuple[int, str]], set[str]]
+
+        def write() -> Written:
             cursors = {sid: self.writer.append(sid, evs) for sid, evs in appends.items()}
+            failed: set[str] = set()
             for sid, due in cold.items():
-                parts = self._read_cold(due)
-                if parts is not None:
+                read, parts = self._read_cold(due)
+                if not read:
+                    failed.add(sid)
+                elif parts is not None:  # None: the session is gone
                     snapshots[sid] = parts
             bound: dict[str, tuple[int, str]] = {}
             for sid, (msgs, system, last_seq) in snapshots.items():
@@ -375,12 +385,18 @@ class MirrorLink:
                 )
                 if digest is not None:
                     bound[sid] = (last_seq, digest)
-            return cursors, bound
+            return cursors, bound, failed
 
-        def done(result: tuple[dict[str, int | None], dict[str, tuple[int, str]]]) -> None:
-            cursors, bound = result
+        def done(result: Written) -> None:
+            cursors, bound, failed = result
             # A delete since this batch was scheduled: what it wrote confirms nothing.
             current = {sid for sid, gen in generations.items() if self._generation_of(sid) == gen}
+            for sid in failed & current:
+                # Not read: held again (unless a newer one is), for the next drain or
+                # once its interval has passed.
+                self._snapshots.setdefault(sid, cold[sid])
+                wait = self._snapshot_at.get(sid, 0.0) + self.snapshot_interval
+                self._arm(max(wait - time.monotonic(), 0.0))
             for sid, cursor in cursors.items():
                 if sid not in current:
                     continue
@@ -397,13 +413,15 @@ class MirrorLink:
 
         self._later(write, done)
 
-    def _read_cold(self, due: SnapshotDue) -> SnapshotParts | None:
-        """``read_snapshot(due)`` on the batch's worker thread; ``None`` when the file
-        cannot be read (no snapshot this time: the session's next due one, or a drain,
-        tries again)."""
+    def _read_cold(self, due: SnapshotDue) -> tuple[bool, SnapshotParts | None]:
+        """``(True, read_snapshot(due))`` on the batch's worker thread, or ``(False,
+        None)`` when the file cannot be read or the render fails (no snapshot this time:
+        it is held again, for the next drain or once its interval has passed). Never
+        raises: the batch's trace lines and other snapshots are confirmed whatever happens
+        to one read."""
         assert self._read_snapshot is not None
         try:
-            return self._read_snapshot(due)
+            return True, self._read_snapshot(due)
         except (SessionServerError, OSError, sqlite3.Error) as exc:
             log.warning(
                 "snapshot of session %r of agent %r not rendered: %s",
@@ -411,7 +429,14 @@ class MirrorLink:
                 self.writer.agent_id,
                 exc,
             )
-            return None
+        except Exception:
+            # A bug, but the snapshot is derived data: the rest of the batch goes on.
+            log.exception(
+                "snapshot of session %r of agent %r not rendered",
+                due.session_id,
+                self.writer.agent_id,
+            )
+        return False, None
 
     async def unlist(self, session_id: str) -> None:
         """Before a session delete commits: the snapshot index stops listing the session
@@ -500,6 +525,11 @@ class MirrorLink:
         self._active.clear()
         self._cursor.clear()
         self._bound.clear()
+        # A snapshot held again after a failed read during the drain: not for this store.
+        self._snapshots.clear()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
     def _checkpoints(
         self, active: list[str], cursors: dict[str, int], bound: dict[str, tuple[int, str]]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +59,16 @@ async def test_a_persist_only_client_costs_the_loop_no_read_and_gets_each_flush_
         actor = await reg.get("agent")
         actor.mirror.delay = 3600.0  # flushes only when drained, below
         actor.mirror.snapshot_interval = 0.0
+        actor.mirror.cold_snapshot_interval = 0.0
+        read = actor.mirror._read_snapshot
+        assert read is not None
+        threads: list[int] = []
+
+        def recording_thread(due: SnapshotDue) -> Any:
+            threads.append(threading.get_ident())
+            return read(due)
+
+        actor.mirror._read_snapshot = recording_thread
         sid = await actor.create_session()
         path = actor.mirror.session_dir(sid) / SNAPSHOT_FILE
         for flush in range(2):
@@ -67,24 +78,32 @@ async def test_a_persist_only_client_costs_the_loop_no_read_and_gets_each_flush_
             assert json.loads(path.read_text(encoding="utf-8"))["last_seq"] == last
         assert windows == []  # no window read on the loop, and the cache stays cold
         assert actor.core.cached_view(sid, actor.context_limit) is None
+        assert len(threads) == 2 and threading.get_ident() not in threads  # a worker's
 
 
 async def test_the_snapshot_read_from_the_file_is_the_one_the_cache_renders(
     tmp_path: Path,
 ) -> None:
     """The same parts either way, with tool calls, a window cut inside a turn and a
-    compaction record (a summary's memory block in the instructions)."""
+    compaction record (a summary's memory block in the instructions): against the cache
+    kept up by the commits since a first build, and against one seeded by a read."""
     async with ActorRegistry(tmp_path, idle_timeout=None) as reg:
         actor = await reg.get("agent")
         sid = await actor.create_session()
-        for n in range(30):
-            await persist(actor, sid, tool_turn(n))
-        await actor.compact(sid, strategy={"mode": "compact", "compact_keep": 2})
-        for n in range(30, 33):
-            await persist(actor, sid, tool_turn(n))
+        await actor.build_working_context(sid)  # the cache holds the session from here on
         due = SnapshotDue(sid, ["be brief"])
+        for n in range(40):
+            await persist(actor, sid, tool_turn(n))
+            if n in (9, 25):
+                kept_up = actor.core.snapshot_parts(due)
+                assert kept_up is not None
+                assert kept_up == snapshot_from_file(actor.path, actor.context_limit, 5000, due)
+        await actor.compact(sid, strategy={"mode": "compact", "compact_keep": 2})
+        for n in range(40, 43):
+            await persist(actor, sid, tool_turn(n))
         cold = snapshot_from_file(actor.path, actor.context_limit, 5000, due)
-        actor.core._recent.forget(sid)  # the compaction's read warmed it: cold again
+        assert cold is not None and cold == actor.core.snapshot_parts(due)
+        actor.core._recent.forget(sid)
         assert actor.core.snapshot_parts(due) is None
         await actor.build_working_context(sid)  # warms the cache
         warm = actor.core.snapshot_parts(due)
@@ -125,6 +144,8 @@ async def test_a_warm_cache_renders_on_the_loop_and_a_failed_read_is_tried_again
         assert mirror.cursor(sid) == first  # the trace lines were written all the same
 
         mirror._read_snapshot = read
+        await mirror.drain()  # no new turn: the failed one was held again
+        assert json.loads(path.read_text(encoding="utf-8"))["last_seq"] == first
         last = await persist(actor, sid, turn(1))
         await mirror.drain()
         assert json.loads(path.read_text(encoding="utf-8"))["last_seq"] == last
@@ -263,8 +284,75 @@ async def test_a_snapshot_read_from_the_file_is_read_again_only_after_its_interv
         # (a new session: the interval counts from each one's last read).
         mirror.cold_snapshot_interval = 0.05
         other = await actor.create_session()
-        await persist(actor, other, turn(0))
+        opening = await persist(actor, other, turn(0))
+        while reads[-1] != opening:  # its first read, before the next turn
+            done.clear()
+            await asyncio.wait_for(done.wait(), 10)
+        count = len(reads)
         last = await persist(actor, other, turn(1))
         while reads[-1] != last:
             done.clear()
             await asyncio.wait_for(done.wait(), 10)
+        assert len(reads) == count + 1  # one more read, by the timer (no drain)
+
+
+async def test_one_failing_read_loses_nothing_else_of_the_batch(tmp_path: Path) -> None:
+    """An unexpected error in one session's read: the batch's trace lines and the other
+    sessions' snapshots are written and confirmed all the same."""
+    async with ActorRegistry(tmp_path, idle_timeout=None) as reg:
+        actor = await reg.get("agent")
+        mirror = actor.mirror
+        mirror.delay = 3600.0
+        mirror.snapshot_interval = 0.0
+        broken, warm = await actor.create_session(), await actor.create_session()
+        await actor.build_working_context(warm)  # rendered from the cache
+        read = mirror._read_snapshot
+        assert read is not None
+
+        def buggy(due: SnapshotDue) -> Any:
+            if due.session_id == broken:
+                raise ValueError("a bug in a render")
+            return read(due)
+
+        mirror._read_snapshot = buggy
+        last_broken = await persist(actor, broken, turn(0))
+        last_warm = await persist(actor, warm, turn(0))
+        await mirror.drain()
+        assert mirror.cursor(broken) == last_broken and mirror.cursor(warm) == last_warm
+        path = mirror.session_dir(warm) / SNAPSHOT_FILE
+        assert json.loads(path.read_text(encoding="utf-8"))["last_seq"] == last_warm
+        assert not (mirror.session_dir(broken) / SNAPSHOT_FILE).exists()
+
+
+async def test_a_held_snapshot_does_not_keep_the_actor_busy_and_hibernation_writes_it(
+    tmp_path: Path,
+) -> None:
+    async with ActorRegistry(tmp_path, idle_timeout=None) as reg:
+        actor = await reg.get("agent")
+        mirror = actor.mirror
+        mirror.delay = 0.0
+        mirror.snapshot_interval = 0.0
+        mirror.cold_snapshot_interval = 3600.0
+        sid = await actor.create_session()
+        path = mirror.session_dir(sid) / SNAPSHOT_FILE
+        first = await persist(actor, sid, turn(0))
+        await mirror.drain()
+        loop = asyncio.get_running_loop()
+        appended = asyncio.Event()
+        append = mirror.writer.append
+
+        def tracing(session_id: str, events: Any) -> int | None:
+            cursor = append(session_id, events)
+            loop.call_soon_threadsafe(appended.set)
+            return cursor
+
+        mirror.writer.append = tracing  # type: ignore[method-assign]
+        last = await persist(actor, sid, turn(1))  # its snapshot is held for an hour
+        await asyncio.wait_for(appended.wait(), 10)  # the timer's batch, without a drain
+        assert mirror._chain is not None
+        await asyncio.wait([mirror._chain])
+        assert mirror._snapshots and not mirror.busy and not actor.busy
+        assert json.loads(path.read_text(encoding="utf-8"))["last_seq"] == first
+        await actor.hibernate()
+        assert not actor.is_open
+        assert json.loads(path.read_text(encoding="utf-8"))["last_seq"] == last
