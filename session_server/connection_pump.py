@@ -277,33 +277,36 @@ class Connection:
         return encode_message(error_response(None, exc))
 
     async def _answer(
-        self, frame: Frame, large: bool = False
-    ) -> tuple[bytes | None, list[CallContext]]:
+        self, frame: Frame, contexts: list[CallContext], large: bool = False
+    ) -> bytes | None:
         """Run one parsed frame; return its encoded answer (None: nothing to send).
-        ``large``: the frame's params are checked on a worker (``OFF_LOOP_FRAME_BYTES``)."""
+        Each request's context is added to ``contexts`` as it starts, so that its
+        ``after`` callbacks (the request's metrics among them) run even when the frame
+        fails or is cancelled later. ``large``: the frame's params are checked on a
+        worker (``OFF_LOOP_FRAME_BYTES``)."""
         grant = self.route.grant
         if self.revoked or (grant is not None and grant.expired(self.server.clock())):
-            return self._refuse_expired(frame), []
+            return self._refuse_expired(frame)
         endpoint = self.route.endpoint
         methods = self.server.methods
         limit = self.server.max_answer_bytes
         offload: Callable[[Callable[[], Any]], Any] | None = self._off_loop if large else None
         if not frame.batch:
             ctx = self._context()
+            contexts.append(ctx)
             response = await dispatch(frame.items[0], ctx, endpoint, methods, self.observe, offload)
             if response is None:
-                return None, [ctx]
-            return await encode_bounded(response, frame.items[0], limit), [ctx]
+                return None
+            return await encode_bounded(response, frame.items[0], limit)
         if len(frame.items) > self.server.max_batch:
             error = InvalidRequestError(
                 f"Invalid Request: a batch of {len(frame.items)} requests exceeds the "
                 f"maximum of {self.server.max_batch}; split it",
                 data={"max_batch": self.server.max_batch},
             )
-            return encode_message(error_response(None, error)), []
+            return encode_message(error_response(None, error))
         # One request at a time: a batch holds one slot of the window and at most one
         # result in memory besides its encoded answers, which stay under the bound.
-        contexts: list[CallContext] = []
         parts: list[bytes] = []
         size = 2
         for item in frame.items:
@@ -316,14 +319,14 @@ class Connection:
             size += len(part) + 1
             parts.append(part)
         if not parts:
-            return None, contexts
+            return None
         # One copy of what may be max_answer_bytes (joining, then adding the brackets,
         # would copy it three times on the event loop).
         pieces = [b"["]
         for part in parts:
             pieces += (part, b",")
         pieces[-1] = b"]"
-        return b"".join(pieces), contexts
+        return b"".join(pieces)
 
     async def _handle(self, data: bytes, text: bool, token: int, permit: bool) -> None:
         answer: bytes | None = None
@@ -337,7 +340,7 @@ class Connection:
                     parsed = self._parse(data, text)
                 del data  # the raw bytes go now, not when the request is done
                 if isinstance(parsed, Frame):
-                    answer, contexts = await self._answer(parsed, large)
+                    answer = await self._answer(parsed, contexts, large)
                 else:
                     answer = parsed
                 del parsed
@@ -354,7 +357,10 @@ class Connection:
                 self.send(answer, self.slots.release)
             for ctx in contexts:
                 for callback in ctx.after:
-                    callback()
+                    try:
+                        callback()
+                    except Exception:  # one failing callback does not skip the others
+                        log.exception("an after-answer callback failed")
 
     async def _read(self) -> None:
         idle = self.server.idle_timeout
