@@ -69,6 +69,7 @@ from ..core.plans import SnapshotDue
 from ..core.recent import SessionView
 from ..mirror.checkpoint import Resume, plan_activation, repair_reason
 from ..mirror.snapshot import SNAPSHOT_FILE, RestoredSnapshot
+from ..mirror.snapshot_schedule import SnapshotSchedule
 from ..mirror_io.snapshot_files import load_snapshot_cache
 from ..mirror_io.snapshot_index import SnapshotIndex
 from ..mirror_io.writer import MirrorWriter, validate_session_id
@@ -116,12 +117,9 @@ class MirrorLink:
         # Renders, on the batch's worker thread, a snapshot the cache could not.
         self._read_snapshot = read_snapshot
         self.delay = delay
-        self.snapshot_interval = snapshot_interval
-        self.cold_snapshot_interval = cold_snapshot_interval
-        # When each session's snapshot was last rendered (monotonic; only recent ones).
-        self._snapshot_at: dict[str, float] = {}
+        # Which snapshots wait, and each session's pace (monotonic times).
+        self.schedule = SnapshotSchedule(snapshot_interval, cold_snapshot_interval)
         self._appends: dict[str, list[SessionEvent]] = {}
-        self._snapshots: dict[str, SnapshotDue] = {}
         self._timer: asyncio.Handle | None = None
         self._timer_at = 0.0  # the loop time the timer fires at
         self._chain: asyncio.Future[None] | None = None
@@ -143,6 +141,22 @@ class MirrorLink:
 
     def session_dir(self, session_id: str) -> Path:
         return self.writer.session_dir(session_id)
+
+    @property
+    def snapshot_interval(self) -> float:
+        return self.schedule.interval
+
+    @snapshot_interval.setter
+    def snapshot_interval(self, seconds: float) -> None:
+        self.schedule.interval = seconds
+
+    @property
+    def cold_snapshot_interval(self) -> float:
+        return self.schedule.read_interval
+
+    @cold_snapshot_interval.setter
+    def cold_snapshot_interval(self, seconds: float) -> None:
+        self.schedule.read_interval = seconds
 
     @property
     def busy(self) -> bool:
@@ -307,34 +321,11 @@ class MirrorLink:
         """
         if not self.enabled:
             return
-        self._snapshots[due.session_id] = due
+        self.schedule.want(due)
         self._arm()
 
     def _generation_of(self, session_id: str) -> int:
         return self._generation.get(session_id, 0)
-
-    def _due_snapshots(self, force: bool) -> dict[str, SnapshotDue]:
-        """The snapshots to render now: every one when ``force``d, else those of sessions
-        whose snapshot was last rendered at least ``snapshot_interval`` ago. The others
-        stay pending (the latest due of each) and the timer is set for the first of them.
-        """
-        now = time.monotonic()
-        interval = self.snapshot_interval
-        dues: dict[str, SnapshotDue] = {}
-        held: dict[str, SnapshotDue] = {}
-        for sid, due in self._snapshots.items():
-            last = self._snapshot_at.get(sid)
-            if force or last is None or now - last >= interval:
-                dues[sid] = due  # its time is set once it renders (``_flush``)
-            else:
-                held[sid] = due
-        self._snapshots = held
-        # A time older than the interval says nothing more than no time: drop it.
-        self._snapshot_at = {s: t for s, t in self._snapshot_at.items() if now - t < interval}
-        if held:
-            first = min(self._snapshot_at[s] for s in held) + interval
-            self._arm(max(first - now, 0.0))
-        return dues
 
     def _flush(self, *, force: bool = False) -> None:
         """Move what is pending into the chain: trace lines first, then the snapshots
@@ -343,7 +334,10 @@ class MirrorLink:
             self._timer.cancel()
             self._timer = None
         appends, self._appends = self._appends, {}
-        dues = self._due_snapshots(force)
+        now = time.monotonic()
+        dues, first_held = self.schedule.take(now, force)
+        if first_held is not None:
+            self._arm(max(first_held - now, 0.0))
         since, self._pending_since = self._pending_since, None
         # Rendered now, on the loop, from the core's state as of the latest commit, when
         # the cache holds the window; the others are read from the file with the batch.
@@ -357,11 +351,9 @@ class MirrorLink:
                 cold[sid] = due
         rendered_at = time.monotonic()
         for sid in snapshots:
-            self._snapshot_at[sid] = rendered_at
-        # A read one is next due ``cold_snapshot_interval`` later (as if rendered then).
-        later = max(0.0, self.cold_snapshot_interval - self.snapshot_interval)
+            self.schedule.rendered(sid, rendered_at)
         for sid in cold:
-            self._snapshot_at[sid] = rendered_at + later
+            self.schedule.rendered(sid, rendered_at, read=True)
         if not appends and not snapshots and not cold:
             return
 
@@ -394,9 +386,7 @@ class MirrorLink:
             for sid in failed & current:
                 # Not read: held again (unless a newer one is), for the next drain or
                 # once its interval has passed.
-                self._snapshots.setdefault(sid, cold[sid])
-                wait = self._snapshot_at.get(sid, 0.0) + self.snapshot_interval
-                self._arm(max(wait - time.monotonic(), 0.0))
+                self._arm(max(self.schedule.retry(cold[sid]) - time.monotonic(), 0.0))
             for sid, cursor in cursors.items():
                 if sid not in current:
                     continue
@@ -458,8 +448,7 @@ class MirrorLink:
     def _forget(self, session_id: str) -> None:
         """A delete committed: nothing pending or confirmed for the session counts now."""
         self._generation[session_id] = self._generation_of(session_id) + 1
-        self._snapshots.pop(session_id, None)
-        self._snapshot_at.pop(session_id, None)
+        self.schedule.forget(session_id)
         self._appends.pop(session_id, None)
         self._cursor.pop(session_id, None)
         self._bound.pop(session_id, None)
@@ -526,7 +515,7 @@ class MirrorLink:
         self._cursor.clear()
         self._bound.clear()
         # A snapshot held again after a failed read during the drain: not for this store.
-        self._snapshots.clear()
+        self.schedule.drop_waiting()
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None

@@ -215,6 +215,7 @@ async def test_quick_turns_share_one_snapshot_per_interval_and_drain_writes_the_
         assert json.loads(path.read_text(encoding="utf-8"))["last_seq"] == seqs[-1]
         # With a short interval the held snapshot is written by the timer, without a drain.
         mirror.snapshot_interval = 0.05
+        mirror.cold_snapshot_interval = 0.05  # a persist-only client: its snapshots are read
         wrote.clear()
         last = await persist(9)
         await asyncio.wait_for(wrote.wait(), 10)
@@ -351,7 +352,7 @@ async def test_a_held_snapshot_does_not_keep_the_actor_busy_and_hibernation_writ
         await asyncio.wait_for(appended.wait(), 10)  # the timer's batch, without a drain
         assert mirror._chain is not None
         await asyncio.wait([mirror._chain])
-        assert mirror._snapshots and not mirror.busy and not actor.busy
+        assert mirror.schedule.holding and not mirror.busy and not actor.busy
         assert json.loads(path.read_text(encoding="utf-8"))["last_seq"] == first
         await actor.hibernate()
         assert not actor.is_open
