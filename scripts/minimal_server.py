@@ -50,13 +50,16 @@ from session_server.core.events import ContextMessage, SessionEvent
 from session_server.core.tokens import get_counter
 from session_server.mirror_io.writer import MirrorWriter
 from session_server.storage.idempotency import (
+    CLAIM_KEY,
     DEFAULT_RETENTION,
     PRUNE_EVERY_SEQS,
+    STORED_RESULT,
     columns_digest,
     prune_idempotency,
 )
 from session_server.storage.schema import SCHEMA_VERSION, schema_sql
 from session_server.storage.sqlite_open import wal_autocheckpoint_pages
+from session_server.storage.sqlite_ops import UPSERT_TOOL_CALL
 
 __all__ = [
     "INSERT_EVENT",
@@ -150,12 +153,7 @@ class _Store:
                     for event in events
                     for call in event.tool_calls or ()
                 ]
-                self.conn.executemany(
-                    "INSERT INTO tool_calls (session_id, call_id, turn, turn_start_seq)"
-                    " VALUES (?, ?, ?, ?) ON CONFLICT(session_id, call_id) DO UPDATE SET"
-                    " turn = excluded.turn, turn_start_seq = excluded.turn_start_seq",
-                    calls,
-                )
+                self.conn.executemany(UPSERT_TOOL_CALL, calls)
             self.conn.execute(
                 "UPDATE sessions SET last_seq = ?, last_turn = ?, updated_at = ? WHERE id = ?",
                 (seq, self.turn, now, MINIMAL_SESSION),
@@ -179,16 +177,11 @@ class _Store:
         digest = columns_digest(events, metadata, None)
         answer = {"seqs": list(range(self.seq + 1, seq + 1)), "last_seq": seq, "digest": digest}
         claimed = self.conn.execute(
-            "INSERT INTO idempotency (session_id, key, result, created_at) VALUES (?, ?, ?, ?)"
-            " ON CONFLICT (session_id, key) DO NOTHING",
-            (MINIMAL_SESSION, key, msgspec.json.encode(answer).decode(), now),
+            CLAIM_KEY, (MINIMAL_SESSION, key, msgspec.json.encode(answer).decode(), now)
         ).rowcount
         if claimed:
             return None
-        (first,) = self.conn.execute(
-            "SELECT result FROM idempotency WHERE session_id = ? AND key = ?",
-            (MINIMAL_SESSION, key),
-        ).fetchone()
+        (first,) = self.conn.execute(STORED_RESULT, (MINIMAL_SESSION, key)).fetchone()
         return int(msgspec.json.decode(first)["last_seq"])
 
 

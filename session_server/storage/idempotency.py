@@ -20,14 +20,26 @@ from ..core.events import SessionEvent
 from ..core.plans import AppendResult
 
 __all__ = [
+    "CLAIM_KEY",
     "DEFAULT_RETENTION",
     "PRUNE_EVERY_SEQS",
+    "STORED_RESULT",
     "IdempotencyRetention",
     "columns_digest",
     "prune_idempotency",
     "replayed_result",
     "request_digest",
 ]
+
+CLAIM_KEY: Final = (
+    "INSERT INTO idempotency (session_id, key, result, created_at) VALUES (?, ?, ?, ?)"
+    " ON CONFLICT (session_id, key) DO NOTHING"
+)
+"""Claim a key with its write's result: one row written only when the key is new (its
+``rowcount`` tells a replay)."""
+
+STORED_RESULT: Final = "SELECT result FROM idempotency WHERE session_id = ? AND key = ?"
+"""The result stored with a key (a replay answers it)."""
 
 
 class IdempotencyRetention(msgspec.Struct, frozen=True):

@@ -30,8 +30,10 @@ from ..core.tokens import count_events
 from ..core.turns import TurnPosition, number_turns, stored_calls_needed
 from .group_counts import GroupCounts
 from .idempotency import (
+    CLAIM_KEY,
     DEFAULT_RETENTION,
     PRUNE_EVERY_SEQS,
+    STORED_RESULT,
     IdempotencyRetention,
     columns_digest,
     prune_idempotency,
@@ -60,6 +62,7 @@ __all__ = [
     "SESSION_STATE_COLUMNS",
     "SKIPPED_RECORDS",
     "STALE_MIRROR_SEQ",
+    "UPSERT_TOOL_CALL",
     "AppendResult",
     "IdempotencyRetention",
     "SkippedRecords",
@@ -80,6 +83,13 @@ __all__ = [
     "write_txn",
 ]
 
+
+UPSERT_TOOL_CALL: Final = (
+    "INSERT INTO tool_calls (session_id, call_id, turn, turn_start_seq)"
+    " VALUES (?, ?, ?, ?) ON CONFLICT(session_id, call_id) DO UPDATE SET"
+    " turn = excluded.turn, turn_start_seq = excluded.turn_start_seq"
+)
+"""A tool call's turn (a reused call id points at its latest call)."""
 
 # A delete writes this mirror cursor in its own transaction: never a session's last seq,
 # so the next activation repairs the mirror even if the process dies before it does.
@@ -161,16 +171,9 @@ def append(
         # when the request is the same. Anything refused below rolls the row back.
         digest = columns_digest(events, metadata, batch.expected_last_seq)
         saved = {**msgspec.to_builtins(result), "digest": digest}
-        claimed = conn.execute(
-            "INSERT INTO idempotency (session_id, key, result, created_at) VALUES (?, ?, ?, ?)"
-            " ON CONFLICT (session_id, key) DO NOTHING",
-            (session_id, key, encode_json(saved), now),
-        ).rowcount
+        claimed = conn.execute(CLAIM_KEY, (session_id, key, encode_json(saved), now)).rowcount
         if not claimed:
-            prev = conn.execute(
-                "SELECT result FROM idempotency WHERE session_id = ? AND key = ?",
-                (session_id, key),
-            ).fetchone()
+            prev = conn.execute(STORED_RESULT, (session_id, key)).fetchone()
             return AppendOutcome(replayed_result(prev[0], digest, session_id, key), [], replay=True)
     expected = batch.expected_last_seq
     if expected is not None and expected != last_seq:
@@ -226,10 +229,7 @@ def append(
         # A reused id points at its latest call, as ``number_turns`` says: later results
         # join the latest call's turn.
         conn.executemany(
-            "INSERT INTO tool_calls (session_id, call_id, turn, turn_start_seq)"
-            " VALUES (?, ?, ?, ?) ON CONFLICT(session_id, call_id) DO UPDATE SET"
-            " turn = excluded.turn, turn_start_seq = excluded.turn_start_seq",
-            [(session_id, cid, p.turn, p.start_seq) for cid, p in added.items()],
+            UPSERT_TOOL_CALL, [(session_id, cid, p.turn, p.start_seq) for cid, p in added.items()]
         )
     if rows_out or batch.compaction_required is not None:
         conn.execute(
