@@ -128,7 +128,10 @@ def test_on_a_real_thread_each_batch_is_counted_once_and_right(counted: Counter[
                 assert counts == count_events(b.events)
     # The pool has shut down (every count job ended): each batch was counted by one side.
     assert [counted[i] + writer[i] for i in ids] == [1] * len(ids)
-    assert counted and writer.total() > 200  # both sides took part (the first batches)
+    # Both sides took part: the first batch of each group is always the writer's; which
+    # side takes the others depends on the threads' timing (the count thread may win all).
+    assert counted
+    assert writer.total() >= 200
 
 
 class Abort(BaseException):
