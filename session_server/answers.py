@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from typing import Any, Final
 
 from .core.errors import TooLargeError
@@ -30,12 +31,18 @@ ENCODE_SLICE: Final = 0.002
 """Seconds of answer encoding between two yields to the event loop."""
 
 
-async def encode_bounded(response: dict[str, Any], item: RpcRequest | Invalid, limit: int) -> bytes:
+async def encode_bounded(
+    response: dict[str, Any],
+    item: RpcRequest | Invalid,
+    limit: int,
+    refused: Callable[[], None] | None = None,
+) -> bytes:
     """``response`` encoded, or a -32004 answer when it would exceed ``limit`` bytes.
 
     Encoded in pieces (``encode_pieces``), yielding to the loop every ``ENCODE_SLICE``
     seconds: a 16 MiB answer never holds the loop (or the GIL) for the whole encoding,
-    and encoding stops as soon as the bound is passed.
+    and encoding stops as soon as the bound is passed; ``refused()``, when given, is
+    called then (the request's metrics report -32004).
     """
     parts: list[bytes] = []
     size = 0
@@ -51,6 +58,8 @@ async def encode_bounded(response: dict[str, Any], item: RpcRequest | Invalid, l
     else:
         return b"".join(parts)
     del parts
+    if refused is not None:
+        refused()
     error = TooLargeError(
         f"the answer would be more than {size} bytes, more than the server sends at once "
         f"({limit} bytes left of max_answer_bytes); ask for less (limit, paging)",

@@ -297,7 +297,7 @@ class Connection:
             response = await dispatch(frame.items[0], ctx, endpoint, methods, self.observe, offload)
             if response is None:
                 return None
-            return await encode_bounded(response, frame.items[0], limit)
+            return await encode_bounded(response, frame.items[0], limit, ctx.refused_too_large)
         if len(frame.items) > self.server.max_batch:
             error = InvalidRequestError(
                 f"Invalid Request: a batch of {len(frame.items)} requests exceeds the "
@@ -315,7 +315,7 @@ class Connection:
             response = await dispatch(item, ctx, endpoint, methods, self.observe, offload)
             if response is None:
                 continue
-            part = await encode_bounded(response, item, limit - size)
+            part = await encode_bounded(response, item, limit - size, ctx.refused_too_large)
             size += len(part) + 1
             parts.append(part)
         if not parts:

@@ -69,7 +69,8 @@ async def dispatch(
     method name (``unknown`` when it names no method, ``invalid`` for an unusable item:
     the label set stays bounded whatever clients send), ``ok`` or the JSON-RPC error code,
     and the time taken. It runs among ``ctx.after`` (right after the answer is queued):
-    the metrics' work is not part of the answer's latency.
+    the metrics' work is not part of the answer's latency. The code is ``ctx.outcome``
+    as it is then, so a shell that replaces the answer (-32004, too large) says so there.
     """
     if isinstance(item, Invalid):
         if observe is not None:
@@ -86,13 +87,21 @@ async def dispatch(
         error = InternalError("Internal error")
     if observe is not None:
         label = item.method if item.method in methods else "unknown"
-        code = "ok" if error is None else str(error.code)
-        ctx.after.append(functools.partial(observe, label, code, time.perf_counter() - started))
+        if error is not None:
+            ctx.outcome = str(error.code)
+        seconds = time.perf_counter() - started
+        ctx.after.append(functools.partial(_observe, observe, label, ctx, seconds))
     if item.notification:
         return None
     if error is not None:
         return error_response(item.id, error)
     return result_response(item.id, result)
+
+
+def _observe(observe: Observer, label: str, ctx: CallContext, seconds: float) -> None:
+    # ``ctx.outcome`` is read now, after the answer was encoded: an answer the shell
+    # replaced by -32004 (too large to send) is reported as that, not as ``ok``.
+    observe(label, ctx.outcome, seconds)
 
 
 async def _call(

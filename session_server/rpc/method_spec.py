@@ -28,7 +28,7 @@ import pydantic
 from pydantic import ConfigDict
 
 from ..auth import Grant, Scope
-from ..core.errors import MethodNotFoundError
+from ..core.errors import MethodNotFoundError, TooLargeError
 
 if TYPE_CHECKING:
     from ..runtime.actor import AgentActor
@@ -99,6 +99,9 @@ class CallContext:
     # could gather more stop reading at it (``None``: no bound, in-process callers).
     max_answer_bytes: int | None = None
     creates_agent: bool = False  # set by ``dispatch`` from the method's row
+    # What the request's metrics report: ``ok`` or the error code (``dispatch`` sets it;
+    # the shell changes it when the answer is replaced by -32004, too large to send).
+    outcome: str = "ok"
 
     async def actor(self) -> AgentActor:
         """The connection's agent; ``NotFoundError`` when it has no store and the method
@@ -122,6 +125,10 @@ class CallContext:
 
     def after_response(self, callback: Callable[[], None]) -> None:
         self.after.append(callback)
+
+    def refused_too_large(self) -> None:
+        """The answer was replaced by -32004 (too large to send): report that."""
+        self.outcome = str(TooLargeError.code)
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from websockets.asyncio.client import connect
@@ -42,3 +43,32 @@ async def test_a_failing_callback_skips_no_other_request_s_metrics(
             assert ops.value("requests_total", ok) == before + 1
             subscribed = {"method": "events.subscribe", "code": "ok"}
             assert ops.value("requests_total", subscribed) == 1
+
+
+async def test_an_answer_replaced_by_too_large_is_counted_as_that(tmp_path: Path) -> None:
+    """The request's metrics report -32004 for an answer the shell replaced because it
+    would pass ``max_answer_bytes`` (it used to count as ``ok``): a build whose context
+    is too large, and the second of two loads in a batch (each fits alone)."""
+    registry = ActorRegistry(tmp_path, idle_timeout=None)
+    async with registry, SessionServer(registry, port=0, max_answer_bytes=20_000) as server:
+        actor = await registry.get("a")
+        one, two = await actor.create_session(), await actor.create_session()
+        await actor.append_events(one, [{"content": "x" * 12_000}])
+        await actor.append_events(two, [{"content": "x" * 12_000}] * 2)
+        ops = registry.operations
+
+        def count(method: str, code: str) -> float:
+            return ops.value("requests_total", {"method": method, "code": code})
+
+        def call(i: int, method: str, sid: str) -> dict[str, Any]:
+            return {"jsonrpc": "2.0", "id": i, "method": method, "params": {"session_id": sid}}
+
+        async with connect(f"{server.url}/v1/agents/a") as ws:
+            await ws.send(json.dumps(call(1, "context.build", two)))
+            assert json.loads(await ws.recv())["error"]["code"] == -32004
+            assert (count("context.build", "-32004"), count("context.build", "ok")) == (1, 0)
+
+            await ws.send(json.dumps([call(2, "events.load", one), call(3, "events.load", one)]))
+            answers = json.loads(await ws.recv())
+            assert "result" in answers[0] and answers[1]["error"]["code"] == -32004
+            assert (count("events.load", "-32004"), count("events.load", "ok")) == (1, 1)
