@@ -454,7 +454,7 @@ async def measure(args: argparse.Namespace) -> Report:
 
     # The token count of this benchmark's own turn (smaller than bench_store's).
     count, hop = await bench_store.bench_floor(args.warmup, args.calls, turn_events)
-    echo_apart = await _echo_apart(args)
+    echo_apart = await echo_apart_rate(args)
     persist_apart = await _persist_apart(args)
     minimal_apart, bare_apart, ablation, minimal_contract = await _minimal_and_bare(args)
     loop = type(asyncio.get_running_loop()).__module__.split(".")[0]
@@ -538,7 +538,7 @@ async def client_apart(args: argparse.Namespace, kind: str, url: str) -> Apart:
     return Apart(rate, 1e6 * on_loop / calls, 1e6 * sum(spent.values()) / calls)
 
 
-async def _echo_apart(args: argparse.Namespace) -> Apart:
+async def echo_apart_rate(args: argparse.Namespace) -> Apart:
     async with serve(_echo, "127.0.0.1", 0) as server:
         port = server.sockets[0].getsockname()[1]
         return await client_apart(args, "bare", f"ws://127.0.0.1:{port}")

@@ -12,12 +12,9 @@ unbinds the snapshot in its own transaction, so a crash before the repair below 
 repairs on the next activation and never serves the old snapshot. A session delete
 answers only once its folder is gone (renamed out of ``sessions/`` in one step).
 
-Activation is cheap: at a clean close each session's checkpoint (writer model, file sizes
-and mtimes, the snapshot's seq and SHA-256) goes to SQLite; the next activation resumes
-from it after a few ``stat`` calls (``mirror.checkpoint.plan_activation``) instead of
-reading the history, and repairs, streamed from SQLite one file at a time
-(``mirror_io.repair``), whatever does not match. It also removes the folders of sessions
-that no longer exist.
+Activation is cheap: it resumes from the checkpoint stored at the last clean close, and
+repairs only what does not match it (``mirror_activation.MirrorActivation``, the base of
+``MirrorLink``).
 
 Writes are batched: committed events and end-of-turn snapshots are held for
 ``delay`` seconds (default 0.05) and then written together, trace lines in commit order
@@ -63,19 +60,18 @@ from typing import Any, TypeVar
 
 from ..core.context_builds import render_snapshot
 from ..core.decisions import SnapshotParts
-from ..core.errors import InvalidParamsError, SessionServerError
+from ..core.errors import SessionServerError
 from ..core.events import SessionEvent
 from ..core.plans import SnapshotDue
 from ..core.recent import SessionView
-from ..mirror.checkpoint import Resume, plan_activation, repair_reason
 from ..mirror.snapshot import SNAPSHOT_FILE, RestoredSnapshot
 from ..mirror.snapshot_schedule import SnapshotSchedule
 from ..mirror_io.snapshot_files import load_snapshot_cache
 from ..mirror_io.snapshot_index import SnapshotIndex
-from ..mirror_io.writer import MirrorWriter, validate_session_id
+from ..mirror_io.writer import MirrorWriter
 from ..storage.context_window import read_context_window_at
-from ..storage.event_pages import SessionEventReader
-from ..storage.store import AgentStore, MirrorCheckpoint, MirrorRow, MirrorStatus
+from ..storage.store import AgentStore
+from .mirror_activation import MirrorActivation, names_a_folder
 
 __all__ = ["MirrorLink", "snapshot_from_file"]
 
@@ -87,7 +83,7 @@ T = TypeVar("T")
 SnapshotRenderer = Callable[[SnapshotDue], SnapshotParts | None]
 
 
-class MirrorLink:
+class MirrorLink(MirrorActivation):
     """Schedules an agent's mirror writes in commit order.
 
     Callers (the actor) call the scheduling methods while holding the actor's write lock,
@@ -123,24 +119,14 @@ class MirrorLink:
         self._timer: asyncio.Handle | None = None
         self._timer_at = 0.0  # the loop time the timer fires at
         self._chain: asyncio.Future[None] | None = None
-        self._active: set[str] = set()
-        # Mirror cursors confirmed by the files, not yet stored in sessions.mirror_seq.
-        self._cursor: dict[str, int] = {}
-        # The latest snapshot written per session: (seq it reflects, SHA-256 of its bytes),
-        # bound in SQLite at close.
-        self._bound: dict[str, tuple[int, str]] = {}
-        # Bumped by every delete: a file write scheduled before it confirms nothing after.
-        self._generation: dict[str, int] = {}
+        # The state activation shares (``MirrorActivation`` says what each holds).
+        self._active = set()
+        self._cursor = {}
+        self._bound = {}
+        self._generation = {}
         # Mirror lag: when the oldest commit not yet handed to the chain was scheduled.
         self._on_lag = on_lag
         self._pending_since: float | None = None
-
-    @property
-    def enabled(self) -> bool:
-        return self.writer.enabled
-
-    def session_dir(self, session_id: str) -> Path:
-        return self.writer.session_dir(session_id)
 
     @property
     def snapshot_interval(self) -> float:
@@ -167,10 +153,6 @@ class MirrorLink:
         staying open above the host's bound for up to ``cold_snapshot_interval``."""
         return bool(self._appends) or (self._chain is not None and not self._chain.done())
 
-    def cursor(self, session_id: str) -> int | None:
-        """The last mirrored seq confirmed since the last store of the cursor."""
-        return self._cursor.get(session_id)
-
     def _later(self, fn: Callable[[], T], then: Callable[[T], None] | None = None) -> None:
         prev = self._chain
         loop = asyncio.get_running_loop()
@@ -196,98 +178,6 @@ class MirrorLink:
         self._flush(force=True)
         while self._chain is not None and not self._chain.done():
             await asyncio.wait([self._chain])
-
-    async def activate_agent(self, store: AgentStore) -> None:
-        """On opening the store: remove orphan folders, then repair (scheduled) every
-        session whose files are not as its checkpoint says; the others resume lazily."""
-        if not self.enabled or store.readonly:
-            return
-        rows = await store.mirror_statuses()
-        loop = asyncio.get_running_loop()
-        ids = {row.session_id for row in rows}
-        if not store.created:
-            # Before anything else touches the files: nothing is scheduled for this agent
-            # yet. (A new file never had a session: folders beside it are not ours.)
-            await loop.run_in_executor(self._executor, self.writer.sweep_orphans, ids)
-        stale = await loop.run_in_executor(self._executor, self._stale, rows)
-        for session_id in stale:
-            await self.ensure_active(store, session_id)
-
-    def _stale(self, rows: Sequence[MirrorStatus]) -> list[str]:
-        """Sessions whose files need a repair (a few ``stat`` calls each; a worker thread)."""
-        out = []
-        for row in rows:
-            if not row.last_seq or not _names_a_folder(row.session_id):
-                continue  # never written: nothing to repair
-            reason = repair_reason(
-                last_seq=row.last_seq,
-                mirror_seq=row.mirror_seq,
-                has_checkpoint=row.has_checkpoint,
-                files=row.mirror_files,
-                observed=self.writer.stamps(row.session_id),
-            )
-            if reason is not None:
-                out.append(row.session_id)
-        return out
-
-    def needs_activation(self, session_id: str) -> bool:
-        """Whether ``ensure_active`` has anything to do for ``session_id``."""
-        return self.enabled and session_id not in self._active
-
-    async def ensure_active(self, store: AgentStore, session_id: str) -> None:
-        """Schedule the session's activation: resume from its checkpoint when the files
-        match it, else a streamed repair from SQLite."""
-        if not self.needs_activation(session_id):
-            return
-        row = await store.mirror_row(session_id)
-        if row is None:
-            return  # the append fails with NotFoundError
-        self._active.add(session_id)
-        self._flush()
-        self._schedule_activation(store, row)
-
-    def _schedule_activation(self, store: AgentStore, row: MirrorRow) -> None:
-        session_id, path = row.session_id, store.path
-
-        def activate() -> int | None:
-            decision = plan_activation(
-                last_seq=row.last_seq,
-                mirror_seq=row.mirror_seq,
-                state=row.mirror_state,
-                files=row.mirror_files,
-                observed=self.writer.stamps(session_id),
-            )
-            if isinstance(decision, Resume):
-                self.writer.resume(session_id, decision.model)
-                return row.last_seq
-            if row.last_seq or self.session_dir(session_id).is_dir():
-                log.info("mirror of session %s: repair (%s)", session_id, decision.reason)
-            return self._repair(path, session_id)
-
-        self._later(activate, self._confirm(session_id))
-
-    def _repair(self, path: Path, session_id: str) -> int | None:
-        """Repair the session's files streamed from SQLite (a worker thread); the session's
-        last seq in the state the repair read, or ``None`` when it failed."""
-        with SessionEventReader(path, session_id) as source:
-            if self.writer.repair(session_id, source) is None:
-                return None
-            return source.last_seq()
-
-    def _confirm(self, session_id: str) -> Callable[[int | None], None]:
-        """After an activation or repair: its cursor, unless a delete came since."""
-        generation = self._generation_of(session_id)
-
-        def done(last_seq: int | None) -> None:
-            if last_seq is not None and self._generation_of(session_id) == generation:
-                self._activated(session_id, last_seq)
-
-        return done
-
-    def _activated(self, session_id: str, last_seq: int) -> None:
-        # The writer drops a session's state on an I/O error: then nothing is confirmed.
-        if self.writer.is_active(session_id):
-            self._cursor[session_id] = last_seq
 
     def appended(self, session_id: str, events: Sequence[SessionEvent]) -> None:
         """Mirror committed ``events`` (scheduled)."""
@@ -323,9 +213,6 @@ class MirrorLink:
             return
         self.schedule.want(due)
         self._arm()
-
-    def _generation_of(self, session_id: str) -> int:
-        return self._generation.get(session_id, 0)
 
     def _flush(self, *, force: bool = False) -> None:
         """Move what is pending into the chain: trace lines first, then the snapshots
@@ -431,7 +318,7 @@ class MirrorLink:
     async def unlist(self, session_id: str) -> None:
         """Before a session delete commits: the snapshot index stops listing the session
         (a tombstone on disk, so not even a rebuild after a crash lists it again)."""
-        if self.index is not None and _names_a_folder(session_id):
+        if self.index is not None and names_a_folder(session_id):
             index = self.index
             await asyncio.get_running_loop().run_in_executor(
                 self._executor, index.forget, self.writer.agent_id, session_id
@@ -439,7 +326,7 @@ class MirrorLink:
 
     async def relist(self, session_id: str) -> None:
         """The delete announced by ``unlist`` did not happen."""
-        if self.index is not None and _names_a_folder(session_id):
+        if self.index is not None and names_a_folder(session_id):
             index = self.index
             await asyncio.get_running_loop().run_in_executor(
                 self._executor, index.unforget, self.writer.agent_id, session_id
@@ -457,7 +344,7 @@ class MirrorLink:
         """Remove the session's folder; returns once it is gone from ``sessions/``."""
         self._forget(session_id)
         self._active.discard(session_id)
-        if not self.enabled or not _names_a_folder(session_id):
+        if not self.enabled or not names_a_folder(session_id):
             # An id that cannot name a folder was never mirrored: nothing to remove.
             return
         self._later(lambda: self.writer.delete_session(session_id))
@@ -520,22 +407,6 @@ class MirrorLink:
             self._timer.cancel()
             self._timer = None
 
-    def _checkpoints(
-        self, active: list[str], cursors: dict[str, int], bound: dict[str, tuple[int, str]]
-    ) -> list[MirrorCheckpoint]:
-        """What SQLite keeps of each active, confirmed session (a worker thread)."""
-        out = []
-        for session_id in active:
-            cursor = cursors.get(session_id)
-            taken = self.writer.checkpoint(session_id)
-            if cursor is None or taken is None:
-                continue  # not confirmed: the stored cursor stays behind, activation repairs
-            model_seq, state, files = taken
-            if model_seq > cursor:
-                continue
-            out.append(MirrorCheckpoint(session_id, cursor, state, files, bound.get(session_id)))
-        return out
-
     def stats(self) -> dict[str, Any]:
         return {"active_sessions": len(self._active), "busy": self.busy}
 
@@ -548,11 +419,3 @@ def snapshot_from_file(
     would: ``render_snapshot``); ``None`` when the session is gone. A worker thread."""
     window = read_context_window_at(path, due.session_id, limit, busy_timeout_ms=busy_timeout_ms)
     return None if window is None else render_snapshot(SessionView.of(window), due.instructions)
-
-
-def _names_a_folder(session_id: str) -> bool:
-    try:
-        validate_session_id(session_id)
-    except InvalidParamsError:
-        return False
-    return True
