@@ -18,7 +18,7 @@ from session_server.core.context import WorkingContext
 from session_server.core.events import ContextMessage, ToolCall
 from session_server.core.plans import SnapshotDue
 from session_server.mirror import SNAPSHOT_FILE
-from session_server.runtime.mirror_link import snapshot_from_file
+from session_server.runtime.mirror_link import MirrorLink, snapshot_from_file
 
 
 def turn(n: int) -> list[ContextMessage]:
@@ -44,6 +44,26 @@ async def persist(actor: AgentActor, sid: str, messages: list[ContextMessage]) -
     return (await actor.persist_working_context(sid, ctx)).last_seq
 
 
+async def paced(
+    reg: ActorRegistry,
+    *,
+    delay: float,
+    interval: float | None = None,
+    cold: float | None = None,
+) -> tuple[AgentActor, MirrorLink]:
+    """The actor of agent ``agent`` and its mirror, which flushes ``delay`` seconds after a
+    commit and renders a session's snapshot at most every ``interval`` seconds (``cold``:
+    one read from the file); ``None`` keeps the default."""
+    actor = await reg.get("agent")
+    mirror = actor.mirror
+    mirror.delay = delay
+    if interval is not None:
+        mirror.snapshot_interval = interval
+    if cold is not None:
+        mirror.cold_snapshot_interval = cold
+    return actor, mirror
+
+
 async def test_a_persist_only_client_costs_the_loop_no_read_and_gets_each_flush_snapshot(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -56,11 +76,9 @@ async def test_a_persist_only_client_costs_the_loop_no_read_and_gets_each_flush_
 
     monkeypatch.setattr(AgentCore, "view", recording)
     async with ActorRegistry(tmp_path, idle_timeout=None) as reg:
-        actor = await reg.get("agent")
-        actor.mirror.delay = 3600.0  # flushes only when drained, below
-        actor.mirror.snapshot_interval = 0.0
-        actor.mirror.cold_snapshot_interval = 0.0
-        read = actor.mirror._read_snapshot
+        # Flushes only when drained, below.
+        actor, mirror = await paced(reg, delay=3600.0, interval=0.0, cold=0.0)
+        read = mirror._read_snapshot
         assert read is not None
         threads: list[int] = []
 
@@ -68,13 +86,13 @@ async def test_a_persist_only_client_costs_the_loop_no_read_and_gets_each_flush_
             threads.append(threading.get_ident())
             return read(due)
 
-        actor.mirror._read_snapshot = recording_thread
+        mirror._read_snapshot = recording_thread
         sid = await actor.create_session()
-        path = actor.mirror.session_dir(sid) / SNAPSHOT_FILE
+        path = mirror.session_dir(sid) / SNAPSHOT_FILE
         for flush in range(2):
             for n in range(5):
                 last = await persist(actor, sid, tool_turn(10 * flush + n))
-            await actor.mirror.drain()
+            await mirror.drain()
             assert json.loads(path.read_text(encoding="utf-8"))["last_seq"] == last
         assert windows == []  # no window read on the loop, and the cache stays cold
         assert actor.core.cached_view(sid, actor.context_limit) is None
@@ -123,10 +141,7 @@ async def test_a_warm_cache_renders_on_the_loop_and_a_failed_read_is_tried_again
     tmp_path: Path,
 ) -> None:
     async with ActorRegistry(tmp_path, idle_timeout=None) as reg:
-        actor = await reg.get("agent")
-        mirror = actor.mirror
-        mirror.delay = 3600.0
-        mirror.snapshot_interval = 0.0
+        actor, mirror = await paced(reg, delay=3600.0, interval=0.0)
         sid = await actor.create_session()
         path = mirror.session_dir(sid) / SNAPSHOT_FILE
         reads: list[str] = []
@@ -166,9 +181,7 @@ async def test_quick_turns_share_one_snapshot_per_interval_and_drain_writes_the_
     ``snapshot_interval``; turns in quicker succession share one, the held one is written
     when the interval has passed (no drain), and ``drain`` writes a held one at once."""
     async with ActorRegistry(tmp_path, idle_timeout=None) as reg:
-        actor = await reg.get("agent")
-        mirror = actor.mirror
-        mirror.delay = 0.001
+        actor, mirror = await paced(reg, delay=0.001)
         written: list[int] = []
         wrote = asyncio.Event()
         original = mirror.writer.write_snapshot
@@ -252,11 +265,7 @@ async def test_a_snapshot_read_from_the_file_is_read_again_only_after_its_interv
     """Reads cost more than renders from the cache: at most one per
     ``cold_snapshot_interval`` per session, the latest held until then (or a drain)."""
     async with ActorRegistry(tmp_path, idle_timeout=None) as reg:
-        actor = await reg.get("agent")
-        mirror = actor.mirror
-        mirror.delay = 0.001
-        mirror.snapshot_interval = 0.0
-        mirror.cold_snapshot_interval = 3600.0
+        actor, mirror = await paced(reg, delay=0.001, interval=0.0, cold=3600.0)
         loop = asyncio.get_running_loop()
         read = mirror._read_snapshot
         assert read is not None
@@ -301,10 +310,7 @@ async def test_one_failing_read_loses_nothing_else_of_the_batch(tmp_path: Path) 
     """An unexpected error in one session's read: the batch's trace lines and the other
     sessions' snapshots are written and confirmed all the same."""
     async with ActorRegistry(tmp_path, idle_timeout=None) as reg:
-        actor = await reg.get("agent")
-        mirror = actor.mirror
-        mirror.delay = 3600.0
-        mirror.snapshot_interval = 0.0
+        actor, mirror = await paced(reg, delay=3600.0, interval=0.0)
         broken, warm = await actor.create_session(), await actor.create_session()
         await actor.build_working_context(warm)  # rendered from the cache
         read = mirror._read_snapshot
@@ -329,11 +335,7 @@ async def test_a_held_snapshot_does_not_keep_the_actor_busy_and_hibernation_writ
     tmp_path: Path,
 ) -> None:
     async with ActorRegistry(tmp_path, idle_timeout=None) as reg:
-        actor = await reg.get("agent")
-        mirror = actor.mirror
-        mirror.delay = 0.0
-        mirror.snapshot_interval = 0.0
-        mirror.cold_snapshot_interval = 3600.0
+        actor, mirror = await paced(reg, delay=0.0, interval=0.0, cold=3600.0)
         sid = await actor.create_session()
         path = mirror.session_dir(sid) / SNAPSHOT_FILE
         first = await persist(actor, sid, turn(0))
