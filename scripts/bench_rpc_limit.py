@@ -13,7 +13,10 @@ mirror); (b-xr) session-server, with the same bare client.
 
 It prints each round, then per row the least, median and most fraction of bound-x and in
 how many rounds it reached the target (0.50), and (b-xr)/(m-xkm): how close our server
-is to the limit of the contract in this stack.
+is to the limit of the contract in this stack. The two servers swap places every round
+(a slow drift would otherwise favour the one measured first). Unlike ``bench_rpc``, the
+level is FULL unless ``--synchronous`` says otherwise: FULL is the level where the
+contract's limit is near the target.
 
 Run: ``.venv/bin/python scripts/bench_rpc_limit.py [--rounds 8] [--synchronous FULL]``
 """
@@ -33,6 +36,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_rpc
+
+from tests.support.bench_env import token_mode
 
 TARGET = 0.50
 
@@ -61,8 +66,12 @@ async def one_round(args: argparse.Namespace) -> Round:
             args.calls,
             args.warmup,
         )
-    limit = await bench_rpc.contract_apart(args, contract=True, mirror=True)
-    ours = await bench_rpc.ours_apart(args, mirror=True, keyed=True)
+    if args.ours_first:
+        ours = await bench_rpc.ours_apart(args, mirror=True, keyed=True)
+        limit = await bench_rpc.contract_apart(args, contract=True, mirror=True)
+    else:
+        limit = await bench_rpc.contract_apart(args, contract=True, mirror=True)
+        ours = await bench_rpc.ours_apart(args, mirror=True, keyed=True)
     return Round(echo.rate, raw, limit, ours)
 
 
@@ -103,6 +112,7 @@ def round_line(i: int, r: Round) -> str:
 async def run(args: argparse.Namespace) -> list[Round]:
     rounds: list[Round] = []
     for i in range(args.rounds):
+        args.ours_first = i % 2 == 1
         rounds.append(await one_round(args))
         print(round_line(i, rounds[-1]), flush=True)
     return rounds
@@ -118,7 +128,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     print(
         f"RPC target against its limit: synchronous={args.synchronous}, {args.rounds}"
-        f" alternating rounds of {args.calls} calls, token counts: {bench_rpc.token_mode()}",
+        f" alternating rounds of {args.calls} calls, token counts: {token_mode()}",
         flush=True,
     )
     rounds: list[Round] = bench_rpc.run_with_loop(args.loop, run(args))

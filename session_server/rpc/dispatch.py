@@ -73,8 +73,9 @@ async def dispatch(
     as it is then, so a shell that replaces the answer (-32004, too large) says so there.
     """
     if isinstance(item, Invalid):
+        ctx.outcome = str(item.error.code)
         if observe is not None:
-            ctx.after.append(functools.partial(observe, "invalid", str(item.error.code), 0.0))
+            ctx.after.append(functools.partial(_observe, observe, "invalid", ctx, 0.0))
         return None if item.notification else error_response(item.id, item.error)
     started = time.perf_counter()
     error: SessionServerError | None = None
@@ -85,10 +86,10 @@ async def dispatch(
     except Exception:
         log.exception("internal error in %s (request id %r)", item.method, item.id)
         error = InternalError("Internal error")
+    if error is not None:
+        ctx.outcome = str(error.code)
     if observe is not None:
         label = item.method if item.method in methods else "unknown"
-        if error is not None:
-            ctx.outcome = str(error.code)
         seconds = time.perf_counter() - started
         ctx.after.append(functools.partial(_observe, observe, label, ctx, seconds))
     if item.notification:

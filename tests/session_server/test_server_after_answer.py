@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from websockets.asyncio.client import connect
 
@@ -72,3 +73,13 @@ async def test_an_answer_replaced_by_too_large_is_counted_as_that(tmp_path: Path
             answers = json.loads(await ws.recv())
             assert "result" in answers[0] and answers[1]["error"]["code"] == -32004
             assert (count("events.load", "-32004"), count("events.load", "ok")) == (1, 1)
+
+            # An invalid item (no method) whose error no longer fits: a session whose load
+            # answer leaves 40 bytes of the 20,000 (the brackets and a comma aside).
+            size = len(msgspec.json.encode(answers[0]))  # as the server encodes it
+            three = await actor.create_session()
+            await actor.append_events(three, [{"content": "x" * (12_000 + 20_000 - 43 - size)}])
+            await ws.send(json.dumps([call(4, "events.load", three), {"jsonrpc": "2.0", "id": 5}]))
+            answers = json.loads(await ws.recv())
+            assert "result" in answers[0] and answers[1]["error"]["code"] == -32004
+            assert (count("invalid", "-32004"), count("invalid", "-32600")) == (1, 0)

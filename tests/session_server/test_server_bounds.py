@@ -335,6 +335,30 @@ async def test_idle_connection_is_closed_but_a_subscriber_is_not(tmp_path: Path)
             assert _DEC.decode(await listener.recv())["id"] == 2
 
 
+async def test_a_connection_sending_more_often_than_the_idle_timeout_stays_open(
+    tmp_path: Path,
+) -> None:
+    """Each frame moves the idle deadline: a client calling every 0.1 s for three idle
+    periods (1 s) is never closed, and is once it stops."""
+    async with (
+        running_server(tmp_path / "memory", idle_timeout=1.0) as running,
+        connect(f"{running.url}/v1/agents/{AGENT}") as ws,
+    ):
+        started = time.monotonic()
+        i = 0
+        while time.monotonic() - started < 3.0:
+            last_sent = time.monotonic()
+            await ws.send(request(i, "session.list"), text=True)
+            assert _DEC.decode(await ws.recv())["id"] == i
+            i += 1
+            await asyncio.sleep(0.1)  # the pace under test, not a synchronisation
+        async with asyncio.timeout(DEADLINE_S):
+            await ws.wait_closed()
+        assert ws.close_code == 1000 and ws.close_reason == "idle timeout"
+        assert i >= 20  # the calls went on for three idle periods
+        assert time.monotonic() - last_sent >= 1.0  # closed an idle after the last
+
+
 async def test_stop_is_bounded_with_a_client_that_never_reads(server: RunningServer) -> None:
     ws = await stalled(server.url)
     for i in range(200):
