@@ -56,7 +56,7 @@ class Round:
         return 1 / (1 / self.echo + 1 / self.raw)
 
 
-async def one_round(args: argparse.Namespace) -> Round:
+async def one_round(args: argparse.Namespace, ours_first: bool) -> Round:
     echo = await bench_rpc.echo_apart_rate(args)
     with tempfile.TemporaryDirectory() as tmp:
         raw = await asyncio.to_thread(
@@ -66,7 +66,7 @@ async def one_round(args: argparse.Namespace) -> Round:
             args.calls,
             args.warmup,
         )
-    if args.ours_first:
+    if ours_first:
         ours = await bench_rpc.ours_apart(args, mirror=True, keyed=True)
         limit = await bench_rpc.contract_apart(args, contract=True, mirror=True)
     else:
@@ -112,8 +112,7 @@ def round_line(i: int, r: Round) -> str:
 async def run(args: argparse.Namespace) -> list[Round]:
     rounds: list[Round] = []
     for i in range(args.rounds):
-        args.ours_first = i % 2 == 1
-        rounds.append(await one_round(args))
+        rounds.append(await one_round(args, ours_first=i % 2 == 1))
         print(round_line(i, rounds[-1]), flush=True)
     return rounds
 

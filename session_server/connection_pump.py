@@ -4,8 +4,8 @@
 outgoing bytes, the request budget and the large-frame permits), handles each frame in
 its own task (``rpc.dispatch.dispatch``), writes answers and notifications through one
 FIFO, holds the connection's subscriptions (``fanout``), watches its token's lifetime,
-and closes within the server's stop deadline. ``ConnectionHost`` is what it needs of
-the server (``SessionServer`` is one).
+and closes within the server's stop deadline. ``ConnectionHost``
+(``connection_host``) is what it needs of the server (``SessionServer`` is one).
 """
 
 from __future__ import annotations
@@ -14,25 +14,24 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from websockets.exceptions import ConnectionClosed
 
 from .answers import encode_bounded, is_utf8
 from .auth import REASON_EXPIRED, Grant, TokenRejectedError
-from .budget import ByteBudget
+from .connection_host import ConnectionHost
 from .core.errors import InvalidRequestError, NotFoundError, SessionServerError, TooLargeError
-from .fanout import SubscriberLimits, Subscription, Topic
+from .fanout import Subscription
 from .handshake import Route
-from .intake import FramePermits, IntakeConnection
-from .rpc.methods import CallContext, MethodSpec, dispatch
+from .intake import IntakeConnection
+from .rpc.methods import CallContext, dispatch
 from .rpc.protocol import Frame, encode_message, error_response, parse_frame
 
 if TYPE_CHECKING:
     from .runtime.actor import AgentActor
-    from .runtime.registry import ActorRegistry
 
 __all__ = ["Connection", "ConnectionHost", "idle_check_at"]
 
@@ -66,40 +65,6 @@ def idle_check_at(now: float, last_frame_at: float, idle: float, busy: bool) -> 
     if busy:
         return now + idle
     return None
-
-
-class ConnectionHost(SubscriberLimits, Protocol):
-    """What a connection reads of its server (``SessionServer``): the bounds, the
-    method table, the shared budgets, the topics and the stop deadline."""
-
-    @property
-    def registry(self) -> ActorRegistry: ...
-    @property
-    def methods(self) -> Mapping[str, MethodSpec]: ...
-    @property
-    def clock(self) -> Callable[[], float]: ...
-    @property
-    def max_inflight(self) -> int: ...
-    @property
-    def max_outgoing_bytes(self) -> int: ...
-    @property
-    def max_batch(self) -> int: ...
-    @property
-    def max_answer_bytes(self) -> int: ...
-    @property
-    def max_subscriptions(self) -> int: ...
-    @property
-    def idle_timeout(self) -> float | None: ...
-    @property
-    def budget(self) -> ByteBudget: ...
-    @property
-    def permits(self) -> FramePermits: ...
-    @property
-    def stopping(self) -> bool: ...
-
-    def topic_for(self, actor: AgentActor, session_id: str) -> Topic: ...
-
-    def remaining_stop_time(self) -> float | None: ...
 
 
 class Connection:
