@@ -219,13 +219,14 @@ class Connection:
             sub.topic = None
 
     # -- requests -----------------------------------------------------------------------
-    def _context(self) -> CallContext:
+    def _context(self, frame_bytes: int) -> CallContext:
         return CallContext(
             self.server.registry,
             self.route.agent_id,
             self,
             self.route.grant,
             max_answer_bytes=self.server.max_answer_bytes,
+            frame_bytes=frame_bytes,
         )
 
     async def _off_loop(self, fn: Callable[[], T]) -> T:
@@ -259,9 +260,10 @@ class Connection:
         return encode_message(error_response(None, exc))
 
     async def _answer(
-        self, frame: Frame, contexts: list[CallContext], large: bool = False
+        self, frame: Frame, contexts: list[CallContext], size: int, large: bool = False
     ) -> bytes | None:
-        """Run one parsed frame; return its encoded answer (None: nothing to send).
+        """Run one parsed frame of ``size`` bytes; return its encoded answer (None:
+        nothing to send).
         Each request's context is added to ``contexts`` as it starts, so that its
         ``after`` callbacks (the request's metrics among them) run even when the frame
         fails or is cancelled later. ``large``: the frame's params are checked on a
@@ -274,7 +276,7 @@ class Connection:
         limit = self.server.max_answer_bytes
         offload: Callable[[Callable[[], Any]], Any] | None = self._off_loop if large else None
         if not frame.batch:
-            ctx = self._context()
+            ctx = self._context(size)
             contexts.append(ctx)
             response = await dispatch(frame.items[0], ctx, endpoint, methods, self.observe, offload)
             if response is None:
@@ -292,7 +294,7 @@ class Connection:
         parts: list[bytes] = []
         size = 2
         for item in frame.items:
-            ctx = self._context()
+            ctx = self._context(size)
             contexts.append(ctx)
             response = await dispatch(item, ctx, endpoint, methods, self.observe, offload)
             if response is None:
@@ -315,14 +317,15 @@ class Connection:
         contexts: list[CallContext] = []
         try:
             try:
-                large = len(data) >= OFF_LOOP_FRAME_BYTES
+                size = len(data)
+                large = size >= OFF_LOOP_FRAME_BYTES
                 if large:
                     parsed = await self._parse_off_loop(data, text)
                 else:
                     parsed = self._parse(data, text)
                 del data  # the raw bytes go now, not when the request is done
                 if isinstance(parsed, Frame):
-                    answer = await self._answer(parsed, contexts, large)
+                    answer = await self._answer(parsed, contexts, size, large)
                 else:
                     answer = parsed
                 del parsed

@@ -102,6 +102,10 @@ class CallContext:
     # What the request's metrics report: ``ok`` or the error code (``dispatch`` sets it;
     # the shell changes it when the answer is replaced by -32004, too large to send).
     outcome: str = "ok"
+    # The size of the frame the request came in (``None``: not over RPC). No text in its
+    # params holds more characters: a handler may weigh the request by it without
+    # walking the params (``turn.persist`` does, to keep a small turn on the loop).
+    frame_bytes: int | None = None
 
     async def actor(self) -> AgentActor:
         """The connection's agent; ``NotFoundError`` when it has no store and the method
@@ -148,8 +152,9 @@ class MethodSpec:
     creates_agent: bool = field(default=False, kw_only=True)
     # A shortcut for the hot path: the params of a request that is plainly valid, or
     # ``None`` (the model then decides, and words any refusal). It must accept nothing
-    # the model refuses and give what the model would.
-    fast: Callable[[dict[str, Any]], RpcParams | None] | None = field(default=None, kw_only=True)
+    # the model refuses and give what the model would: the same fields and values, in a
+    # value the handler takes as well (a light struct rather than the model, say).
+    fast: Callable[[dict[str, Any]], object | None] | None = field(default=None, kw_only=True)
 
     def __post_init__(self) -> None:
         has_session = "session_id" in self.params.model_fields

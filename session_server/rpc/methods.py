@@ -57,6 +57,7 @@ from .params import (
     Messages,
     NoParams,
     PersistParams,
+    PersistRequest,
     SessionId,
     SessionParams,
     SubscribeParams,
@@ -88,6 +89,7 @@ __all__ = [
     "NoParams",
     "Observer",
     "PersistParams",
+    "PersistRequest",
     "RpcParams",
     "SessionId",
     "SessionParams",
@@ -224,7 +226,7 @@ async def context_build(ctx: CallContext, p: BuildParams) -> dict[str, Any]:
     }
 
 
-async def turn_persist(ctx: CallContext, p: PersistParams) -> dict[str, Any]:
+async def turn_persist(ctx: CallContext, p: PersistParams | PersistRequest) -> dict[str, Any]:
     """Persist the messages of one turn atomically. With ``base_seq`` the session must not
     have moved past it (conflict otherwise); without it the turn is appended."""
     wc = WorkingContext(base_seq=p.base_seq or 0)
@@ -238,6 +240,7 @@ async def turn_persist(ctx: CallContext, p: PersistParams) -> dict[str, Any]:
             on_conflict="reject" if p.base_seq is not None else "append",
             validated=True,  # the params' validator ran parse_messages
             strategy=p.strategy,
+            content_bound=ctx.frame_bytes,
         )
     except ConflictError as exc:
         # The store checks an expected seq; the caller sent it as ``base_seq``.

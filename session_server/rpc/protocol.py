@@ -14,7 +14,7 @@ each field by its path, e.g. ``params.events[0].content: Input should be a valid
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -240,20 +240,32 @@ def _small(value: Any, depth: int = 0) -> bool:
     it would be one piece anyway)."""
     kind = type(value)
     if kind is str:
-        return len(value) <= 65_536
+        return len(value) <= _SMALL_STR
     if kind is dict:
-        return (
-            depth < 4
-            and len(value) <= 32
-            and all(type(v) in _SCALARS or _small(v, depth + 1) for v in value.values())
-        )
-    if kind is list or kind is tuple:
-        return (
-            depth < 4
-            and len(value) <= 16
-            and all(type(v) in _SCALARS or _small(v, depth + 1) for v in value)
-        )
+        items: Iterable[Any] = value.values()
+        limit = 32
+    elif kind is list or kind is tuple:
+        items = value
+        limit = 16
+    else:
+        return True
+    if depth >= 4 or len(value) > limit:
+        return False
+    # Loops, not ``all`` over a generator: this runs for every answer, and most of
+    # their leaves are numbers and short strings, taken here without a call.
+    for item in items:
+        kind = type(item)
+        if kind in _SCALARS:
+            continue
+        if kind is str:
+            if len(item) > _SMALL_STR:
+                return False
+        elif not _small(item, depth + 1):
+            return False
     return True
+
+
+_SMALL_STR: Final = 65_536
 
 
 # Leaves ``_small`` takes without a call (an answer's seqs, counts and flags).

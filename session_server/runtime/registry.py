@@ -44,6 +44,7 @@ from ..core.errors import (
 from ..core.tokens import get_counter
 from ..limits import derive_limits
 from ..mirror_io.snapshot_index import SnapshotIndex
+from ..storage.io_threads import IoThreads
 from ..storage.sqlite_ops import DEFAULT_RETENTION, SKIPPED_RECORDS, IdempotencyRetention
 from ..storage.store import Synchronous
 from .actor import AgentActor
@@ -197,7 +198,7 @@ class ActorRegistry:
         )
         # SQLite calls run here, a whole transaction per call; the thread count is bounded
         # whatever the number of agents.
-        self.executor = ThreadPoolExecutor(
+        self.executor = IoThreads(
             max_workers=max(1, io_threads), thread_name_prefix="session-server-sqlite"
         )
         # Mirror file I/O (trace lines, snapshots, streamed repairs) on threads of its own:

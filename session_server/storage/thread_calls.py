@@ -11,6 +11,9 @@ The difference that matters: a caller that stops waiting (cancelled) does not wi
 job the pool has not started; the job runs and its answer is dropped. Every caller in this
 package either waits for its store call to end (the write queue settles each job apart
 from its caller) or does not care (reads), so nothing depended on withdrawal.
+
+An executor with a ``post(job)`` method (``storage.io_threads.IoThreads``, the registry's)
+takes the job as it is, without even the ``concurrent.futures.Future`` of ``submit``.
 """
 
 from __future__ import annotations
@@ -52,5 +55,9 @@ async def call_on(executor: Executor, fn: Callable[..., T], *args: Any) -> T:
         with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits now
             loop.call_soon_threadsafe(_settle, future, result, error)
 
-    executor.submit(job)
+    post = getattr(executor, "post", None)
+    if post is not None:
+        post(job)  # ``IoThreads``: no ``concurrent.futures.Future`` at all
+    else:
+        executor.submit(job)
     return await future

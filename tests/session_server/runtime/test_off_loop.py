@@ -28,7 +28,7 @@ from session_server.mirror.rows_file import ROWS_FILE
 from session_server.mirror_io.snapshot_index import SnapshotIndex
 from session_server.mirror_io.writer import MirrorWriter
 from session_server.rpc import memory_methods
-from session_server.runtime import mirror_link, session_edits, transfer
+from session_server.runtime import mirror_link, session_edits, session_writes, transfer
 from session_server.runtime.off_loop import LARGE_CONTENT_CHARS, instructions_counted
 from session_server.runtime.session_writes import ITEM_CHARS
 from session_server.runtime.summarizers import ExtractiveSummarizer
@@ -458,3 +458,32 @@ async def test_an_import_of_many_events_is_planned_off_the_loop(
     planned = threads["plan_events"]
     assert on_workers(planned[:1]) and not on_workers(planned[1:]), threads
     assert [e.token_count for e in stored] == [get_counter().count_event(e) for e in stored]
+
+
+async def test_a_turn_over_rpc_is_weighed_by_its_frame(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, threads: dict[str, list[str]]
+) -> None:
+    """The RPC layer bounds a turn's characters by its frame's size: a small turn is
+    planned on the loop without a walk of its text, a large one still on a worker (the
+    frame is large too, so its characters are counted)."""
+    walks: list[int] = []
+    content_chars = session_writes._content_chars
+
+    def counted(items: Any) -> int:
+        walks.append(len(items))
+        return content_chars(items)
+
+    monkeypatch.setattr(session_writes, "_content_chars", counted)
+    recording(monkeypatch, AgentCore, "prepare_turn", threads)
+    big = "word " * (LARGE_CONTENT_CHARS // 5 + 10)
+    async with (
+        running_server(tmp_path / "memory") as running,
+        SessionClient(running.url, "agent") as client,
+    ):
+        await client.create_session(session_id="s")
+        await client.persist_turn("s", [ContextMessage(role="user", content="small")])
+        assert walks == [] and not on_workers(threads["prepare_turn"]), threads
+        await client.persist_turn("s", [ContextMessage(role="user", content=big)])
+        assert walks == [1] and on_workers(threads["prepare_turn"][1:]), threads
+        stored = await client.load_events("s", limit=None)
+    assert [e.content for e in stored] == ["small", big]
