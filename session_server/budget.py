@@ -42,26 +42,44 @@ class ByteBudget:
         if large:
             self.large_in_use += cost
 
-    async def acquire(self, size: int) -> int:
-        """Wait until ``size`` bytes fit; return the token to hand to ``release``."""
+    def try_acquire(self, size: int) -> int | None:
+        """``acquire`` without waiting: the token when ``size`` bytes fit now (and no
+        request of its class waits), else ``None`` (then ``acquire`` queues it). The
+        reader takes every frame's bytes: the common case costs no coroutine."""
         large = size >= self.large_threshold
         cost = max(1, min(size, self.large_limit if large else self.capacity))
-        queued = any(w[1] == large for w in self._waiters)  # keep order within a class
-        if not queued and self._fits(cost, large):
-            self._take(cost, large)
-        else:
-            future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            entry = (cost, large, future)
-            self._waiters.append(entry)
-            try:
-                await future
-            except BaseException:
-                if future.done() and not future.cancelled():
-                    self.release(-cost if large else cost)  # granted, then cancelled
-                else:
-                    self._waiters.remove(entry)
-                raise
+        if self._waiters and any(w[1] == large for w in self._waiters):
+            return None  # keep order within a class
+        if not self._fits(cost, large):
+            return None
+        self._take(cost, large)
         return -cost if large else cost
+
+    async def acquire(self, size: int) -> int:
+        """Wait until ``size`` bytes fit; return the token to hand to ``release``."""
+        token = self.try_acquire(size)
+        if token is not None:
+            return token
+        large = size >= self.large_threshold
+        cost = max(1, min(size, self.large_limit if large else self.capacity))
+        # Queued behind its class, or it does not fit yet.
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        entry = (cost, large, future)
+        self._waiters.append(entry)
+        try:
+            await future
+        except BaseException:
+            if future.done() and not future.cancelled():
+                self.release(-cost if large else cost)  # granted, then cancelled
+            else:
+                self._waiters.remove(entry)
+            raise
+        return -cost if large else cost
+
+    @property
+    def waiting(self) -> int:
+        """Requests queued for room."""
+        return len(self._waiters)
 
     def release(self, token: int) -> None:
         """Give back what ``acquire`` returned (negative means a large frame)."""
@@ -69,6 +87,8 @@ class ByteBudget:
         self.in_use -= cost
         if token < 0:
             self.large_in_use -= cost
+        if not self._waiters:
+            return
         blocked: set[bool] = set()  # classes whose first waiter does not fit yet
         for entry in list(self._waiters):
             w_cost, w_large, future = entry

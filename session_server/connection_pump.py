@@ -26,6 +26,7 @@ from .connection_host import ConnectionHost
 from .core.errors import InvalidRequestError, NotFoundError, SessionServerError, TooLargeError
 from .fanout import Subscription
 from .handshake import Route
+from .inflight_window import InflightWindow
 from .intake import IntakeConnection
 from .rpc.methods import CallContext, dispatch
 from .rpc.protocol import Frame, encode_message, error_response, parse_frame
@@ -90,7 +91,7 @@ class Connection:
         self.tasks: set[asyncio.Task[None]] = set()
         self.subscriptions: dict[str, Subscription] = {}
         self.observe = server.registry.operations.observe_request
-        self.slots = asyncio.Semaphore(server.max_inflight)
+        self.slots = InflightWindow(server.max_inflight)
         self.reader: asyncio.Task[None] | None = None
         self.stop_requested = False
         self.closed = False
@@ -353,29 +354,42 @@ class Connection:
         if idle is not None:
             self.last_frame_at = loop.time()
             self.idle_timer = loop.call_at(self.last_frame_at + idle, self._idle_check, idle)
+        budget = self.server.budget
         try:
             while True:
-                await self.slots.acquire()
-                await self.writable.wait()
+                # Each step waits only when it must: a frame of the sequential path
+                # costs no coroutine here besides ``recv``.
+                if not self.slots.take():
+                    await self.slots.wait()
+                if not self.writable.is_set():
+                    await self.writable.wait()
                 self.ws.ready(True)
                 try:
                     # The next message as bytes, text frames too (parsed as UTF-8 JSON
                     # without a decoded copy).
                     data = await self.ws.recv(decode=False)
                     self.last_frame_at = loop.time()
-                    text, permit = await self.ws.claim(len(data))
+                    small = self.ws.claim_small(len(data))
+                    if small is None:
+                        text, permit = await self.ws.claim(len(data))
+                    else:
+                        text, permit = small, False
                 except BaseException:
                     self.slots.release()
                     raise
                 finally:
                     self.ws.ready(False)
+                token = budget.try_acquire(len(data))
                 try:
-                    token = await self.server.budget.acquire(len(data))
+                    if token is None:
+                        token = await budget.acquire(len(data))
                 except BaseException:
                     if permit:
                         self.server.permits.release()
                     raise
-                task = asyncio.create_task(self._handle(data, text, token, permit))
+                # ``loop.create_task``: ``asyncio.create_task`` is a Python function
+                # around it (and names the task) on every frame.
+                task = loop.create_task(self._handle(data, text, token, permit))
                 del data
                 self.tasks.add(task)
                 task.add_done_callback(self.tasks.discard)

@@ -32,7 +32,7 @@ from typing import Any
 
 from ..compaction.config import validate_strategy
 from ..compaction.triggers import token_pressure, usage_prompt_tokens
-from .codec import message_to_event, new_event_ids
+from .codec import message_to_event, new_event_ids, now_ms
 from .compaction_decisions import CompactionDecisions, compaction_report
 from .context import WorkingContext
 from .context_builds import ContextBuilds, trusted_snapshot_digest
@@ -125,8 +125,9 @@ class AgentCore(ContextBuilds, CompactionDecisions):
             raise InvalidParamsError("usage: must be an object", data={"field": "usage"})
         new = ctx.get_new_messages()
         checked = new if validated else check_messages(new)
+        now = now_ms()  # one time for the turn's events
         events = [
-            message_to_event(session_id, m, event_id)
+            message_to_event(session_id, m, event_id, timestamp=now)
             for m, event_id in zip(checked, new_event_ids(len(checked)), strict=True)
         ]
         return PreparedTurn(

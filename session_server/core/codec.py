@@ -344,10 +344,14 @@ _ROLE_ACTIONS: dict[str, Action] = {
 
 
 def message_to_event(
-    session_id: str, message: ContextMessage, event_id: str | None = None
+    session_id: str,
+    message: ContextMessage,
+    event_id: str | None = None,
+    *,
+    timestamp: int | None = None,
 ) -> SessionEvent:
     """Map a message to a new event with a fresh unique id (``event_id`` when given) and
-    the current time.
+    the current time (``timestamp``, in ms, when given: the events of one turn share it).
 
     ``seq`` is a placeholder (0): the store assigns it. An assistant message with a
     non-empty ``tool_calls`` list becomes ``tool_call_request``; a ``tool`` message
@@ -364,7 +368,7 @@ def message_to_event(
     event = SessionEvent(
         id=event_id or new_event_id(),
         session_id=session_id,
-        timestamp=now_ms(),
+        timestamp=now_ms() if timestamp is None else timestamp,
         action=action,
         content=message.content,
         images=None if role == "system" else message.images,

@@ -35,14 +35,22 @@ _FIELD = re.compile(r"^Object (?:missing required|contains unknown) field `([^`]
 _CHOICES = {"role": ROLES, "action": ACTIONS}
 
 
-def _convert(obj: Any, kind: type[T], where: str) -> T:
+def _at(where: str, index: int | None) -> str:
+    """The path of an item: ``where``, or ``where[index]`` for an item of a list (made
+    only when a check refuses: formatting it for every item cost more than the checks)."""
+    return where if index is None else f"{where}[{index}]"
+
+
+def _convert(obj: Any, kind: type[T], where: str, index: int | None = None) -> T:
     if not isinstance(obj, dict):
+        where = _at(where, index)
         raise InvalidParamsError(
             f"{where}: must be an object, got {type(obj).__name__}", data={"field": where}
         )
     try:
         return msgspec.convert(obj, kind, strict=True)
     except msgspec.ValidationError as exc:
+        where = _at(where, index)
         text = str(exc)
         match = _PATH.search(text)
         if match:
@@ -75,48 +83,54 @@ def _require(cond: bool, field: str, problem: str) -> None:
 # the check.
 
 
-def _check_tool_calls(calls: Sequence[Any] | None, where: str) -> None:
+def _check_tool_calls(calls: Sequence[Any] | None, where: str, index: int | None = None) -> None:
     for i, call in enumerate(calls or ()):
         if not call.id:
-            _refuse(f"{where}.tool_calls[{i}].id", "must be a non-empty string")
+            _refuse(f"{_at(where, index)}.tool_calls[{i}].id", "must be a non-empty string")
         if not call.name:
-            _refuse(f"{where}.tool_calls[{i}].name", "must be a non-empty string")
+            _refuse(f"{_at(where, index)}.tool_calls[{i}].name", "must be a non-empty string")
 
 
-def parse_message(obj: Any, where: str = "message") -> ContextMessage:
-    """Validate one message given as a JSON object; return it as a ``ContextMessage``."""
-    msg = _convert(obj, ContextMessage, where)
+def parse_message(obj: Any, where: str = "message", *, index: int | None = None) -> ContextMessage:
+    """Validate one message given as a JSON object; return it as a ``ContextMessage``
+    (``index``: it is item ``index`` of the list at ``where``, which refusals name)."""
+    msg = _convert(obj, ContextMessage, where, index)
     if msg.role == "tool" and not msg.tool_call_id:
-        _refuse(f"{where}.tool_call_id", "required for role 'tool'")
+        _refuse(f"{_at(where, index)}.tool_call_id", "required for role 'tool'")
     if msg.tool_calls is not None:
         if msg.role != "assistant":
-            _refuse(f"{where}.tool_calls", "only assistant messages carry tool calls")
-        _check_tool_calls(msg.tool_calls, where)
+            _refuse(f"{_at(where, index)}.tool_calls", "only assistant messages carry tool calls")
+        _check_tool_calls(msg.tool_calls, where, index)
     return msg
 
 
 def parse_messages(objs: Any, where: str = "messages") -> list[ContextMessage]:
     _require(isinstance(objs, list), where, "must be a list of message objects")
-    return [parse_message(o, f"{where}[{i}]") for i, o in enumerate(objs)]
+    return [parse_message(o, where, index=i) for i, o in enumerate(objs)]
 
 
-def parse_event(obj: Any, where: str = "event") -> SessionEvent:
-    """Validate one event given as a JSON object (server-assigned fields may be omitted)."""
-    ev = _convert(obj, SessionEvent, where)
+def parse_event(obj: Any, where: str = "event", *, index: int | None = None) -> SessionEvent:
+    """Validate one event given as a JSON object (server-assigned fields may be omitted;
+    ``index``: it is item ``index`` of the list at ``where``, which refusals name)."""
+    ev = _convert(obj, SessionEvent, where, index)
     if ev.action == "tool_result" and not ev.tool_call_id:
-        _refuse(f"{where}.tool_call_id", "required for action 'tool_result'")
+        _refuse(f"{_at(where, index)}.tool_call_id", "required for action 'tool_result'")
     if ev.action == "tool_call_request":
         if not ev.tool_calls:
-            _refuse(f"{where}.tool_calls", "required (non-empty) for 'tool_call_request'")
-        _check_tool_calls(ev.tool_calls, where)
+            _refuse(
+                f"{_at(where, index)}.tool_calls", "required (non-empty) for 'tool_call_request'"
+            )
+        _check_tool_calls(ev.tool_calls, where, index)
     elif ev.tool_calls:
-        _refuse(f"{where}.tool_calls", "only 'tool_call_request' events carry tool calls")
+        _refuse(
+            f"{_at(where, index)}.tool_calls", "only 'tool_call_request' events carry tool calls"
+        )
     return ev
 
 
 def parse_events(objs: Any, where: str = "events") -> list[SessionEvent]:
     _require(isinstance(objs, list), where, "must be a list of event objects")
-    return [parse_event(o, f"{where}[{i}]") for i, o in enumerate(objs)]
+    return [parse_event(o, where, index=i) for i, o in enumerate(objs)]
 
 
 RESERVED_METADATA_KEYS: frozenset[str] = frozenset(
@@ -141,25 +155,35 @@ def parse_client_events(objs: Any, where: str = "events") -> list[SessionEvent]:
     free-form ``metadata`` may not use a reserved key."""
     events = parse_events(objs, where)
     for i, ev in enumerate(events):
-        at = f"{where}[{i}]"
-        _require(
-            ev.action != "compaction",
-            f"{at}.action",
-            "'compaction' events are written by the server only (use memory.compact)",
-        )
-        _require(ev.compaction is None, f"{at}.compaction", "is written by the server only")
-        _require(
-            ev.compacted_event_count is None,
-            f"{at}.compacted_event_count",
-            "is written by the server only",
-        )
-        _refuse_reserved(ev.metadata, at)
+        if (
+            ev.action == "compaction"
+            or ev.compaction is not None
+            or ev.compacted_event_count is not None
+            or ev.metadata
+        ):
+            _check_client_event(ev, f"{where}[{i}]")
     return events
+
+
+def _check_client_event(ev: SessionEvent, at: str) -> None:
+    _require(
+        ev.action != "compaction",
+        f"{at}.action",
+        "'compaction' events are written by the server only (use memory.compact)",
+    )
+    _require(ev.compaction is None, f"{at}.compaction", "is written by the server only")
+    _require(
+        ev.compacted_event_count is None,
+        f"{at}.compacted_event_count",
+        "is written by the server only",
+    )
+    _refuse_reserved(ev.metadata, at)
 
 
 def parse_client_messages(objs: Any, where: str = "messages") -> list[ContextMessage]:
     """``parse_messages`` for messages a client sends: no reserved ``metadata`` key."""
     messages = parse_messages(objs, where)
     for i, msg in enumerate(messages):
-        _refuse_reserved(msg.metadata, f"{where}[{i}]")
+        if msg.metadata:
+            _refuse_reserved(msg.metadata, f"{where}[{i}]")
     return messages

@@ -46,10 +46,6 @@ Offload = Callable[[Callable[[], T]], Awaitable[T]]
 """Runs a pure function elsewhere (a worker thread) and gives its result."""
 
 
-async def _inline(fn: Callable[[], T]) -> T:
-    return fn()
-
-
 async def dispatch(
     item: Request | Invalid,
     ctx: CallContext,
@@ -80,7 +76,7 @@ async def dispatch(
     started = time.perf_counter()
     error: SessionServerError | None = None
     try:
-        result = await _call(item, ctx, endpoint, methods, offload or _inline)
+        result = await _call(item, ctx, endpoint, methods, offload)
     except SessionServerError as exc:
         error = exc
     except Exception:
@@ -110,7 +106,7 @@ async def _call(
     ctx: CallContext,
     endpoint: Endpoint,
     table: Mapping[str, MethodSpec],
-    offload: Offload[Any],
+    offload: Offload[Any] | None,
 ) -> Any:
     spec = table.get(req.method)
     if spec is None:
@@ -120,7 +116,14 @@ async def _call(
         raise MethodNotFoundError(
             f"Method not found: {req.method!r} is not available on this endpoint (use {where})"
         )
-    too_big = await offload(lambda: find_out_of_range_int(req.params)) if req.long_ints else None
+    # Without ``offload`` the work runs here, with no coroutine or closure per request.
+    too_big = None
+    if req.long_ints:
+        too_big = (
+            find_out_of_range_int(req.params)
+            if offload is None
+            else await offload(lambda: find_out_of_range_int(req.params))
+        )
     if too_big is not None:
         raise InvalidParamsError(
             f"{too_big}: integer out of range (must fit in a signed 64-bit integer)",
@@ -136,6 +139,8 @@ async def _call(
     if grant is not None and grant.sessions is not None:
         _check_sessions(spec, req.params, grant)
     ctx.creates_agent = spec.creates_agent
+    if offload is None:
+        return await spec.handler(ctx, _params(spec, req.params))
     return await spec.handler(ctx, await offload(lambda: _params(spec, req.params)))
 
 

@@ -246,13 +246,25 @@ class SessionWrites:
                 count=size >= LARGE_CONTENT_CHARS,  # off the loop, then
             )
 
-        turn = await off_loop_if_large(self.host.executor, size, prepare)
+        # The small turn (the sequential path) is prepared, planned and queued without
+        # a coroutine or a context manager of its own: each step awaits only what it must.
+        if size < LARGE_CONTENT_CHARS:
+            turn = prepare()
+        else:
+            turn = await off_loop_if_large(self.host.executor, size, prepare)
         # The pressure check counts the instructions, unless the caller reported a size.
         counted = turn.instructions if _no_prompt_size(usage) else ()
-        async with instructions_counted(self.host.executor, counted):
-            step: AppendPlan | AppendResult = await self.decide(
-                lambda known: self.core.plan_turn(turn, known)
-            )
+        step: AppendPlan | AppendResult
+        if not counted:
+            known = Known()
+            first = self.core.plan_turn(turn, known)
+            if isinstance(first, Need):  # a read first (a cold cache): the pump
+                step = await self.decide(lambda k: self.core.plan_turn(turn, k), known)
+            else:
+                step = first
+        else:
+            async with instructions_counted(self.host.executor, counted):
+                step = await self.decide(lambda known: self.core.plan_turn(turn, known))
         if isinstance(step, AppendResult):
             return step
         result = await self.commit(step)

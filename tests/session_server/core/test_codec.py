@@ -571,6 +571,13 @@ class TestEventToMessage:
 
 
 class TestMessageToEvent:
+    def test_the_time_is_now_or_the_one_given(self) -> None:
+        before = now_ms()
+        ev = message_to_event("s1", ContextMessage(role="user", content="hi"))
+        assert before <= ev.timestamp <= now_ms()
+        given = message_to_event("s1", ContextMessage(role="user", content="hi"), timestamp=7)
+        assert given.timestamp == 7
+
     def test_system(self) -> None:
         ev = message_to_event("s1", ContextMessage(role="system", content="Be brief."))
         assert (ev.action, ev.content, ev.session_id) == ("system_instruction", "Be brief.", "s1")
