@@ -29,7 +29,7 @@ from .handshake import Route
 from .inflight_window import InflightWindow
 from .intake import IntakeConnection
 from .rpc.methods import CallContext, dispatch
-from .rpc.protocol import Frame, encode_message, error_response, parse_frame
+from .rpc.protocol import Frame, encode_message, encode_small, error_response, parse_frame
 
 if TYPE_CHECKING:
     from .runtime.actor import AgentActor
@@ -282,6 +282,9 @@ class Connection:
             response = await dispatch(frame.items[0], ctx, endpoint, methods, self.observe, offload)
             if response is None:
                 return None
+            small = encode_small(response)  # most answers: one call, no coroutine
+            if small is not None and len(small) <= limit:
+                return small
             return await encode_bounded(response, frame.items[0], limit, ctx.refused_too_large)
         if len(frame.items) > self.server.max_batch:
             error = InvalidRequestError(

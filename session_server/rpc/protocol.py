@@ -39,6 +39,7 @@ __all__ = [
     "RequestId",
     "encode_message",
     "encode_pieces",
+    "encode_small",
     "error_response",
     "find_out_of_range_int",
     "format_validation_error",
@@ -270,6 +271,13 @@ _SMALL_STR: Final = 65_536
 
 # Leaves ``_small`` takes without a call (an answer's seqs, counts and flags).
 _SCALARS: Final = frozenset({int, float, bool, type(None)})
+
+
+def encode_small(message: Any) -> bytes | None:
+    """``encode_message(message)`` when the message is small enough to be encoded in one
+    call (most answers), else ``None``: then ``encode_pieces`` encodes it a piece at a
+    time."""
+    return _ENCODER.encode(message) if _small(message) else None
 
 
 def encode_pieces(message: Any) -> Iterator[bytes]:

@@ -6,7 +6,7 @@ import random
 from typing import Any
 
 from session_server.core.events import SessionEvent
-from session_server.rpc.protocol import ENCODE_CHUNK, encode_message, encode_pieces
+from session_server.rpc.protocol import ENCODE_CHUNK, encode_message, encode_pieces, encode_small
 
 
 def value(rng: random.Random, depth: int = 0) -> Any:
@@ -39,3 +39,16 @@ def test_a_long_list_is_cut_in_chunks() -> None:
     pieces = list(encode_pieces({"result": {"events": events}}))
     assert len(pieces) >= 10
     assert max(len(p) for p in pieces) < len(encode_message(events)) / 5
+
+
+def test_a_small_answer_is_encoded_in_one_call_and_a_large_one_left_to_the_pieces() -> None:
+    rng = random.Random(7)
+    for _ in range(200):
+        message = {"jsonrpc": "2.0", "id": 1, "result": value(rng)}
+        small = encode_small(message)
+        assert small is None or small == encode_message(message)
+        assert (small is not None) == (len(list(encode_pieces(message))) == 1)
+    answer = {"jsonrpc": "2.0", "id": 3, "result": {"seqs": [1, 2, 3, 4], "last_seq": 4}}
+    assert encode_small(answer) == encode_message(answer)
+    assert encode_small({"result": ["x" * 70_000]}) is None  # a long string
+    assert encode_small({"result": list(range(17))}) is None  # a long list
