@@ -261,9 +261,9 @@ class Connection:
         return encode_message(error_response(None, exc))
 
     async def _answer(
-        self, frame: Frame, contexts: list[CallContext], size: int, large: bool = False
+        self, frame: Frame, contexts: list[CallContext], frame_bytes: int, large: bool = False
     ) -> bytes | None:
-        """Run one parsed frame of ``size`` bytes; return its encoded answer (None:
+        """Run one parsed frame of ``frame_bytes`` bytes; return its encoded answer (None:
         nothing to send).
         Each request's context is added to ``contexts`` as it starts, so that its
         ``after`` callbacks (the request's metrics among them) run even when the frame
@@ -277,7 +277,7 @@ class Connection:
         limit = self.server.max_answer_bytes
         offload: Callable[[Callable[[], Any]], Any] | None = self._off_loop if large else None
         if not frame.batch:
-            ctx = self._context(size)
+            ctx = self._context(frame_bytes)
             contexts.append(ctx)
             response = await dispatch(frame.items[0], ctx, endpoint, methods, self.observe, offload)
             if response is None:
@@ -296,15 +296,17 @@ class Connection:
         # One request at a time: a batch holds one slot of the window and at most one
         # result in memory besides its encoded answers, which stay under the bound.
         parts: list[bytes] = []
-        size = 2
+        answer_bytes = 2  # the brackets
         for item in frame.items:
-            ctx = self._context(size)
+            ctx = self._context(frame_bytes)
             contexts.append(ctx)
             response = await dispatch(item, ctx, endpoint, methods, self.observe, offload)
             if response is None:
                 continue
-            part = await encode_bounded(response, item, limit - size, ctx.refused_too_large)
-            size += len(part) + 1
+            part = await encode_bounded(
+                response, item, limit - answer_bytes, ctx.refused_too_large
+            )
+            answer_bytes += len(part) + 1
             parts.append(part)
         if not parts:
             return None

@@ -102,9 +102,10 @@ class CallContext:
     # What the request's metrics report: ``ok`` or the error code (``dispatch`` sets it;
     # the shell changes it when the answer is replaced by -32004, too large to send).
     outcome: str = "ok"
-    # The size of the frame the request came in (``None``: not over RPC). No text in its
-    # params holds more characters: a handler may weigh the request by it without
-    # walking the params (``turn.persist`` does, to keep a small turn on the loop).
+    # The size of the frame the request came in (``None``: not over RPC; a batch's items
+    # share it). Its params were decoded from no more text: a handler may weigh the
+    # request by it without walking the params (``turn.persist`` does, to keep a small
+    # turn on the loop: ``session_writes._plan_size``).
     frame_bytes: int | None = None
 
     async def actor(self) -> AgentActor:

@@ -52,16 +52,26 @@ def _plan_size(
     arguments plus ``ITEM_CHARS`` per item. Enough items are large by their number alone
     (their characters are not walked on the loop: 200,000 messages took 80 ms).
 
-    ``content_bound``: the items hold at most that many characters (the size of the RPC
-    frame they came in). When that keeps them small, it is the size given, and their
-    characters are not walked either: what the size decides (below ``LARGE_CONTENT_CHARS``
-    or not) is the same, and the walk was a tenth of a sequential persist's loop time."""
+    ``content_bound``: the size of the text the items were decoded from (the RPC frame's).
+    What the walk counts is at most ``REENCODED_GROWTH`` times that (arguments given as
+    objects are counted re-encoded, and a number may come back longer than it was sent).
+    When that keeps the items small, it is the size given and their characters are not
+    walked: what the size decides (below ``LARGE_CONTENT_CHARS`` or not) is the same, and
+    the walk was a tenth of a sequential persist's loop time."""
     weight = ITEM_CHARS * len(items)
     if weight >= LARGE_CONTENT_CHARS:
         return weight
-    if content_bound is not None and weight + content_bound < LARGE_CONTENT_CHARS:
-        return weight + content_bound
+    if content_bound is not None:
+        most = weight + REENCODED_GROWTH * content_bound
+        if most < LARGE_CONTENT_CHARS:
+            return most
     return weight + _content_chars(items)
+
+
+REENCODED_GROWTH: Final = 5
+"""How much longer than its JSON text a value may be once decoded and encoded again by
+msgspec: whitespace and escapes only shrink, a number grows at most 4.5-fold (``1e15``
+comes back as ``1000000000000000.0``)."""
 
 
 def _content_chars(items: Iterable[SessionEvent | ContextMessage]) -> int:

@@ -8,6 +8,7 @@ workers.
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -16,6 +17,7 @@ from typing import Any
 
 import msgspec
 import pytest
+from websockets.asyncio.client import connect as ws_connect
 
 from session_server import ActorRegistry, AgentActor
 from session_server.client import SessionClient
@@ -487,3 +489,30 @@ async def test_a_turn_over_rpc_is_weighed_by_its_frame(
         assert walks == [1] and on_workers(threads["prepare_turn"][1:]), threads
         stored = await client.load_events("s", limit=None)
     assert [e.content for e in stored] == ["small", big]
+
+
+async def test_a_large_turn_in_a_batch_is_counted_off_the_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, threads: dict[str, list[str]]
+) -> None:
+    """Each item of a batch is weighed by the whole frame's size: a large turn inside a
+    batch is prepared and counted on a worker, as it is alone (a review found the batch's
+    running answer size passed instead, which made every batched turn look small)."""
+    recording(monkeypatch, TokenCounter, "count_event", threads)
+    big = "word " * (LARGE_CONTENT_CHARS // 5 + 10)
+    persist = {"session_id": "s", "messages": [{"role": "user", "content": big}]}
+    async with running_server(tmp_path / "memory") as running:
+        async with SessionClient(running.url, "agent") as client:
+            await client.create_session(session_id="s")
+        async with ws_connect(f"{running.url}/v1/agents/agent", max_size=None) as ws:
+            await ws.send(
+                json.dumps(
+                    [
+                        {"jsonrpc": "2.0", "id": 1, "method": "memory.set_strategy",
+                         "params": {"session_id": "s", "strategy": COMPACT}},
+                        {"jsonrpc": "2.0", "id": 2, "method": "turn.persist", "params": persist},
+                    ]
+                )
+            )  # fmt: skip
+            answers = json.loads(await ws.recv())
+    assert [a.get("error") for a in answers] == [None, None], answers
+    assert len(threads["count_event"]) == 1 and on_workers(threads["count_event"]), threads

@@ -3,14 +3,19 @@ on the event loop or on a worker, and the bound the RPC layer gives it."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+import msgspec
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from session_server.core.events import ContextMessage, ToolCall
+from session_server.core.validation import parse_messages
 from session_server.runtime import session_writes
 from session_server.runtime.off_loop import LARGE_CONTENT_CHARS
-from session_server.runtime.session_writes import ITEM_CHARS, _plan_size
+from session_server.runtime.session_writes import ITEM_CHARS, REENCODED_GROWTH, _plan_size
 
 TURN = [
     ContextMessage(role="user", content="what is the weather?"),
@@ -32,10 +37,10 @@ def test_a_bound_that_keeps_the_turn_small_is_taken_without_a_walk(
         raise AssertionError("the characters were walked")
 
     monkeypatch.setattr(session_writes, "_content_chars", walked)
-    bound = 300  # the frame's size: at least the characters it carries
+    bound = 300  # the frame's size
     size = _plan_size(TURN, bound)
-    assert size == 2 * ITEM_CHARS + bound
-    assert bound >= CHARS and size < LARGE_CONTENT_CHARS  # small, as the walk says
+    assert size == 2 * ITEM_CHARS + REENCODED_GROWTH * bound
+    assert size >= 2 * ITEM_CHARS + CHARS and size < LARGE_CONTENT_CHARS  # small, as the walk says
 
 
 def test_a_bound_past_the_threshold_does_not_make_a_small_turn_large() -> None:
@@ -43,6 +48,51 @@ def test_a_bound_past_the_threshold_does_not_make_a_small_turn_large() -> None:
     assert _plan_size(TURN, LARGE_CONTENT_CHARS) == 2 * ITEM_CHARS + CHARS
 
 
-def test_a_large_turn_is_large_whatever_its_bound() -> None:
+def test_a_large_turn_with_a_true_bound_is_large() -> None:
     big = [ContextMessage(role="user", content="x" * LARGE_CONTENT_CHARS)]
     assert _plan_size(big, LARGE_CONTENT_CHARS + 100) >= LARGE_CONTENT_CHARS
+
+
+def test_numbers_that_grow_when_encoded_again_stay_within_the_bound() -> None:
+    """Arguments given as objects are counted re-encoded: ``1e15`` (4 characters) comes
+    back as ``1000000000000000.0`` (18). A frame of such numbers just under the threshold
+    is still weighed as large, as the walk weighs it."""
+    text = json.dumps({"messages": [{"role": "assistant", "content": "", "tool_calls": [
+        {"id": "c", "name": "f", "arguments": {"xs": [1e15] * 2000}}]}]}).replace(
+        "1000000000000000.0", "1e15")  # fmt: skip
+    messages = parse_messages(json.loads(text)["messages"])
+    walked = _plan_size(messages)
+    assert len(text) < LARGE_CONTENT_CHARS <= walked  # small frame, large once re-encoded
+    assert _plan_size(messages, len(text)) >= LARGE_CONTENT_CHARS
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.recursive(
+            st.none()
+            | st.booleans()
+            | st.integers(-(2**63), 2**63 - 1)
+            | st.floats(allow_nan=False, allow_infinity=False)
+            | st.text(max_size=20),
+            lambda inner: (
+                st.lists(inner, max_size=5)
+                | st.dictionaries(st.text(max_size=5), inner, max_size=5)
+            ),
+            max_leaves=30,
+        ),
+        min_size=1,
+        max_size=4,
+    ),
+    st.text(max_size=50),
+)
+def test_what_the_walk_counts_is_within_the_growth_of_the_text(
+    arguments: list[Any], content: str
+) -> None:
+    calls = [{"id": f"c{i}", "name": "f", "arguments": {"a": a}} for i, a in enumerate(arguments)]
+    text = msgspec.json.encode(
+        [{"role": "assistant", "content": content, "tool_calls": calls}]
+    ).decode()
+    messages = parse_messages(json.loads(text))
+    walked = _plan_size(messages) - ITEM_CHARS * len(messages)
+    assert walked <= REENCODED_GROWTH * len(text)

@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import CancelledError, Future
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from session_server.storage.io_threads import IoThreads
 from session_server.storage.thread_calls import call_on
+
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture
@@ -122,10 +127,26 @@ def test_shutdown_with_cancel_futures_cancels_the_calls_not_started() -> None:
 
 
 def test_a_pool_never_used_starts_no_thread_and_shuts_down() -> None:
-    before = threading.active_count()
     pool = IoThreads(max_workers=4, thread_name_prefix="idle-test")
-    assert threading.active_count() == before
+    assert not any(t.name.startswith("idle-test") for t in threading.enumerate())
     pool.shutdown(wait=True)
+
+
+def test_a_pool_not_shut_down_runs_its_queued_jobs_before_the_interpreter_exits(
+    tmp_path: Path,
+) -> None:
+    """As ``ThreadPoolExecutor``'s: the threads are daemons, and the exit hook shuts the
+    pool down (what is queued runs) before the interpreter stops them."""
+    done = tmp_path / "done"
+    script = (
+        "import time\n"
+        "from session_server.storage.io_threads import IoThreads\n"
+        "pool = IoThreads(max_workers=1, thread_name_prefix='exit-test')\n"
+        "pool.post(lambda: time.sleep(0.3))\n"
+        f"pool.post(lambda: open({str(done)!r}, 'w').close())\n"
+    )
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=60, cwd=ROOT)
+    assert done.exists()
 
 
 def test_at_least_one_worker() -> None:
