@@ -303,9 +303,7 @@ class Connection:
             response = await dispatch(item, ctx, endpoint, methods, self.observe, offload)
             if response is None:
                 continue
-            part = await encode_bounded(
-                response, item, limit - answer_bytes, ctx.refused_too_large
-            )
+            part = await encode_bounded(response, item, limit - answer_bytes, ctx.refused_too_large)
             answer_bytes += len(part) + 1
             parts.append(part)
         if not parts:

@@ -297,14 +297,20 @@ class AgentActor(SessionReads, SessionWrites, SessionEdits):
 
     # -- the pump --------------------------------------------------------------------------
 
-    async def decide(self, ask: Callable[[Known], T | Need], known: Known | None = None) -> T:
-        """Ask the core until it answers with something other than a read to run."""
+    async def decide(
+        self,
+        ask: Callable[[Known], T | Need],
+        known: Known | None = None,
+        first: Need | None = None,
+    ) -> T:
+        """Ask the core until it answers with something other than a read to run
+        (``first``: the read the caller's own first ask returned with ``known``)."""
         known = Known() if known is None else known
-        while True:
-            step = ask(known)
-            if not isinstance(step, Need):
-                return step
+        step = ask(known) if first is None else first
+        while isinstance(step, Need):
             self.core.learn(step, await self._fetch(step), known)
+            step = ask(known)
+        return step
 
     async def _fetch(self, need: Need) -> Any:
         if isinstance(need, NeedState):

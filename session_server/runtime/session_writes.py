@@ -142,7 +142,12 @@ class WriteRunner(Protocol):
     @property
     def compactions(self) -> CompactionTurns: ...
 
-    async def decide(self, ask: Callable[[Known], T | Need], known: Known | None = None) -> T: ...
+    async def decide(
+        self,
+        ask: Callable[[Known], T | Need],
+        known: Known | None = None,
+        first: Need | None = None,
+    ) -> T: ...
 
     async def commit(self, plan: AppendPlan) -> AppendResult: ...
 
@@ -269,7 +274,7 @@ class SessionWrites:
             known = Known()
             first = self.core.plan_turn(turn, known)
             if isinstance(first, Need):  # a read first (a cold cache): the pump
-                step = await self.decide(lambda k: self.core.plan_turn(turn, k), known)
+                step = await self.decide(lambda k: self.core.plan_turn(turn, k), known, first)
             else:
                 step = first
         else:
