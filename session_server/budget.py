@@ -32,6 +32,11 @@ class ByteBudget:
         self.large_in_use = 0
         self._waiters: deque[tuple[int, bool, asyncio.Future[None]]] = deque()
 
+    def _cost(self, size: int) -> tuple[int, bool]:
+        """What a frame of ``size`` bytes takes of the budget, and whether it is large."""
+        large = size >= self.large_threshold
+        return max(1, min(size, self.large_limit if large else self.capacity)), large
+
     def _fits(self, cost: int, large: bool) -> bool:
         if self.in_use + cost > self.capacity:
             return False
@@ -46,8 +51,7 @@ class ByteBudget:
         """``acquire`` without waiting: the token when ``size`` bytes fit now (and no
         request of its class waits), else ``None`` (then ``acquire`` queues it). The
         reader takes every frame's bytes: the common case costs no coroutine."""
-        large = size >= self.large_threshold
-        cost = max(1, min(size, self.large_limit if large else self.capacity))
+        cost, large = self._cost(size)
         if self._waiters and any(w[1] == large for w in self._waiters):
             return None  # keep order within a class
         if not self._fits(cost, large):
@@ -60,8 +64,7 @@ class ByteBudget:
         token = self.try_acquire(size)
         if token is not None:
             return token
-        large = size >= self.large_threshold
-        cost = max(1, min(size, self.large_limit if large else self.capacity))
+        cost, large = self._cost(size)
         # Queued behind its class, or it does not fit yet.
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         entry = (cost, large, future)

@@ -219,9 +219,11 @@ class IntakeConnection(ServerConnection):
         Returns (whether it came as text, whether it carries a permit). A message over the
         threshold always carries one: the connection's, or one waited for here (the
         message completed in the read that crossed the threshold)."""
+        small = self.claim_small(size)
+        if small is not None:
+            return small, False
         text = self.texts.pop(0) if self.texts else True
-        large = size > self.threshold
-        if large and not self.permit:
+        if not self.permit:
             if not self.waiting and self.pool.try_take():
                 self.permit = True
             else:
@@ -234,10 +236,9 @@ class IntakeConnection(ServerConnection):
                     if not self.permit:  # cancelled while waiting
                         self._withdraw()
         self.queued -= size
-        if large:
-            self.permit = False  # it goes with the message
+        self.permit = False  # it goes with the message
         self._check()
-        return text, large
+        return text, True
 
     def end(self) -> None:
         """The reader stopped: drop this connection out of the pool's figures and let

@@ -242,9 +242,9 @@ class SessionWrites:
         the turn writes ``working_context_snapshot.json`` (with the mirror on).
         ``validated=True`` says the new messages come straight from
         ``core.validation.parse_messages`` (as the RPC layer's do): they are not checked
-        again. ``content_bound``: the new messages hold at most that many characters of
-        content and tool-call arguments (the RPC layer passes its frame's size), so a
-        small turn is known to be small without a walk of its text.
+        again. ``content_bound``: the size of the text the new messages were decoded from
+        (the RPC layer passes its frame's), so a small turn is known to be small without
+        a walk of its text (``_plan_size``).
         """
 
         size = _plan_size(ctx.get_new_messages(), content_bound)

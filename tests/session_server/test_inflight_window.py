@@ -9,6 +9,16 @@ import pytest
 from session_server.inflight_window import InflightWindow
 
 
+async def full_window_with_a_waiter() -> tuple[InflightWindow, asyncio.Future[None]]:
+    """A window of one slot, taken, and a task waiting for it."""
+    window = InflightWindow(1)
+    assert window.take()
+    waiting = asyncio.ensure_future(window.wait())
+    await asyncio.sleep(0)  # one loop step: the task runs until it waits (no timing)
+    assert window._waiter is not None and not waiting.done()
+    return window, waiting
+
+
 def test_take_until_none_is_free_then_release_frees_one() -> None:
     window = InflightWindow(2)
     assert window.take() and window.take()
@@ -18,11 +28,7 @@ def test_take_until_none_is_free_then_release_frees_one() -> None:
 
 
 async def test_a_waiting_reader_is_handed_the_released_slot() -> None:
-    window = InflightWindow(1)
-    assert window.take()
-    waiting = asyncio.ensure_future(window.wait())
-    await asyncio.sleep(0)
-    assert not waiting.done()
+    window, waiting = await full_window_with_a_waiter()
     window.release()  # handed over: not counted free
     await waiting
     assert window.locked()
@@ -37,10 +43,7 @@ async def test_wait_takes_a_free_slot_at_once() -> None:
 
 
 async def test_a_cancelled_waiter_leaves_the_slot_free() -> None:
-    window = InflightWindow(1)
-    assert window.take()
-    waiting = asyncio.ensure_future(window.wait())
-    await asyncio.sleep(0)
+    window, waiting = await full_window_with_a_waiter()
     waiting.cancel()
     with pytest.raises(asyncio.CancelledError):
         await waiting
@@ -49,10 +52,7 @@ async def test_a_cancelled_waiter_leaves_the_slot_free() -> None:
 
 
 async def test_a_waiter_cancelled_after_the_hand_over_gives_the_slot_back() -> None:
-    window = InflightWindow(1)
-    assert window.take()
-    waiting = asyncio.ensure_future(window.wait())
-    await asyncio.sleep(0)
+    window, waiting = await full_window_with_a_waiter()
     window.release()  # handed over ...
     waiting.cancel()  # ... and cancelled before the waiter ran
     with pytest.raises(asyncio.CancelledError):
@@ -61,10 +61,7 @@ async def test_a_waiter_cancelled_after_the_hand_over_gives_the_slot_back() -> N
 
 
 async def test_one_waiter_at_a_time() -> None:
-    window = InflightWindow(1)
-    assert window.take()
-    first = asyncio.ensure_future(window.wait())
-    await asyncio.sleep(0)
+    window, first = await full_window_with_a_waiter()
     with pytest.raises(RuntimeError, match="another task"):
         await window.wait()
     first.cancel()
