@@ -3,9 +3,10 @@
 ``Connection`` reads frames within the connection bounds (the in-flight window, the
 outgoing bytes, the request budget and the large-frame permits), handles each frame in
 its own task (``rpc.dispatch.dispatch``), writes answers and notifications through one
-FIFO, holds the connection's subscriptions (``fanout``), watches its token's lifetime,
-and closes within the server's stop deadline. ``ConnectionHost``
-(``connection_host``) is what it needs of the server (``SessionServer`` is one).
+FIFO, holds the connection's subscriptions (``connection_subscriptions``, a mixin),
+watches its token's lifetime, and closes within the server's stop deadline.
+``ConnectionHost`` (``connection_host``) is what it needs of the server
+(``SessionServer`` is one).
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from websockets.exceptions import ConnectionClosed
 from .answers import encode_bounded, is_utf8
 from .auth import REASON_EXPIRED, Grant, TokenRejectedError
 from .connection_host import ConnectionHost
-from .core.errors import InvalidRequestError, NotFoundError, SessionServerError, TooLargeError
+from .connection_subscriptions import ConnectionSubscriptions
+from .core.errors import InvalidRequestError, SessionServerError
 from .fanout import Subscription
 from .handshake import Route
 from .inflight_window import InflightWindow
@@ -32,7 +34,7 @@ from .rpc.methods import CallContext, dispatch
 from .rpc.protocol import Frame, encode_message, encode_small, error_response, parse_frame
 
 if TYPE_CHECKING:
-    from .runtime.actor import AgentActor
+    pass
 
 __all__ = ["Connection", "ConnectionHost", "idle_check_at"]
 
@@ -68,7 +70,7 @@ def idle_check_at(now: float, last_frame_at: float, idle: float, busy: bool) -> 
     return None
 
 
-class Connection:
+class Connection(ConnectionSubscriptions):
     """One client connection: reader, per-frame tasks, ordered writer, subscriptions.
 
     Bounds (see ``SessionServer``): a frame takes a slot of the in-flight window before
@@ -162,62 +164,6 @@ class Connection:
             if on_written is not None:
                 on_written()
         self.writable.set()
-
-    # -- subscriptions (ConnectionLike) ------------------------------------------------
-    async def subscribe(
-        self, ctx: CallContext, actor: AgentActor, session_id: str, after_seq: int | None = None
-    ) -> int:
-        existing = self.subscriptions.get(session_id)
-        if existing is not None:
-            row = await actor.get_session(session_id)
-            if row is None:
-                raise NotFoundError.session(session_id)
-            return int(row["last_seq"])
-        if len(self.subscriptions) >= self.server.max_subscriptions:
-            raise TooLargeError(
-                f"session_id: this connection already has {len(self.subscriptions)} "
-                f"subscriptions (the maximum); unsubscribe first or use another connection",
-                data={"field": "session_id", "max_subscriptions": self.server.max_subscriptions},
-            )
-        sub = Subscription(self, session_id)
-        self.subscriptions[session_id] = sub
-        try:
-            # Registered before the reads: an append committed meanwhile is buffered, and
-            # the seq floor below drops what the reads already hold (no gap, no duplicate).
-            sub.topic = self.server.topic_for(actor, session_id)
-            sub.topic.subs.append(sub)
-            row = await actor.get_session(session_id)
-            if row is None:
-                raise NotFoundError.session(session_id)
-            last_seq = int(row["last_seq"])
-            if after_seq is not None and after_seq < last_seq:
-                sub.replay_from = after_seq  # read page by page once the answer is out
-                sub.actor = actor
-        except BaseException:
-            self._drop(sub)
-            raise
-        sub.floor = last_seq
-        ctx.after_response(sub.go_live)
-        return last_seq
-
-    def unsubscribe(self, session_id: str) -> bool:
-        sub = self.subscriptions.get(session_id)
-        if sub is None:
-            return False
-        self._drop(sub)
-        return True
-
-    def _drop(self, sub: Subscription) -> None:
-        if self.subscriptions.get(sub.session_id) is sub:
-            del self.subscriptions[sub.session_id]
-        sub.live = False
-        sub.buffer = []
-        if sub.pump is not None:
-            sub.pump.cancel()
-            sub.pump = None
-        if sub.topic is not None:
-            sub.topic.remove(sub)
-            sub.topic = None
 
     # -- requests -----------------------------------------------------------------------
     def _context(self, frame_bytes: int) -> CallContext:
