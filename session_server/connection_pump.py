@@ -26,6 +26,7 @@ from .auth import REASON_EXPIRED, Grant, TokenRejectedError
 from .connection_host import ConnectionHost
 from .connection_subscriptions import ConnectionSubscriptions
 from .core.errors import InvalidRequestError, SessionServerError
+from .eager_start import start_eagerly
 from .fanout import Subscription
 from .handshake import Route
 from .inflight_window import InflightWindow
@@ -336,12 +337,13 @@ class Connection(ConnectionSubscriptions):
                     if permit:
                         self.server.permits.release()
                     raise
-                # ``loop.create_task``: ``asyncio.create_task`` is a Python function
-                # around it (and names the task) on every frame.
-                task = loop.create_task(self._handle(data, text, token, permit))
+                # Started eagerly: the request runs up to its first wait in this step
+                # (a sequential turn's commit starts before the next frame is read).
+                task = start_eagerly(loop, self._handle(data, text, token, permit))
                 del data
-                self.tasks.add(task)
-                task.add_done_callback(self.tasks.discard)
+                if task is not None:
+                    self.tasks.add(task)
+                    task.add_done_callback(self.tasks.discard)
         except ConnectionClosed:
             pass
         finally:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ..core.agent_core import AgentCore
 from ..core.errors import SessionServerError
-from ..core.plans import Effects
+from ..core.plans import AppendOutcome, Effects
 from ..storage.store import AgentStore
 from .mirror_link import MirrorLink
 from .subscriptions import Subscriptions
@@ -43,7 +43,23 @@ class GroupCommit:
             batch = job.plan.batch
             cursor = self.mirror.cursor(batch.session_id)
             batches.append(batch if cursor is None else batch.with_mirror_seq(cursor))
-        outcomes = await store.append_group(batches)
+        answered = False
+
+        def answer(outcomes: list[AppendOutcome | SessionServerError]) -> None:
+            nonlocal answered
+            answered = True
+            self._answer(live, outcomes)
+
+        # Answered in the loop step that learns of the commit (``then``): each caller
+        # wakes in the next step, not after one more step of this drainer.
+        outcomes = await store.append_group(batches, then=answer)
+        if not answered:  # a single batch refused
+            self._answer(live, outcomes)
+
+    def _answer(
+        self, live: list[AppendJob], outcomes: list[AppendOutcome | SessionServerError]
+    ) -> None:
+        """Each job's effects and answer, in commit order (the write lock is held)."""
         for job, outcome in zip(live, outcomes, strict=True):
             if isinstance(outcome, SessionServerError):
                 job.fail(outcome)

@@ -10,6 +10,10 @@ is ``asyncio.shield`` without its second future and the extra loop step per answ
 Group commit: the appends that queue up while a commit is in flight go together into the
 next transaction (the ``commit_group`` the owner gives); any other write runs alone, in
 its place in the queue.
+
+The drainer starts eagerly (``eager_start``): the queue's first job runs up to its first
+wait (for a commit, the hand-over to the writer thread) in the step of the call that
+queued it, not in the loop's next step.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from typing import Any, Final, TypeVar
 
 from ..core.agent_core import AppendPlan
 from ..core.plans import AppendResult
+from ..eager_start import start_eagerly
 from ..storage.store import AgentStore
 
 __all__ = [
@@ -122,9 +127,17 @@ class WriteQueue:
         self._lock = lock
         self._commit_group = commit_group
         self._mailbox: deque[WriteJob | AppendJob] = deque()
+        # ``_draining`` from the drainer's start (its first step runs in ``_enqueue``)
+        # to its last step; ``_drainer`` is its task once it waited.
+        self._draining = False
         self._drainer: asyncio.Task[None] | None = None
         # The drainer while it runs (it survives the callers).
         self.pending: set[asyncio.Task[Any]] = set()
+
+    @property
+    def queued(self) -> int:
+        """Jobs in the mailbox that no drainer took yet."""
+        return len(self._mailbox)
 
     async def write(self, fn: Callable[[AgentStore], Awaitable[T]], activity: Activity) -> T:
         """Queue ``fn(store)``: it runs alone under the write lock, in queue order, and
@@ -145,11 +158,17 @@ class WriteQueue:
         self, loop: asyncio.AbstractEventLoop, job: WriteJob | AppendJob, activity: Activity
     ) -> None:
         self._mailbox.append(job)
-        if self._drainer is None:
-            self._drainer = loop.create_task(self._drain(activity))
-            self.pending.add(self._drainer)
+        if self._draining:
+            return
+        # Started eagerly: the write begins in this step, not the loop's next one (a
+        # sequential turn's commit reaches the writer thread one hand-over sooner).
+        self._draining = True
+        task = start_eagerly(loop, self._drain(activity))
+        if task is not None and self._draining:  # it waits: the task runs the rest
+            self._drainer = task
+            self.pending.add(task)
             # Its last step leaves ``pending``; this is for one cancelled before it ran.
-            self._drainer.add_done_callback(self.pending.discard)
+            task.add_done_callback(self.pending.discard)
 
     async def _drain(self, activity: Activity) -> None:
         """Run the mailbox in order: a write alone, consecutive appends as one group."""
@@ -181,6 +200,7 @@ class WriteQueue:
             if self._drainer is not None:
                 self.pending.discard(self._drainer)
             self._drainer = None
+            self._draining = False
             if self._mailbox:  # cancelled (the loop shutting down): so are the jobs left
                 for job in self._mailbox:
                     job.fail(asyncio.CancelledError())

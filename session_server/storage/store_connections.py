@@ -77,11 +77,17 @@ class StoreConnections:
 
     # -- plumbing ------------------------------------------------------------------
 
-    async def _call(self, fn: Callable[..., T], *args: Any) -> T:
+    async def _call(
+        self, fn: Callable[..., T], *args: Any, then: Callable[[T], object] | None = None
+    ) -> T:
+        """``fn(*args)`` on a worker thread; ``then`` as ``call_on`` says."""
         if self._executor is not None:
-            return await call_on(self._executor, fn, *args)  # the lighter hop
+            return await call_on(self._executor, fn, *args, then=then)  # the lighter hop
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(None, fn, *args)
+        result = await loop.run_in_executor(None, fn, *args)
+        if then is not None:
+            then(result)
+        return result
 
     @property
     def writer(self) -> sqlite3.Connection:
@@ -95,9 +101,16 @@ class StoreConnections:
             raise AgentUnavailableError(f"agent {self.agent_id!r}: store is closed")
         return self._writer
 
-    async def _write(self, what: str, body: Callable[..., T], *args: Any, batch_size: int = 1) -> T:
+    async def _write(
+        self,
+        what: str,
+        body: Callable[..., T],
+        *args: Any,
+        batch_size: int = 1,
+        then: Callable[[T], object] | None = None,
+    ) -> T:
         started = time.perf_counter()
-        result: T = await self._call(ops.write_txn, self.writer, what, body, *args)
+        result: T = await self._call(ops.write_txn, self.writer, what, body, *args, then=then)
         if self._on_commit is not None:  # seconds of the transaction, queueing included
             self._on_commit(time.perf_counter() - started, batch_size)
         return result

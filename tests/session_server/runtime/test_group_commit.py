@@ -205,3 +205,67 @@ async def test_a_write_queued_as_the_mailbox_empties_is_not_lost(actor: AgentAct
     unsubscribe()
     # A guard against the hang, not a synchronisation: the write is answered at once.
     assert (await asyncio.wait_for(late[0], timeout=30)).seqs == [5, 6, 7, 8]
+
+
+async def test_a_write_that_never_waits_drains_in_its_callers_step(actor: AgentActor) -> None:
+    # The drainer starts eagerly: a write whose function does not wait (on an open store)
+    # runs whole inside ``run_write``'s step, and the queue is idle again after it, so
+    # the next write starts a drainer of its own.
+    sid = await actor.create_session(session_id="s")
+    ran: list[int] = []
+
+    async def note(store: object) -> int:
+        ran.append(len(ran))
+        return len(ran)
+
+    call = actor.run_write(note)
+    assert await call == 1
+    assert not actor.pending_writes, "no task was needed"
+    assert await actor.run_write(note) == 2
+    # And the queue still groups and answers appends after it.
+    assert (await actor.persist_working_context(sid, turn_ctx(1))).seqs == [1, 2, 3, 4]
+
+
+async def test_a_sequential_turn_reaches_the_writer_in_its_callers_step(
+    actor: AgentActor,
+) -> None:
+    sid = await actor.create_session(session_id="s")
+    await warm(actor)
+    started: list[str] = []
+    (await actor.store()).writer.set_trace_callback(
+        lambda sql: started.append(sql) if sql.startswith("BEGIN") else None
+    )
+    call = asyncio.ensure_future(actor.persist_working_context(sid, turn_ctx(1)))
+    # One loop step runs the caller; the drainer's first step runs inside it and posts
+    # the transaction to the writer thread, with no further hand-over.
+    await asyncio.sleep(0)
+    assert actor.queue.queued == 0, "the drainer took the turn in the caller's step"
+    assert actor.pending_writes, "and now waits for the writer thread"
+    assert (await call).seqs == [1, 2, 3, 4]
+    assert started, "the transaction ran"
+
+
+async def test_callers_are_answered_in_the_step_that_learns_of_the_commit(
+    actor: AgentActor,
+) -> None:
+    # The group's answers go out from the callback that learns the transaction ended
+    # (``append_group(then=)``), so a caller resumes before the drainer's own next
+    # step: it finds the drainer still there, holding the write lock.
+    sid = await actor.create_session(session_id="s")
+    await warm(actor)
+    result = await actor.persist_working_context(sid, turn_ctx(1))
+    assert result.seqs == [1, 2, 3, 4]
+    assert actor.pending_writes and actor.write_lock.locked()
+    # The same for a group, and for a refused single turn (answered after the drainer
+    # resumed, through the return value: its error is the only outcome).
+    await actor.write_lock.acquire()
+    calls = [asyncio.ensure_future(actor.persist_working_context(sid, turn_ctx(n))) for n in (2, 3)]
+    await queued(actor)
+    actor.write_lock.release()
+    assert [r.seqs for r in await asyncio.gather(*calls)] == [[5, 6, 7, 8], [9, 10, 11, 12]]
+    taken = message_to_event(sid, ContextMessage(role="user", content="taken id"))
+    await actor.append_events(sid, [taken])
+    with pytest.raises(ConflictError, match="already exists"):  # refused in the transaction
+        await actor.append_events(sid, [taken])
+    assert (await actor.load_events(sid, limit=1)).pop().seq == 13
+    assert (await actor.persist_working_context(sid, turn_ctx(4))).seqs == [14, 15, 16, 17]

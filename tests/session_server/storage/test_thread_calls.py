@@ -63,6 +63,76 @@ async def test_a_caller_that_leaves_does_not_break_the_job_or_the_loop(
     assert await call_on(pool, lambda: "next") == "next"
 
 
+async def test_then_answers_what_waits_on_it_before_the_caller_resumes(
+    pool: ThreadPoolExecutor,
+) -> None:
+    loop = asyncio.get_running_loop()
+    order: list[str] = []
+    other: asyncio.Future[int] = loop.create_future()
+
+    async def waiter() -> None:
+        order.append(f"other got {await other}")
+
+    waiting = asyncio.create_task(waiter())
+    await asyncio.sleep(0)  # it waits on ``other`` now
+    seen: list[int] = []
+
+    def then(result: int) -> None:
+        assert threading.current_thread() is threading.main_thread(), "on the loop"
+        seen.append(result)
+        other.set_result(result)
+
+    assert await call_on(pool, lambda: 7, then=then) == 7
+    order.append("caller")
+    await waiting
+    # ``then`` ran in the step that learnt of the result, so what it answered was woken
+    # in the same step as the caller, ahead of it.
+    assert seen == [7]
+    assert order == ["other got 7", "caller"]
+
+
+async def test_then_is_skipped_on_a_failure_and_its_own_failure_is_the_callers(
+    pool: ThreadPoolExecutor,
+) -> None:
+    ran: list[object] = []
+
+    def fail() -> int:
+        raise KeyError("in the job")
+
+    with pytest.raises(KeyError, match="in the job"):
+        await call_on(pool, fail, then=ran.append)
+    assert ran == [], "not run when the job raised"
+
+    def broken(result: int) -> None:
+        ran.append(result)
+        raise ValueError("in then")
+
+    with pytest.raises(ValueError, match="in then"):
+        await call_on(pool, lambda: 1, then=broken)
+    assert ran == [1]
+
+
+async def test_then_is_skipped_when_the_caller_left() -> None:
+    started, release = threading.Event(), threading.Event()
+    ran: list[object] = []
+
+    def slow() -> str:
+        started.set()
+        release.wait(30)
+        return "late"
+
+    with ThreadPoolExecutor(max_workers=1) as one:
+        call = asyncio.create_task(call_on(one, slow, then=ran.append))
+        await asyncio.to_thread(started.wait, 30)
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        release.set()
+        # One thread: the slow job's answer reaches the loop before the next one's.
+        assert await call_on(one, lambda: "next", then=ran.append) == "next"
+    assert ran == ["next"]
+
+
 class RecordingPool(ThreadPoolExecutor):
     """A pool that keeps the futures of the jobs submitted to it."""
 
