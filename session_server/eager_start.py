@@ -52,7 +52,12 @@ def start_eagerly(
         return None
     except BaseException as exc:  # the task's, as with ``create_task``
         return loop.create_task(_raise(exc))
-    return loop.create_task(_resume(coro, yielded))
+    rest = _resume(coro, yielded)
+    # Primed to its first ``yield``: a cancellation before the task's first step then
+    # reaches the code that forwards it (thrown into a generator not yet started, it
+    # would end the task and leave ``coro`` waiting forever, its locks held).
+    rest.send(None)
+    return loop.create_task(rest)
 
 
 async def _raise(exc: BaseException) -> Any:
@@ -64,6 +69,18 @@ def _resume(coro: Coroutine[Any, Any, T], yielded: Any) -> Generator[Any, Any, T
     """The rest of ``coro``, which last yielded ``yielded`` (what the task waits for): a
     ``yield from`` that starts in the middle, so sends and throws go through as they
     would (a cancellation reaches ``coro`` where it waits)."""
+    try:
+        yield  # where ``start_eagerly`` leaves it; the task's first step sends past it
+    except BaseException as exc:
+        # Thrown before the task's first step (cancelled at once): as ``Task.cancel``
+        # does, cancel what ``coro`` waits for, and it raises there when it resumes;
+        # anything else is thrown into ``coro``.
+        cancelled = isinstance(exc, asyncio.CancelledError)
+        if not (cancelled and asyncio.isfuture(yielded) and yielded.cancel()):
+            try:
+                yielded = coro.throw(exc)
+            except StopIteration as stop:
+                return stop.value  # type: ignore[no-any-return]
     while True:
         try:
             sent = yield yielded

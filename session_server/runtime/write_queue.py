@@ -195,8 +195,10 @@ class WriteQueue:
         finally:
             # In the drainer's last step, with no await after the check that the mailbox
             # is empty: a job queued from now on starts a new drainer. (A done callback
-            # would run too late: a job queued before it would wait forever; and a caller
-            # answered in this step, which runs next, must find the queue idle.)
+            # would run too late: a job queued before it would wait forever; and a
+            # write's caller answered in this step, which runs next, must find the queue
+            # idle. Appends answered by ``commit_group``'s ``then`` resume before this
+            # step: what they queue joins the mailbox this loop drains.)
             if self._drainer is not None:
                 self.pending.discard(self._drainer)
             self._drainer = None

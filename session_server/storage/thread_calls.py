@@ -40,6 +40,8 @@ def _settle(
     if error is None and then is not None:
         try:
             then(result)
+        except StopIteration as exc:  # as in ``job``: a future refuses StopIteration
+            error = RuntimeError(f"StopIteration raised by then: {exc!r}")
         except BaseException as exc:  # the caller gets it instead of the result
             error = exc
     if error is None:

@@ -167,3 +167,35 @@ def test_after_the_first_wait_the_task_is_the_current_one(
         assert seen == [task]
 
     run(make_loop, main())
+
+
+@pytest.mark.parametrize("make_loop", LOOPS)
+def test_a_task_cancelled_before_its_first_step_cancels_what_the_coroutine_waits_for(
+    make_loop: Callable[[], asyncio.AbstractEventLoop],
+) -> None:
+    # Found in review: thrown into the trampoline before it started, the cancellation
+    # ended the task and never reached the coroutine (its ``finally`` never ran, the
+    # future it waited on stayed live).
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        gate: asyncio.Future[None] = loop.create_future()
+        seen: list[str] = []
+
+        async def body() -> None:
+            try:
+                await gate
+            except asyncio.CancelledError:
+                seen.append("cancelled")
+                raise
+            finally:
+                seen.append("finally")
+
+        task = start_eagerly(loop, body())
+        assert task is not None
+        task.cancel()  # in the same step: the task has not run a step of its own
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert gate.cancelled()
+        assert seen == ["cancelled", "finally"]
+
+    run(make_loop, main())

@@ -269,3 +269,29 @@ async def test_callers_are_answered_in_the_step_that_learns_of_the_commit(
         await actor.append_events(sid, [taken])
     assert (await actor.load_events(sid, limit=1)).pop().seq == 13
     assert (await actor.persist_working_context(sid, turn_ctx(4))).seqs == [14, 15, 16, 17]
+
+
+async def test_a_drainer_cancelled_before_its_first_step_releases_the_queue(
+    actor: AgentActor,
+) -> None:
+    # Found in review: a drainer task cancelled in the step that made it (a loop that
+    # cancels every task at shutdown) kept the write lock and stranded later writes.
+    await actor.create_session(session_id="s")
+
+    async def forever(store: object) -> None:
+        await asyncio.Event().wait()
+
+    call = asyncio.ensure_future(actor.run_write(forever))
+    await asyncio.sleep(0)  # the caller's step: the drainer took the write and waits
+    drainers = list(actor.pending_writes)
+    assert len(drainers) == 1 and actor.write_lock.locked()
+    drainers[0].cancel()  # before the drainer's task ran a step of its own
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    await asyncio.gather(*drainers, return_exceptions=True)
+    assert not actor.write_lock.locked() and not actor.pending_writes
+
+    async def quick(store: object) -> str:
+        return "quick"
+
+    assert await asyncio.wait_for(actor.run_write(quick), timeout=30) == "quick"

@@ -112,6 +112,14 @@ async def test_then_is_skipped_on_a_failure_and_its_own_failure_is_the_callers(
     assert ran == [1]
 
 
+async def test_a_stop_iteration_from_then_reaches_the_caller(pool: ThreadPoolExecutor) -> None:
+    def stops(result: int) -> None:
+        raise StopIteration("in then")
+
+    with pytest.raises(RuntimeError, match="StopIteration raised by then"):
+        await asyncio.wait_for(call_on(pool, lambda: 1, then=stops), timeout=30)
+
+
 async def test_then_is_skipped_when_the_caller_left() -> None:
     started, release = threading.Event(), threading.Event()
     ran: list[object] = []
