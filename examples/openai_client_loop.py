@@ -12,7 +12,7 @@ import sys
 
 from openai import AsyncOpenAI
 
-from adapters import openai_chat
+from session_server.adapters import openai_chat
 from session_server.client import SessionClient
 from session_server.events import ContextMessage
 

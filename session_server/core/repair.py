@@ -27,12 +27,12 @@ never rewritten, so the context builder repairs the *messages* it builds:
   depends only on the messages before it, so the prompt prefix is byte-identical from
   one build to the next.
 
-The output passes :func:`adapters.checks.check_tool_pairing` for every input. Messages
+The output passes :func:`session_server.adapters.checks.check_tool_pairing` for every input. Messages
 that need no repair are returned as the same objects, so callers can tell what changed.
 
 Most contexts need no repair at all: :func:`needs_repair` tells so in one pass, and then
 the messages are returned as they are without the attribution and placement passes (the
-output is the same list either way: ``tests/adapters/test_repair_property.py``).
+output is the same list either way: ``tests/session_server/adapters/test_repair_property.py``).
 """
 
 from __future__ import annotations

@@ -56,7 +56,7 @@ from agents import RunHooks
 from agents.items import ModelResponse, TResponseInputItem
 from agents.memory import SessionSettings
 
-from adapters.openai_responses import from_items, to_input_items
+from session_server.adapters.openai_responses import from_items, to_input_items
 from session_server.core.codec import event_to_message, message_to_event, new_event_id
 from session_server.core.context import WorkingContext
 from session_server.core.errors import ConflictError, InvalidParamsError, NotFoundError

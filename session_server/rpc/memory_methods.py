@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import Field
 
-import adapters
+from session_server import adapters
 
 from ..mirror.view import MemoryViewOptions, group_by_agent, page_snapshots
 from ..mirror_io.view_files import list_snapshot_summaries, read_memory_view

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-import adapters
+from session_server import adapters
 from session_server.client import SessionClient
 from tests.support.paths import FIXTURES
 from tests.support.server import ROOT, ServerProcess

@@ -22,7 +22,7 @@ from urllib.parse import quote
 import pytest
 from websockets.asyncio.client import ClientConnection, connect
 
-import adapters
+from session_server import adapters
 from session_server.client import SessionClient
 from session_server.core.errors import NotFoundError, TooLargeError
 from session_server.runtime.registry import ActorRegistry

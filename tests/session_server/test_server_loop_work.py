@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 from websockets.asyncio.client import connect
 
-from adapters.anthropic import AnthropicAdapter
 from session_server import connection_pump
+from session_server.adapters.anthropic import AnthropicAdapter
 from session_server.client import SessionClient
 from session_server.core.errors import SessionServerError
 from session_server.rpc import dispatch, memory_methods, params, session_methods

@@ -17,7 +17,7 @@ import anthropic
 import openai
 import pytest
 
-import adapters
+from session_server import adapters
 from session_server.client import SessionClient
 from session_server.core.events import ContextMessage, ToolCall
 from tests.support.openai_server import FakeOpenAIServer, default_reply

@@ -4,7 +4,7 @@ from typing import Any
 
 import pytest
 
-from adapters.workers_ai import adapter as workers_ai
+from session_server.adapters.workers_ai import adapter as workers_ai
 from session_server.compaction.builder import build_compacted_context, load_from_seq
 from session_server.compaction.compact import plan_compact
 from session_server.compaction.config import StrategyConfig

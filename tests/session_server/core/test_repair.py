@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from adapters.checks import check_tool_pairing
+from session_server.adapters.checks import check_tool_pairing
 from session_server.core.events import ContextMessage, ToolCall
 from session_server.core.repair import missing_result_text, repair_tool_pairing
 

@@ -19,8 +19,7 @@ import msgspec
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-import adapters
-from session_server import ActorRegistry
+from session_server import ActorRegistry, adapters
 from session_server.core.context import WorkingContext
 from session_server.core.errors import SessionServerError
 from session_server.core.events import SessionEvent, ToolCall

@@ -33,7 +33,7 @@ Items:
   and was not compacted is sent as those items, verbatim (item ids, encrypted reasoning,
   hosted-tool calls, multi-part content); provider items of other formats are left out.
 
-Refused with ``RenderError``: the tool pairing problems of :mod:`adapters.checks`, and
+Refused with ``RenderError``: the tool pairing problems of :mod:`session_server.adapters.checks`, and
 images on system or assistant messages.
 
 Ingest (``from_response``): a ``Response`` (object or dict), or a list of Responses items

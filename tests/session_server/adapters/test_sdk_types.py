@@ -24,8 +24,8 @@ from openai.types.responses import ResponseInputItemParam
 from openai.types.responses.response_create_params import ResponseCreateParamsNonStreaming
 from pydantic import ConfigDict, TypeAdapter, ValidationError
 
-from adapters import anthropic as anthropic_adapter
-from adapters import openai_chat, openai_responses
+from session_server.adapters import anthropic as anthropic_adapter
+from session_server.adapters import openai_chat, openai_responses
 from session_server.core.events import ContextMessage, ToolCall
 
 STRICT = ConfigDict(extra="forbid", strict=True)

@@ -1,4 +1,4 @@
-"""Provider format adapters and their registry: ``adapters.get(name)``.
+"""Provider format adapters and their registry: ``session_server.adapters.get(name)``.
 
 Registered: ``workers-ai``, ``openai-chat``, ``openai-responses`` and ``anthropic``.
 :func:`render_context` renders system instructions and context messages with the adapter
@@ -7,12 +7,32 @@ of a given name (the pure core of the ``context.render`` RPC).
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from session_server.core.errors import InvalidParamsError
 from session_server.core.events import ContextMessage
 from session_server.core.validation import parse_message
+
+if __name__ == "adapters":
+    # The repository's top-level ``adapters`` folder (a link to this package) imported by
+    # its old name: warn, and make ``adapters`` and ``adapters.<name>`` the very modules of
+    # ``session_server.adapters`` (one registry, one class per adapter), not copies.
+    import importlib
+    import warnings
+
+    warnings.warn(
+        "the top-level package name 'adapters' is deprecated (it clashes with an unrelated "
+        "PyPI package and is not installed by the wheel); import session_server.adapters",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    _real = importlib.import_module("session_server.adapters")
+    for _name, _module in list(sys.modules.items()):
+        if _name.startswith("session_server.adapters."):
+            sys.modules["adapters" + _name.removeprefix("session_server.adapters")] = _module
+    sys.modules["adapters"] = _real
 
 from . import anthropic, openai_chat, openai_responses, workers_ai
 from .base import ModelFormatAdapter

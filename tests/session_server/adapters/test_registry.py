@@ -4,9 +4,9 @@ from typing import Any
 
 import pytest
 
-import adapters
-from adapters import anthropic, openai_chat, openai_responses, workers_ai
-from adapters.base import ModelFormatAdapter
+from session_server import adapters
+from session_server.adapters import anthropic, openai_chat, openai_responses, workers_ai
+from session_server.adapters.base import ModelFormatAdapter
 from session_server.core.errors import InvalidParamsError, RenderError
 from session_server.core.events import ContextMessage, ToolCall
 

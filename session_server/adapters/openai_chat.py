@@ -25,7 +25,7 @@ The result is a list of ``ChatCompletionMessageParam`` objects, ready for
   not compacted is sent as that item, verbatim; a message holding nothing but another
   format's provider items (a hosted-tool call, encrypted reasoning) is left out.
 
-Refused with ``RenderError``: the tool pairing problems of :mod:`adapters.checks`, and
+Refused with ``RenderError``: the tool pairing problems of :mod:`session_server.adapters.checks`, and
 images on anything but a user message (Chat Completions accepts image parts only there).
 
 Ingest (``from_response``): a chat completion (its first choice), a choice or a message,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from adapters import anthropic, openai_chat, openai_responses
-from adapters.base import ModelFormatAdapter
-from adapters.checks import check_images, check_tool_pairing, render_error
+from session_server.adapters import anthropic, openai_chat, openai_responses
+from session_server.adapters.base import ModelFormatAdapter
+from session_server.adapters.checks import check_images, check_tool_pairing, render_error
 from session_server.core.errors import InvalidParamsError, RenderError
 from session_server.core.events import ContextMessage, ToolCall
 

@@ -8,9 +8,9 @@ from typing import Any
 import msgspec
 import pytest
 
-import adapters
-from adapters.base import ModelFormatAdapter
-from adapters.workers_ai import WorkersAIAdapter, adapter
+from session_server import adapters
+from session_server.adapters.base import ModelFormatAdapter
+from session_server.adapters.workers_ai import WorkersAIAdapter, adapter
 from session_server.core.codec import (
     dehydrate_event,
     event_to_message,

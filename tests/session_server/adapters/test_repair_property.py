@@ -19,7 +19,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import adapters
+from session_server import adapters
 from session_server.compaction import build_compacted_context, build_parts
 from session_server.core.codec import encode_json, event_to_message
 from session_server.core.context import build_working_context

@@ -38,7 +38,7 @@ list of content blocks. (This module never imports the ``anthropic`` SDK.)
   (``thinking`` blocks with their signatures, ``redacted_thinking``, server-tool blocks,
   citations); provider items of other formats are left out.
 
-Refused with ``RenderError``: the tool pairing problems of :mod:`adapters.checks`, images
+Refused with ``RenderError``: the tool pairing problems of :mod:`session_server.adapters.checks`, images
 on system or assistant messages, and images the API cannot take (a ``data:`` URL that is
 not base64 or not JPEG/PNG/GIF/WebP, or a URL that is neither ``data:`` nor ``http(s)``).
 

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from adapters.anthropic import LEADING_USER_TEXT, adapter
+from session_server.adapters.anthropic import LEADING_USER_TEXT, adapter
 from session_server.core.errors import RenderError
 from session_server.core.events import ContextMessage, ToolCall
 

@@ -15,9 +15,9 @@ import pytest
 from openai.types.chat import ChatCompletion
 from openai.types.responses import Response
 
-from adapters import anthropic as anthropic_adapter
-from adapters import openai_chat, openai_responses
-from tests.adapters.test_sdk_types import CONTEXTS
+from session_server.adapters import anthropic as anthropic_adapter
+from session_server.adapters import openai_chat, openai_responses
+from tests.session_server.adapters.test_sdk_types import CONTEXTS
 from tests.support.openai_server import FakeOpenAIServer, default_reply
 
 

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from adapters.openai_chat import adapter
+from session_server.adapters.openai_chat import adapter
 from session_server.core.errors import RenderError
 from session_server.core.events import ContextMessage, ToolCall
 

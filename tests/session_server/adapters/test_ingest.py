@@ -15,8 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from adapters import anthropic, openai_chat, openai_responses, workers_ai
-from adapters.ingest import PROVIDER_FORMAT, PROVIDER_ITEMS, parse_arguments
+from session_server.adapters import anthropic, openai_chat, openai_responses, workers_ai
+from session_server.adapters.ingest import PROVIDER_FORMAT, PROVIDER_ITEMS, parse_arguments
 from session_server.core.codec import encode_json
 from session_server.core.errors import InvalidParamsError
 from session_server.core.events import ContextMessage, ToolCall
