@@ -47,20 +47,17 @@ STRATEGY_MEANINGS: Mapping[str, str] = {
     "compact_trigger_turns": "`compact` trigger: more than this many user turns at or after "
     "the current compaction boundary",
     "token_budget": "`compact` trigger: the built context has more tokens than this",
-    "token_soft_budget": "`compact` trigger, reported as soft in the record: more tokens "
-    "than this",
+    "token_soft_budget": "`compact` trigger, reported as soft in the record: more tokens than this",
     "context_window_tokens": "the window the `*_remaining_pct` triggers measure against",
     "token_remaining_pct": "`compact` trigger: less than this fraction of "
     "`context_window_tokens` left; 0.2 when no other `compact` trigger is set",
-    "token_soft_remaining_pct": "`compact` trigger, reported as soft: less than this "
-    "fraction left",
+    "token_soft_remaining_pct": "`compact` trigger, reported as soft: less than this fraction left",
     "compact_clear_tool_inputs": "`compact`: also replace the arguments of old tool calls "
     "(`{}` and a placeholder line naming the call)",
     "compact_exclude_tools": "`compact`: tools whose outputs are never replaced",
     "compact_include_tools": "`compact`: when not empty, only these tools' outputs are "
     "replaced (it wins over `compact_exclude_tools`)",
-    "raw_tail_turns": "`summarize`: the newest user turns kept verbatim after the memory "
-    "block",
+    "raw_tail_turns": "`summarize`: the newest user turns kept verbatim after the memory block",
     "max_episodic_items": "episodic summaries shown in the memory block (the most salient)",
     "max_semantic_items": "semantic facts shown in the memory block (the most salient)",
     "max_context_tokens": "token pressure: the model's context size",
