@@ -28,7 +28,7 @@ import sys
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args, get_origin
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -164,9 +164,10 @@ def option_table(command: str) -> str:
 
 
 def _type_name(annotation: Any) -> str:
+    if get_origin(annotation) is Literal:
+        return " | ".join(f'"{choice}"' for choice in get_args(annotation))
     text = str(annotation) if not isinstance(annotation, type) else annotation.__name__
-    text = text.replace("typing.", "").replace("Literal[", "one of [")
-    return text.replace("NoneType", "null").replace("None", "null")
+    return text.replace("typing.", "").replace("NoneType", "null").replace("None", "null")
 
 
 def _range(metadata: list[Any]) -> str:
@@ -194,7 +195,8 @@ def strategy_table() -> str:
             shown = str(default).lower()
         allowed = _range(list(field.metadata)) or "—"
         lines.append(
-            f"| `{name}` | `{_cell(_type_name(field.annotation))}` | `{shown}` | {allowed} "
+            f"| `{name}` | `{_type_name(field.annotation).replace('|', chr(92) + '|')}` "
+            f"| `{shown}` | {allowed} "
             f"| {_cell(STRATEGY_MEANINGS[name])} |"
         )
     return "\n".join(lines)
