@@ -30,7 +30,9 @@ Runs, in one process (the load phase against a server subprocess):
    25%, 50% and 75% of that throughput (8 s each): offered vs achieved, p50/p99 from the
    scheduled times, errors, the 20 ms target met or not.
 
-Writes ``BENCHMARKS.md`` (``--out``) with the machine's core count and the date.
+Writes ``BENCHMARKS.md`` (``--out``) with the machine's core count and the date, and, when
+that is the project's own ``BENCHMARKS.md``, the README's five-row table from it
+(``scripts/bench_summary.py``).
 ``--quick`` is a short run (fewer turns, smaller histories, 500 agents, 3 s per load run) for
 checking the script, not for the figures.
 
@@ -67,6 +69,7 @@ use_shared_tiktoken()  # before anything counts a token; the server subprocess i
 import bench_compaction  # noqa: E402
 import bench_rpc  # noqa: E402
 import bench_store  # noqa: E402
+import bench_summary  # noqa: E402
 
 from tests.support.load import LoadReport, run_load  # noqa: E402
 from tests.support.server import ServerProcess  # noqa: E402
@@ -365,6 +368,10 @@ def main(argv: list[str] | None = None) -> None:
     args.out.write_text(report + kept_sections(args.out))
     print(report)
     log(f"wrote {args.out}")
+    if args.out.resolve() == (ROOT / "BENCHMARKS.md").resolve():
+        readme = ROOT / "README.md"
+        readme.write_text(bench_summary.with_summary(readme.read_text(), report))
+        log(f"wrote the benchmark table of {readme}")
 
 
 if __name__ == "__main__":

@@ -47,7 +47,7 @@ use_shared_tiktoken()  # the server subprocesses inherit it
 
 AGENT = "bench-hardening"
 START, END = markers("bench_hardening")
-# The bounds documented in docs/server.md ("Bounds"), checked here.
+# The bounds documented in docs/operations.md ("Limits"), checked here.
 RSS_BOUND_MIB = 200
 P99_BOUND_MS = 50.0
 
@@ -169,8 +169,8 @@ def render(rows: list[dict[str, Any]], fanout: dict[str, float], args: argparse.
         f"{fanout.get('load_start', 0.0):.1f} at the start, {fanout.get('load_end', 0.0):.1f} "
         "at the end (2 cores); token counts "
         + ("by tiktoken." if os.environ.get("TIKTOKEN_CACHE_DIR") else "estimated (no tiktoken).")
-        + ' Large frames are received under the intake bound (docs/server.md, "Large '
-        'frames": 2 permits of 16 MiB, 1 MiB per connection without one).',
+        + ' Large frames are received under the intake bound (docs/operations.md, "Limits", '
+        '"Large frames": 2 permits of 16 MiB, 1 MiB per connection without one).',
         f"Command: `scripts/bench_hardening.py --pipelined {args.pipelined} --bomb-frames "
         f"{args.bomb_frames} --subscriber-mb {args.subscriber_mb} --fanout {args.fanout}`",
         "",

@@ -337,7 +337,7 @@ def render(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
         "of several MiB, SQLite binding it), or a worker running Python (building a 14 MB "
         "view, rendering an export) while the OS, with more runnable threads than the 2 "
         "cores, is late to run the loop thread that asked for the GIL. The first row is "
-        "the noise floor under the same load. See docs/server.md, Bounds.",
+        "the noise floor under the same load. See docs/operations.md, Limits.",
         "",
         "Before (issue 13's trial): `memory.view` of 200k events stalled others 6.5 s (2.6 s "
         "with a limit of 10); `memory.list_snapshots` over 10k agents 1.4 s; "

@@ -104,7 +104,7 @@ class SessionServer:
     against. ``port=0`` lets the system choose; ``port``/``url`` tell which.
     Usable as ``async with SessionServer(...) as server:`` (start/stop).
 
-    Bounds on what clients control (each documented in docs/server.md):
+    Bounds on what clients control (each documented in docs/operations.md, "Limits"):
 
     - ``max_frame_bytes``: largest frame (bigger: close 1009);
     - ``max_inflight`` frames per connection whose answer is not yet written;

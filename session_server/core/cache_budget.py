@@ -33,8 +33,8 @@ __all__ = [
 ]
 
 DEFAULT_CACHE_BYTES: Final = 256 * 1024 * 1024
-"""What the recent caches of one registry hold together by default (see README,
-"Decisions")."""
+"""What the recent caches of one registry hold together by default (see docs/decisions.md,
+"Caches")."""
 
 EVENT_OVERHEAD: Final = 640
 """Bytes a cached event costs besides its content and JSON values: the event struct

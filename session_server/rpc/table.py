@@ -1,7 +1,7 @@
 """The one table of RPC methods the server answers (``SessionServer(methods=...)``).
 
 Every method is a row here: its name, params model, handler, endpoint and the token scope
-it needs (docs/server.md "Method scopes" lists the same). Only the rows marked
+it needs (docs/reference.md "Method scopes" lists the same). Only the rows marked
 ``creates_agent`` (session.create, memory.set_strategy, import.session, agent.restore) may
 make a new agent: ``events.append`` and ``turn.persist`` need a session, so an agent that
 has none cannot be their target. Nothing is

@@ -25,7 +25,7 @@ __all__ = [
 ]
 
 # SQLite checkpoints the WAL inside the commit that takes it past this many pages (its
-# default is 1000); measured here on fresh files and on 2,000-turn runs (README, Decisions):
+# default is 1000); measured here on fresh files and on 2,000-turn runs (docs/decisions.md):
 # - NORMAL: a commit does not sync; a checkpoint syncs twice, about 4 ms however many
 #   frames it folds. At 1000 pages a 4-event turn (about 10 pages) paid one every ~100
 #   turns: the whole p99 and part of the mean. 4000 pages (a WAL of up to 16 MiB per

@@ -1,5 +1,5 @@
 """Concurrent large frames against a real ``session-server serve`` subprocess: the
-server's RSS stays under the documented intake bound (docs/server.md, "Bounds").
+server's RSS stays under the documented intake bound (docs/operations.md, "Limits").
 
 Twelve clients each send one frame of nearly the maximum size at once (a scaled version
 of issue 13's 12 x 15 MiB: ``--max-frame-bytes`` 4 MiB keeps CI fast; the full size is in

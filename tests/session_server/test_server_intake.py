@@ -30,7 +30,7 @@ AGENT = "intake"
 
 
 def _bound() -> int:
-    """The intake bound of docs/server.md: permits x (max frame + threshold) +
+    """The intake bound of docs/operations.md ("Limits"): permits x (max frame + threshold) +
     connections x (threshold + one read)."""
     return PERMITS * (MAX_FRAME + THRESHOLD) + CONNECTIONS * (THRESHOLD + READ_CHUNK)
 

@@ -1,6 +1,6 @@
 """Every method of the method table, called with every scope and with a token limited to
 sessions, over a real server. Generated from ``BUILTIN_METHODS``: a new row is covered as
-soon as it is in the table, and the table in docs/server.md must list it with its scope."""
+soon as it is in the table, and the table in docs/reference.md must list it with its scope."""
 
 from __future__ import annotations
 
@@ -106,8 +106,8 @@ async def test_every_method_with_a_session_limited_token(server: RunningServer) 
 
 
 def documented_scopes() -> dict[str, str]:
-    """The method -> scope table of docs/server.md ("### Method scopes")."""
-    text = (ROOT / "docs" / "server.md").read_text(encoding="utf-8")
+    """The method -> scope table of docs/reference.md ("### Method scopes")."""
+    text = (ROOT / "docs" / "reference.md").read_text(encoding="utf-8")
     section = text.split("### Method scopes", 1)[1].split("\n#", 1)[0]
     rows = re.findall(r"^\| `([a-z_.]+)` \| `?(read|write|admin)`? \|", section, re.MULTILINE)
     return dict(rows)
