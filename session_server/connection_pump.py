@@ -378,6 +378,8 @@ class Connection(ConnectionSubscriptions):
                     room = answer_reservation(parsed, self.server.max_answer_bytes)
                     if room:
                         held = await self._reserve(room)
+                    if self.closed:  # dropped while it waited for room: nobody to answer
+                        return
                     answer = await self._answer(parsed, contexts, size, large)
                     if held is not None and answer is not None:
                         held = self._shrink(held, len(answer))

@@ -591,7 +591,10 @@ const LOADERS = {
     const { events } = await state.agentRpc.call("events.load", {
       session_id: state.sessionId, limit: EVENT_LIMIT, tail: true,
     });
-    state.events = events;
+    // Events notified while the load was on its way, and not in its answer, stay.
+    const last = events.length ? events[events.length - 1].seq : 0;
+    const newer = state.events.filter((e) => e.seq > last);
+    state.events = events.concat(newer).slice(-EVENT_LIMIT);
     return renderConversation();
   },
   async context() {
@@ -911,10 +914,9 @@ function onNotification(method, params) {
   live.classList.remove("pulse");
   void live.offsetWidth;
   live.classList.add("pulse");
-  // The conversation grows in place; other tabs reload when shown again.
-  if (state.loaded.has("conversation")) {
-    state.events = state.events.concat(fresh).slice(-EVENT_LIMIT);
-  }
+  // The conversation grows in place (also while it loads: the load keeps what is newer
+  // than its answer); other tabs reload when shown again.
+  state.events = state.events.concat(fresh).sort((a, b) => a.seq - b.seq).slice(-EVENT_LIMIT);
   for (const tab of TABS) if (tab !== "conversation") state.loaded.delete(tab);
   if (state.tab === "conversation" && state.loaded.has("conversation")) {
     const panel = $("panel-conversation");
