@@ -138,7 +138,10 @@ class Connection(ConnectionSubscriptions):
         mine = room.try_acquire(size)
         if mine is None:
             self.writable.clear()  # the reader waits with the request
-            mine = await room.acquire(size)
+            try:
+                mine = await room.acquire(size)
+            finally:
+                self._room_changed()  # also when cancelled (the stop deadline)
         self._room_changed()
         try:
             budget = self.server.answer_budget
