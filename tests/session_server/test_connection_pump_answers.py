@@ -159,3 +159,15 @@ async def test_a_socket_that_takes_nothing_is_dropped_after_the_write_timeout(
             async with asyncio.timeout(DEADLINE_S):
                 assert (await client.get_session("s"))["id"] == "s"
             ws.transport.abort()
+
+
+async def test_the_defaults_derive_from_the_answer_bound(tmp_path: Path) -> None:
+    """Share: two whole answers per connection; server-wide: sixteen; never less than a
+    share."""
+    async with running_server(tmp_path / "a", max_answer_bytes=1_000_000) as running:
+        assert running.server.max_outgoing_bytes == 2_000_000
+        assert running.server.answer_budget.capacity == 16_000_000
+    async with running_server(
+        tmp_path / "b", max_outgoing_bytes=5_000_000, max_unread_answer_bytes=1_000_000
+    ) as running:
+        assert running.server.answer_budget.capacity == 5_000_000
