@@ -71,9 +71,10 @@ async def scenario(
     note: str = "",
     bound_mib: float = RSS_BOUND_MIB,
     probe_bound_ms: float = P99_BOUND_MS,
+    probe_agent: str = "probe-agent",
 ) -> None:
     base = rss_kib(pid)
-    with Probe(url) as probe:
+    with Probe(url, probe_agent) as probe:
         peak = await run()
     stats = probe.summary()
     grown = (peak - base) / 1024
@@ -132,7 +133,10 @@ async def main(args: argparse.Namespace) -> str:
                     "+944 MiB for one client, 2.7 GB for three, probe 20.7 s",
                     bound_mib=UNREAD_BOUND_MIB,
                     probe_bound_ms=UNREAD_PROBE_MAX_MS,
+                    probe_agent=big if args.unread_same_agent else "probe-agent",
                 )
+                if args.unread_same_agent:
+                    rows[-1]["scenario"] += "; the probe on their agent"
             if "pipeliner" in run:
                 await pipeliner_scenario(url, pid, rows, args)
             await rest(url, pid, rows, fanout, args, run)
@@ -275,6 +279,12 @@ if __name__ == "__main__":
     parser.add_argument("--fanout", type=int, default=500)
     parser.add_argument("--unread-clients", type=int, default=3)
     parser.add_argument("--unread-requests", type=int, default=64)
+    parser.add_argument(
+        "--unread-same-agent",
+        action="store_true",
+        help="the probe of the unread scenario uses the non-readers' agent (its reads "
+        "queue behind theirs on the agent's read connection)",
+    )
     parser.add_argument(
         "--only",
         nargs="+",
