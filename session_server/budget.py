@@ -1,10 +1,19 @@
-"""``ByteBudget``: a server-wide bound on request bytes being handled (I/O shell).
+"""``ByteBudget``: a bound on bytes in use, shared by many tasks (I/O shell).
 
-Every frame takes its size from the budget before it is parsed and gives it back when its
-handling ends, so the memory spent parsing, validating and storing requests is bounded by
-the budget whatever the number of connections. A frame bigger than ``large_share`` of the
-capacity is "large": large frames together may hold at most that share, so small requests
-(the common case) always find room and are not queued behind a few huge appends.
+The server keeps two kinds of budget with it:
+
+- request bytes being handled, server-wide: every frame takes its size from the budget
+  before it is parsed and gives it back when its handling ends, so the memory spent
+  parsing, validating and storing requests is bounded whatever the number of
+  connections. A frame bigger than ``large_share`` of the capacity is "large": large
+  frames together may hold at most that share, so small requests (the common case)
+  always find room and are not queued behind a few huge appends;
+- unread answer bytes, server-wide and per connection (``connection_pump``): a request
+  that may answer up to ``max_answer_bytes`` reserves that much before it runs
+  (``acquire``), keeps only what its encoded answer holds once it is encoded
+  (``shrink``), and gives that back once the socket took it (``release``). Answers and
+  notifications whose size is bounded otherwise are counted as they are queued
+  (``take``: no waiting, they only make later reservations wait).
 """
 
 from __future__ import annotations
@@ -30,6 +39,7 @@ class ByteBudget:
         self.large_threshold = max(1, capacity // 16)
         self.in_use = 0
         self.large_in_use = 0
+        self.peak = 0  # the most bytes in use at once
         self._waiters: deque[tuple[int, bool, asyncio.Future[None]]] = deque()
 
     def _cost(self, size: int) -> tuple[int, bool]:
@@ -46,6 +56,34 @@ class ByteBudget:
         self.in_use += cost
         if large:
             self.large_in_use += cost
+        if self.in_use > self.peak:
+            self.peak = self.in_use
+
+    def fits(self, size: int) -> bool:
+        """Whether ``size`` bytes would fit now (``try_acquire`` would take them)."""
+        cost, large = self._cost(size)
+        return self._fits(cost, large)
+
+    def take(self, size: int) -> int:
+        """Count ``size`` bytes now, whether or not they fit (what is already in memory and
+        must be sent); return the token for ``release``. Waiters wait the longer."""
+        cost, large = self._cost(size)
+        self._take(cost, large)
+        return -cost if large else cost
+
+    def shrink(self, token: int, size: int) -> int:
+        """Keep only ``size`` bytes of what ``token`` holds (never more than it holds);
+        the rest goes back to the waiters. Returns the token for what is kept."""
+        kept, large = self._cost(size)
+        held = abs(token)
+        if kept >= held:
+            return token
+        self.in_use -= held
+        if token < 0:
+            self.large_in_use -= held
+        self._take(kept, large)
+        self._wake()
+        return -kept if large else kept
 
     def try_acquire(self, size: int) -> int | None:
         """``acquire`` without waiting: the token when ``size`` bytes fit now (and no
@@ -90,6 +128,10 @@ class ByteBudget:
         self.in_use -= cost
         if token < 0:
             self.large_in_use -= cost
+        self._wake()
+
+    def _wake(self) -> None:
+        """Serve the waiters that fit now, in order within their class."""
         if not self._waiters:
             return
         blocked: set[bool] = set()  # classes whose first waiter does not fit yet

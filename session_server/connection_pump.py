@@ -21,8 +21,9 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from websockets.exceptions import ConnectionClosed
 
-from .answers import encode_bounded, is_utf8
+from .answers import answer_reservation, encode_bounded, is_utf8
 from .auth import REASON_EXPIRED, Grant, TokenRejectedError
+from .budget import ByteBudget
 from .connection_host import ConnectionHost
 from .connection_subscriptions import ConnectionSubscriptions
 from .core.errors import InvalidRequestError, SessionServerError
@@ -53,8 +54,12 @@ costs about 0.1 ms."""
 
 DIRECT_WRITE_BYTES: Final = 32 * 1024
 """Answers up to this size are written at once when nothing is queued (no task): larger
-ones go through the queue, where they count against ``max_outgoing_bytes`` until the
+ones go through the queue, where they count against the unread-answer budgets until the
 socket took them, so a client that does not read is stopped by its first large answer."""
+
+Held = tuple[int, int]
+"""What a queued message holds of the unread-answer budgets: the tokens of the
+connection's share and of the server-wide budget (``ByteBudget``)."""
 
 
 def idle_check_at(now: float, last_frame_at: float, idle: float, busy: bool) -> float | None:
@@ -76,16 +81,28 @@ class Connection(ConnectionSubscriptions):
 
     Bounds (see ``SessionServer``): a frame takes a slot of the in-flight window before
     it is read and gives it back only when its answer has been written, so a client that
-    does not read its answers stops being read after ``max_inflight`` frames; reading
-    also pauses while more than ``max_outgoing_bytes`` wait to be written.
+    does not read its answers stops being read after ``max_inflight`` frames.
+
+    Unread answers: everything queued to be written (answers and notifications) counts
+    against the connection's share (``answer_room``, ``max_outgoing_bytes``) and the
+    server-wide ``answer_budget`` until the socket took it; a frame that may answer up to
+    ``max_answer_bytes`` reserves that much of both before it runs
+    (``answers.answer_reservation``), and keeps only its encoded answer's size once
+    encoded. Reading pauses while the share is full, so a client that does not read stops
+    being served: its next requests wait, its frames stay in its socket (TCP
+    backpressure), and its memory stays within its share. A message the socket does not
+    take within ``write_timeout`` drops the connection.
     """
 
     def __init__(self, server: ConnectionHost, ws: IntakeConnection, route: Route) -> None:
         self.server = server
         self.ws = ws
         self.route = route
-        self.outgoing: deque[tuple[bytes, Callable[[], None] | None]] = deque()
+        self.outgoing: deque[tuple[bytes, Callable[[], None] | None, Held]] = deque()
         self.outgoing_bytes = 0
+        # The connection's share of the unread-answer bound (one class: every
+        # reservation is a whole answer's worth).
+        self.answer_room = ByteBudget(server.max_outgoing_bytes, large_share=1.0)
         self.writable = asyncio.Event()
         self.writable.set()
         self.replay_lock = asyncio.Lock()  # subscriptions replay a page at a time
@@ -104,12 +121,79 @@ class Connection(ConnectionSubscriptions):
         self.last_frame_at = 0.0
         self.idle_timer: asyncio.TimerHandle | None = None
 
+    # -- the unread-answer budgets ---------------------------------------------------------
+    def has_room(self, size: int) -> bool:
+        """Whether ``size`` more bytes may be queued now without waiting: always when
+        nothing is queued (one message always may), else when they fit the connection's
+        share and the server-wide budget."""
+        if not self.outgoing_bytes:
+            return True
+        return self.answer_room.fits(size) and self.server.answer_budget.fits(size)
+
+    async def _reserve(self, size: int) -> Held:
+        """Reserve ``size`` bytes of the connection's share, then of the server-wide
+        budget (always in that order), waiting for room; reading pauses meanwhile when
+        the share is full."""
+        room = self.answer_room
+        mine = room.try_acquire(size)
+        if mine is None:
+            self.writable.clear()  # the reader waits with the request
+            try:
+                mine = await room.acquire(size)
+            finally:
+                self._room_changed()  # also when cancelled (the stop deadline)
+        self._room_changed()
+        try:
+            budget = self.server.answer_budget
+            shared = budget.try_acquire(size)
+            if shared is None:
+                shared = await budget.acquire(size)
+        except BaseException:
+            self._give_back((mine, 0))
+            raise
+        return mine, shared
+
+    def _shrink(self, held: Held, size: int) -> Held:
+        """Keep only ``size`` bytes of a reservation (the encoded answer's size)."""
+        kept = (
+            self.answer_room.shrink(held[0], size),
+            self.server.answer_budget.shrink(held[1], size),
+        )
+        self._room_changed()
+        return kept
+
+    def _give_back(self, held: Held | None) -> None:
+        if held is None:
+            return
+        if held[0]:
+            self.answer_room.release(held[0])
+        if held[1]:
+            self.server.answer_budget.release(held[1])
+        self._room_changed()
+
+    def _room_changed(self) -> None:
+        """Reading goes on while the connection's share has room."""
+        room = self.answer_room
+        if room.in_use >= room.capacity or room.waiting:
+            self.writable.clear()
+        else:
+            self.writable.set()
+
     # -- sending (everything goes through one FIFO, in order) -----------------------------
-    def send(self, data: bytes, on_written: Callable[[], None] | None = None) -> None:
+    def send(
+        self,
+        data: bytes,
+        on_written: Callable[[], None] | None = None,
+        held: Held | None = None,
+    ) -> None:
         """Queue ``data``; it is written after everything queued before it, then
         ``on_written`` runs (also when the connection closed and it was dropped). A small
-        message is written at once when nothing is queued and the socket is writable."""
+        message is written at once when nothing is queued and the socket is writable.
+        ``held``: what it already holds of the unread-answer budgets (its reservation);
+        otherwise its size is counted now (``ByteBudget.take``); either is given back
+        once the socket took it."""
         if self.closed:
+            self._give_back(held)
             if on_written is not None:
                 on_written()
             return
@@ -119,13 +203,16 @@ class Connection(ConnectionSubscriptions):
             and not self.outgoing
             and self.ws.write_now(data)
         ):
+            self._give_back(held)
             if on_written is not None:
                 on_written()
             return
-        self.outgoing.append((data, on_written))
+        if held is None:
+            size = len(data)
+            held = (self.answer_room.take(size), self.server.answer_budget.take(size))
+            self._room_changed()
+        self.outgoing.append((data, on_written, held))
         self.outgoing_bytes += len(data)
-        if self.outgoing_bytes > self.server.max_outgoing_bytes:
-            self.writable.clear()
         if not self.writing:
             self._spawn_flush()
 
@@ -136,21 +223,34 @@ class Connection(ConnectionSubscriptions):
         task.add_done_callback(self.flushers.discard)
 
     async def _flush(self) -> None:
+        timeout = self.server.write_timeout
         try:
             while self.outgoing:
-                data, on_written = self.outgoing[0]
+                entry = self.outgoing[0]
+                data, on_written, held = entry
                 try:
                     if not self.closed:
-                        await self.ws.send(data, text=True)
+                        async with asyncio.timeout(timeout):
+                            await self.ws.send(data, text=True)
                 except ConnectionClosed:
                     self.closed = True
+                except TimeoutError:
+                    log.warning(
+                        "dropping a connection whose socket took no %d-byte message in "
+                        "%s s (the client does not read its answers)",
+                        len(data),
+                        timeout,
+                    )
+                    self.closed = True
+                    self.ws.transport.abort()
                 finally:
-                    self.outgoing.popleft()
-                    self.outgoing_bytes -= len(data)
-                    if self.outgoing_bytes <= self.server.max_outgoing_bytes:
-                        self.writable.set()
-                    if on_written is not None:
-                        on_written()
+                    # ``abort`` may have dropped the queue (and given its room back).
+                    if self.outgoing and self.outgoing[0] is entry:
+                        self.outgoing.popleft()
+                        self.outgoing_bytes -= len(data)
+                        self._give_back(held)
+                        if on_written is not None:
+                            on_written()
         finally:
             self.writing = False
             if self.outgoing and not self.closed:
@@ -160,8 +260,9 @@ class Connection(ConnectionSubscriptions):
         """Forget unwritten messages (the connection is being aborted)."""
         self.closed = True
         while self.outgoing:
-            data, on_written = self.outgoing.popleft()
+            data, on_written, held = self.outgoing.popleft()
             self.outgoing_bytes -= len(data)
+            self._give_back(held)
             if on_written is not None:
                 on_written()
         self.writable.set()
@@ -265,6 +366,7 @@ class Connection(ConnectionSubscriptions):
 
     async def _handle(self, data: bytes, text: bool, token: int, permit: bool) -> None:
         answer: bytes | None = None
+        held: Held | None = None
         contexts: list[CallContext] = []
         try:
             try:
@@ -276,7 +378,14 @@ class Connection(ConnectionSubscriptions):
                     parsed = self._parse(data, text)
                 del data  # the raw bytes go now, not when the request is done
                 if isinstance(parsed, Frame):
+                    room = answer_reservation(parsed, self.server.max_answer_bytes)
+                    if room:
+                        held = await self._reserve(room)
+                    if self.closed:  # dropped while it waited for room: nobody to answer
+                        return
                     answer = await self._answer(parsed, contexts, size, large)
+                    if held is not None and answer is not None:
+                        held = self._shrink(held, len(answer))
                 else:
                     answer = parsed
                 del parsed
@@ -288,9 +397,10 @@ class Connection(ConnectionSubscriptions):
             log.exception("unexpected failure handling a frame")
         finally:
             if answer is None:
+                self._give_back(held)
                 self.slots.release()
             else:
-                self.send(answer, self.slots.release)
+                self.send(answer, self.slots.release, held)
             for ctx in contexts:
                 for callback in ctx.after:
                     try:

@@ -78,6 +78,12 @@ class Subscriber(Protocol):
 
     def send(self, data: bytes, on_written: Callable[[], None] | None = None) -> None: ...
 
+    def has_room(self, size: int) -> bool:
+        """Whether ``size`` more bytes may be queued now: always when nothing is queued,
+        else when they fit the connection's share and the server-wide unread-answer
+        budget (notifications count toward both, as answers do)."""
+        ...
+
     def unsubscribe(self, session_id: str) -> bool: ...
 
 
@@ -169,8 +175,9 @@ class Subscription:
     after the caller's ``after_seq``) is replayed page by page (``_replay``), then events
     with seq > ``floor`` go out as ``events.appended`` notifications; ``session.deleted``
     ends it. At most ``max_subscriber_bytes`` of notifications wait to be written (one
-    always may, whatever its size), and none is added while the connection has more than
-    ``max_outgoing_bytes`` waiting (all its subscriptions and answers together: 256
+    always may, whatever its size), and none is added while the connection's waiting
+    bytes would pass its share ``max_outgoing_bytes`` or the server-wide unread-answer
+    budget (``Subscriber.has_room``: all its subscriptions and answers together; 256
     subscriptions of a connection that does not read held 256 times the first bound);
     beyond that the subscriber has fallen behind: further events are dropped and, once
     what was queued is written, one ``events.gap {session_id, from_seq, to_seq}``
@@ -234,10 +241,9 @@ class Subscription:
         conn = self.conn
         if self.gap is not None:
             self.gap = (self.gap[0], last)
-        elif (self.queued and self.queued + len(payload) > conn.server.max_subscriber_bytes) or (
-            conn.outgoing_bytes
-            and conn.outgoing_bytes + len(payload) > conn.server.max_outgoing_bytes
-        ):
+        elif (
+            self.queued and self.queued + len(payload) > conn.server.max_subscriber_bytes
+        ) or not conn.has_room(len(payload)):
             self.gap = (first, last)
             # Nothing of this subscription is waiting (the connection is full of others'):
             # no write of its own will name the gap later, so it is named now (a few bytes,

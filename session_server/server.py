@@ -108,7 +108,15 @@ class SessionServer:
 
     - ``max_frame_bytes``: largest frame (bigger: close 1009);
     - ``max_inflight`` frames per connection whose answer is not yet written;
-    - ``max_outgoing_bytes`` per connection waiting to be written before reading pauses;
+    - ``max_unread_answer_bytes``: answers and notifications encoded and not yet taken by
+      a socket, all connections together (default 16 x ``max_answer_bytes``); a request
+      that may answer up to ``max_answer_bytes`` reserves that much before it runs and
+      waits for room (``answers.answer_reservation``);
+    - ``max_outgoing_bytes``: each connection's share of that bound (default 2 x
+      ``max_answer_bytes``); while it is full the connection is not read and its next
+      requests wait;
+    - ``write_timeout``: a queued message its socket does not take within this many
+      seconds drops the connection (the client does not read);
     - ``max_batch`` requests per batch (more: -32600); a batch runs one request at a time;
     - ``max_answer_bytes`` per answer (a batch's answers together; more: -32004);
     - ``max_request_bytes``: frames being handled, all connections together;
@@ -137,7 +145,9 @@ class SessionServer:
         clock: Callable[[], float] = time.time,
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         max_inflight: int = 64,
-        max_outgoing_bytes: int = 8 * 1024 * 1024,
+        max_outgoing_bytes: int | None = None,
+        max_unread_answer_bytes: int | None = None,
+        write_timeout: float | None = 60.0,
         max_batch: int = 64,
         max_answer_bytes: int | None = None,
         max_request_bytes: int | None = None,
@@ -160,9 +170,16 @@ class SessionServer:
         self.clock = clock
         self.max_frame_bytes = max_frame_bytes
         self.max_inflight = max(1, max_inflight)
-        self.max_outgoing_bytes = max_outgoing_bytes
         self.max_batch = max(1, max_batch)
         self.max_answer_bytes = max_answer_bytes or max(max_frame_bytes, 1024 * 1024)
+        self.max_outgoing_bytes = max_outgoing_bytes or 2 * self.max_answer_bytes
+        # Unread answers, all connections: one class (every reservation is a whole
+        # answer's worth); each connection's share is its own ``ByteBudget``.
+        self.answer_budget = ByteBudget(
+            max(max_unread_answer_bytes or 16 * self.max_answer_bytes, self.max_outgoing_bytes),
+            large_share=1.0,
+        )
+        self.write_timeout = write_timeout
         # Two maximal frames at once (large frames may hold half the budget), the other
         # half for ordinary requests.
         self.budget = ByteBudget(max_request_bytes or 4 * max_frame_bytes)
@@ -180,6 +197,9 @@ class SessionServer:
         ops.frame_permits.set_function(lambda: self.permits.count)
         ops.frame_permits_in_use.set_function(lambda: self.permits.in_use)
         ops.frame_permits_peak.set_function(lambda: self.permits.peak)
+        ops.answer_bytes.set_function(lambda: self.answer_budget.in_use)
+        ops.answer_bytes_peak.set_function(lambda: self.answer_budget.peak)
+        ops.answer_waiting.set_function(lambda: self.answer_budget.waiting)
         self.max_subscriber_bytes = max_subscriber_bytes
         self.max_subscriptions = max_subscriptions
         self.max_connections = max_connections or derive_limits().max_connections

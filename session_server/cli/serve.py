@@ -114,6 +114,37 @@ def serve_arguments(p: argparse.ArgumentParser) -> None:
         "1009 (env SESSION_SERVER_MAX_FRAME_BYTES; default 16777216 = 16 MiB)",
     )
     p.add_argument(
+        "--max-unread-answer-bytes",
+        type=positive_int,
+        default=positive_int(env("MAX_UNREAD_ANSWER_BYTES") or "")
+        if env("MAX_UNREAD_ANSWER_BYTES")
+        else None,
+        help="answer and notification bytes the server holds for clients that have not "
+        "read them yet, all connections together; a request that may answer up to the "
+        "answer bound (the frame size) reserves that much before it runs and waits for "
+        "room (env SESSION_SERVER_MAX_UNREAD_ANSWER_BYTES; default 16 x the frame size "
+        "= 256 MiB)",
+    )
+    p.add_argument(
+        "--max-connection-answer-bytes",
+        type=positive_int,
+        default=positive_int(env("MAX_CONNECTION_ANSWER_BYTES") or "")
+        if env("MAX_CONNECTION_ANSWER_BYTES")
+        else None,
+        help="each connection's share of --max-unread-answer-bytes: while it is full the "
+        "connection is not read and its next requests wait "
+        "(env SESSION_SERVER_MAX_CONNECTION_ANSWER_BYTES; default 2 x the frame size "
+        "= 32 MiB)",
+    )
+    p.add_argument(
+        "--write-timeout",
+        type=float,
+        default=float(env("WRITE_TIMEOUT", "60") or "60"),
+        help="drop a connection whose socket has not taken a queued answer or "
+        "notification within this many seconds (a client that does not read); 0: never "
+        "(env SESSION_SERVER_WRITE_TIMEOUT; default 60)",
+    )
+    p.add_argument(
         "--context-limit",
         type=positive_int,
         default=positive_int(env("CONTEXT_LIMIT", "200") or "200"),
@@ -315,6 +346,9 @@ async def _serve(args: argparse.Namespace, sources: AuthSources, auth: Authentic
             port=args.port,
             auth=auth,
             max_frame_bytes=args.max_frame_bytes,
+            max_unread_answer_bytes=args.max_unread_answer_bytes,
+            max_outgoing_bytes=args.max_connection_answer_bytes,
+            write_timeout=args.write_timeout if args.write_timeout > 0 else None,
             methods=BUILTIN_METHODS,
             max_connections=args.max_connections or limits.max_connections,
             idle_timeout=args.idle_timeout if args.idle_timeout > 0 else None,

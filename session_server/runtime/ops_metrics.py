@@ -24,6 +24,9 @@ default ``namespace="session_server"``:
   handed to a handler; ``session_server_frame_permits`` (the pool),
   ``session_server_frame_permits_in_use`` (and ``_peak``): large-frame permits (see
   ``session_server.intake``);
+- ``session_server_answer_bytes`` (and ``_peak``): answer and notification bytes
+  reserved or queued and not yet taken by a socket; ``session_server_answer_waiting``:
+  requests waiting for room (see ``session_server.connection_pump``);
 - ``session_server_skipped_records``: stored rows that could not be read back and were
   skipped (``storage.sqlite_ops.SKIPPED_RECORDS``, process-wide, read at scrape time);
 - per agent, for the agents whose store is open (so at most ``max_open`` series each):
@@ -165,6 +168,19 @@ class OperationsMetrics:
             "frame_permits_peak", "The most large-frame permits held at once.", **common
         )
         self.frame_permits = Gauge("frame_permits", "Large-frame permits in the pool.", **common)
+        # Unread answers (``connection_pump``); the server sets their functions.
+        self.answer_bytes = Gauge(
+            "answer_bytes",
+            "Answer and notification bytes reserved or queued and not yet taken by a "
+            "socket, all connections (max_unread_answer_bytes bounds it).",
+            **common,
+        )
+        self.answer_bytes_peak = Gauge(
+            "answer_bytes_peak", "The most answer_bytes held at once since start.", **common
+        )
+        self.answer_waiting = Gauge(
+            "answer_waiting", "Requests waiting for room in the unread-answer bound.", **common
+        )
 
     def observe_request(self, method: str, code: str, seconds: float) -> None:
         """One answered request (``code``: ``ok`` or the JSON-RPC error code)."""

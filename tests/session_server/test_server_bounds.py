@@ -82,22 +82,27 @@ def only_connection(server: SessionServer) -> Any:
     return next(iter(server._connections))
 
 
-async def test_unread_answers_hold_the_window(server: RunningServer) -> None:
+async def test_unread_answers_hold_the_share(server: RunningServer) -> None:
     """A client pipelining 400 requests with 100 kB answers, reading none: the server
-    stops reading after the window, holds at most ``max_inflight`` answers, and once the
-    client reads, every request is answered, in full."""
+    stops serving it once its share of the unread-answer bound is full (a load reserves
+    ``max_answer_bytes`` before it runs: the next one waits, and the reader with it),
+    holds no more than that share, and once the client reads, every request is
+    answered, in full."""
     ws = await stalled(server.url)
     try:
         n = 400
         for i in range(n):
             await ws.send(request(i, "events.load", session_id="s", limit=5), text=True)
         conn = only_connection(server.server)
+        share = server.server.max_outgoing_bytes
         await until(
-            lambda: conn.slots.locked() and not conn.tasks and conn.outgoing,
-            "every slot held by an unwritten answer",
+            lambda: conn.outgoing and conn.answer_room.waiting and not conn.writable.is_set(),
+            "a request waiting for room behind unwritten answers",
         )
         assert len(conn.outgoing) <= server.server.max_inflight
-        assert conn.outgoing_bytes <= server.server.max_inflight * 110_000
+        assert conn.outgoing_bytes <= share
+        assert conn.answer_room.in_use <= share
+        assert server.server.answer_budget.in_use == conn.answer_room.in_use
         # Now read everything: all n answers arrive, none lost.
         seen = set()
         while len(seen) < n:
@@ -364,7 +369,7 @@ async def test_stop_is_bounded_with_a_client_that_never_reads(server: RunningSer
     for i in range(200):
         await ws.send(request(i, "events.load", session_id="s", limit=5), text=True)
     conn = only_connection(server.server)
-    await until(lambda: conn.slots.locked() and conn.outgoing, "answers stuck")
+    await until(lambda: conn.outgoing and not conn.writable.is_set(), "answers stuck")
     started = time.monotonic()
     await server.server.stop()
     elapsed = time.monotonic() - started
@@ -435,13 +440,13 @@ async def test_byte_budget_bounds_and_reserves_room_for_small_requests() -> None
     assert budget.in_use == 0 and budget.large_in_use == 0
 
 
-async def test_unread_answers_written_at_once_still_hold_the_window(server: RunningServer) -> None:
+async def test_unread_answers_written_at_once_still_hold_the_share(server: RunningServer) -> None:
     """Answers up to ``DIRECT_WRITE_BYTES`` are written at once while nothing is queued
     and writing is not paused. A client pipelining 600 requests with such answers (17
     MB, more than the sockets' buffers hold) and reading none is still stopped: once
-    writing pauses, the answers queue and hold the window. The transport then holds at
-    most its high-water mark plus two answers (one written at once, one being flushed),
-    and every answer arrives once the client reads."""
+    writing pauses, the answers queue and fill its share of the unread-answer bound. The
+    transport then holds at most its high-water mark plus two answers (one written at
+    once, one being flushed), and every answer arrives once the client reads."""
     size = connection_pump.DIRECT_WRITE_BYTES - 4096
     async with SessionClient(server.url, AGENT) as client:
         await client.create_session(session_id="near")
@@ -453,11 +458,11 @@ async def test_unread_answers_written_at_once_still_hold_the_window(server: Runn
             await ws.send(request(i, "events.load", session_id="near"), text=True)
         conn = only_connection(server.server)
         await until(
-            lambda: conn.slots.locked() and not conn.tasks and conn.outgoing,
-            "every slot held by an unwritten answer",
+            lambda: conn.outgoing and conn.answer_room.waiting and not conn.writable.is_set(),
+            "a request waiting for room behind unwritten answers",
         )
         assert len(conn.outgoing) <= server.server.max_inflight
-        assert conn.outgoing_bytes <= server.server.max_inflight * (size + 1024)
+        assert conn.outgoing_bytes <= server.server.max_outgoing_bytes
         transport = conn.ws.transport
         _low, high = transport.get_write_buffer_limits()
         assert transport.get_write_buffer_size() <= high + 2 * (size + 1024)

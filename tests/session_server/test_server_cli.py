@@ -86,3 +86,18 @@ def test_the_event_loop_is_uvloop_when_installed_or_asked_for() -> None:
     assert serve._loop_factory("asyncio") is None
     assert build_parser().parse_args(["serve"]).loop == "auto"
     assert build_parser().parse_args(["serve", "--loop", "asyncio"]).loop == "asyncio"
+
+
+def test_unread_answer_bounds_from_options_and_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    args = build_parser().parse_args(["serve"])
+    assert args.max_unread_answer_bytes is None  # derived from the frame size
+    assert args.max_connection_answer_bytes is None
+    assert args.write_timeout == 60.0
+    monkeypatch.setenv("SESSION_SERVER_MAX_UNREAD_ANSWER_BYTES", "1000000")
+    monkeypatch.setenv("SESSION_SERVER_MAX_CONNECTION_ANSWER_BYTES", "300000")
+    monkeypatch.setenv("SESSION_SERVER_WRITE_TIMEOUT", "5")
+    args = build_parser().parse_args(["serve"])
+    assert (args.max_unread_answer_bytes, args.max_connection_answer_bytes) == (1000000, 300000)
+    assert args.write_timeout == 5.0
+    args = build_parser().parse_args(["serve", "--max-connection-answer-bytes", "400000"])
+    assert args.max_connection_answer_bytes == 400000

@@ -10,6 +10,9 @@
   MiB at the same time.
 - ``non_reading_subscriber``: ``subscribers`` connections subscribe and never read while
   a writer appends ``megabytes`` MB; the writer's append latencies are kept.
+- ``raw_non_readers``: ``clients`` raw sockets each send ``requests`` ``events.load``
+  calls after the handshake and never ``recv()`` (the kernel's receive buffer is all
+  they take); ``unread_answers`` runs them and reports the server's peak RSS.
 - ``Probe``: another client on another agent, timing small calls meanwhile (its own
   process, so the scenario's client work does not count in its latencies).
 
@@ -19,8 +22,10 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import multiprocessing
 import os
+import socket
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -28,6 +33,7 @@ from typing import Any
 
 import msgspec
 from websockets.asyncio.client import ClientConnection, connect
+from websockets.frames import Frame, Opcode
 
 from session_server.client import SessionClient
 from tests.support.load import rss_kib
@@ -41,6 +47,8 @@ __all__ = [
     "non_reading_subscriber",
     "percentile",
     "prepare_agent",
+    "raw_non_readers",
+    "unread_answers",
     "watch_rss",
 ]
 
@@ -102,6 +110,77 @@ def _load(rid: int) -> bytes:
             "params": {"session_id": SESSION, "limit": None},
         }
     )
+
+
+def raw_non_reader(url: str, agent: str, frames: list[bytes]) -> socket.socket:
+    """A plain TCP socket that opens a WebSocket to ``agent``, sends ``frames`` (masked
+    text frames, as a client must) and is then never read: its receive buffer is kept
+    small, so nearly everything the server sends stays on the server's side."""
+    host, port = url.removeprefix("ws://").rsplit(":", 1)
+    sock = socket.create_connection((host, int(port)), timeout=30)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+    key = base64.b64encode(os.urandom(16)).decode()
+    sock.sendall(
+        (
+            f"GET /v1/agents/{agent} HTTP/1.1\r\nHost: {host}:{port}\r\n"
+            "Upgrade: websocket\r\nConnection: Upgrade\r\n"
+            f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n"
+        ).encode()
+    )
+    head = b""
+    while b"\r\n\r\n" not in head:
+        chunk = sock.recv(1)  # byte by byte: nothing past the handshake is taken
+        if not chunk:
+            raise ConnectionError("the server closed the handshake")
+        head += chunk
+    if not head.startswith(b"HTTP/1.1 101"):
+        raise ConnectionError(head.decode("latin-1").splitlines()[0])
+    for frame in frames:
+        sock.sendall(Frame(Opcode.TEXT, frame).serialize(mask=True))
+    return sock
+
+
+async def raw_non_readers(
+    url: str, agent: str, *, clients: int, requests: int
+) -> list[socket.socket]:
+    """``clients`` raw non-reading sockets, each having sent ``requests`` loads of the whole
+    session ``s`` (``limit: null``)."""
+    frames = [_load(i) for i in range(requests)]
+    return [await asyncio.to_thread(raw_non_reader, url, agent, frames) for _ in range(clients)]
+
+
+async def unread_answers(
+    url: str,
+    agent: str,
+    *,
+    clients: int,
+    requests: int,
+    pid: int,
+    settle_s: float = 3.0,
+    ceiling_kib: int | None = None,
+    limit_s: float = 60.0,
+) -> int:
+    """Run ``raw_non_readers`` and return the server's peak RSS (KiB): sampled until it
+    has not risen for ``settle_s`` seconds (at most ``limit_s``), or until it passes
+    ``ceiling_kib`` (the caller's bound: no point growing further)."""
+    socks = await raw_non_readers(url, agent, clients=clients, requests=requests)
+    try:
+        peak = rss_kib(pid)
+        risen_at = time.monotonic()
+        started = risen_at
+        while True:
+            now_kib = rss_kib(pid)
+            now = time.monotonic()
+            if now_kib > peak:
+                peak, risen_at = now_kib, now
+            if ceiling_kib is not None and peak > ceiling_kib:
+                return peak
+            if now - risen_at >= settle_s or now - started >= limit_s:
+                return peak
+            await asyncio.sleep(0.02)
+    finally:
+        for sock in socks:
+            sock.close()
 
 
 async def non_reading_pipeliner(

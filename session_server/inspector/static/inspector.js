@@ -10,6 +10,7 @@ const FOLD_CHARS = 1200;
 const FOLD_LINES = 24;
 const PREVIEW_LINES = 10;
 const TABS = ["conversation", "context", "episodic", "semantic", "raw", "compactions"];
+const RECONNECT_MAX_MS = 10000;
 // Used when the token may not call adapters.list (it touches no session, but a token
 // limited to sessions may call nothing else server-wide).
 const KNOWN_ADAPTERS = ["anthropic", "openai-chat", "openai-responses", "workers-ai"];
@@ -383,12 +384,7 @@ async function openAgent(agentId, preferSession) {
     return;
   }
   if (state.agentId !== agentId) { rpc.close(); return; }
-  state.agentRpc = rpc;
-  rpc.listen(onNotification);
-  rpc.onclose = () => {
-    $("live-status").hidden = true;
-    setStatus("agent connection closed: pick the agent again", true);
-  };
+  useAgentRpc(rpc, agentId);
   let sessions;
   try {
     // session.list answers pages (100 by default); follow next_cursor to the end.
@@ -431,6 +427,56 @@ function renderSessions() {
     el("span", { class: "sub", text: `${num(s.last_seq)} events · ${fmtTime(s.updated_at)}` }),
     el("span", { class: "sub", text: meta }))));
   }
+}
+
+// The agent connection: when it ends (the server's idle timeout or a restart, the
+// network), the page connects again with backoff and subscribes again after the last seq
+// it has, so the events committed meanwhile arrive as notifications and the session keeps
+// following. A token that is no longer valid (1008) is not retried.
+function useAgentRpc(rpc, agentId) {
+  state.agentRpc = rpc;
+  rpc.listen(onNotification);
+  rpc.onclose = (ev) => {
+    if (state.agentRpc !== rpc) return;
+    $("live-status").hidden = true;
+    if (ev && ev.code === 1008) {
+      setStatus("agent connection closed: " + (ev.reason || "the token is no longer valid"), true);
+      return;
+    }
+    setStatus("agent connection lost: reconnecting…", true);
+    reconnectAgent(rpc, agentId, 0);
+  };
+}
+
+async function reconnectAgent(lost, agentId, attempt) {
+  const delay = attempt === 0 ? 100 : Math.min(RECONNECT_MAX_MS, 500 * 2 ** (attempt - 1));
+  await new Promise((resolve) => setTimeout(resolve, delay));
+  if (state.agentRpc !== lost || state.agentId !== agentId) return;  // the user moved on
+  const rpc = new Rpc("/v1/agents/" + encodeURIComponent(agentId), state.token);
+  try {
+    await rpc.open();
+  } catch (_) {
+    setStatus(`agent connection lost: reconnecting (attempt ${attempt + 2})…`, true);
+    reconnectAgent(lost, agentId, attempt + 1);
+    return;
+  }
+  if (state.agentRpc !== lost || state.agentId !== agentId) { rpc.close(); return; }
+  useAgentRpc(rpc, agentId);
+  setStatus("connected");
+  if (!state.sessionId) return;
+  const generation = state.generation;
+  try {
+    // The replay: every event after the last one the page has, then live ones.
+    await rpc.call("events.subscribe", { session_id: state.sessionId, after_seq: state.lastSeq });
+  } catch (err) {
+    if (generation === state.generation) setStatus("cannot follow the session: " + err.message, true);
+    return;
+  }
+  if (generation !== state.generation) return;
+  $("live-status").hidden = false;
+  // Tabs drawn from what the page missed are drawn again when shown.
+  for (const tab of TABS) if (tab !== "conversation") state.loaded.delete(tab);
+  if (!state.loaded.has(state.tab)) loadTab(state.tab, generation);
 }
 
 // ---------------------------------------------------------------- one session
@@ -545,7 +591,10 @@ const LOADERS = {
     const { events } = await state.agentRpc.call("events.load", {
       session_id: state.sessionId, limit: EVENT_LIMIT, tail: true,
     });
-    state.events = events;
+    // Events notified while the load was on its way, and not in its answer, stay.
+    const last = events.length ? events[events.length - 1].seq : 0;
+    const newer = state.events.filter((e) => e.seq > last);
+    state.events = events.concat(newer).slice(-EVENT_LIMIT);
     return renderConversation();
   },
   async context() {
@@ -563,7 +612,8 @@ const LOADERS = {
     const view = await memoryView({
       include_raw_traces: true, include_archive: state.rawArchive, raw_trace_limit: state.rawLimit,
     });
-    return renderRaw(view.raw_traces || []);
+    const traces = view.raw_traces || [];
+    return renderRaw(traces, await traceSeqs(traces));
   },
   async compactions() {
     const { events } = await state.agentRpc.call("events.load", {
@@ -753,7 +803,33 @@ function renderMemory(items, key, none) {
   });
 }
 
-function renderRaw(traces) {
+// A raw trace's own ``seq`` counts lines within its turn (the reference layout); the
+// session seq of the event a line came from is read from the events themselves: those
+// created since the oldest line shown (a second earlier, for rounding), by id. A line's id
+// is its event's, with ":N" or ":text" added for the further lines of one tool-call event.
+async function traceSeqs(traces) {
+  const seqs = new Map();
+  if (!traces.length) return seqs;
+  const oldest = Math.min(...traces.map((t) => (typeof t.ts === "number" ? t.ts : Infinity)));
+  const params = { session_id: state.sessionId, tail: false, limit: traces.length * 2 + 100 };
+  if (Number.isFinite(oldest)) params.since = Math.max(0, Math.floor(oldest * 1000) - 1000);
+  try {
+    const { events } = await state.agentRpc.call("events.load", params);
+    for (const e of events) seqs.set(e.id, e.seq);
+  } catch (_) {
+    // Too many or too large to read: the column shows "—".
+  }
+  return seqs;
+}
+
+function traceSeq(trace, seqs) {
+  const id = String(trace.id ?? "");
+  if (seqs.has(id)) return seqs.get(id);
+  const cut = id.lastIndexOf(":");
+  return cut > 0 && seqs.has(id.slice(0, cut)) ? seqs.get(id.slice(0, cut)) : null;
+}
+
+function renderRaw(traces, seqs) {
   const limit = el("input", { type: "number", id: "raw-limit", min: 1, max: 10000, value: state.rawLimit, "aria-label": "Trace limit" });
   const archive = el("input", { type: "checkbox", id: "raw-archive", checked: state.rawArchive });
   const reload = el("button", {
@@ -773,18 +849,28 @@ function renderRaw(traces) {
     el("span", { class: "muted", text: `${traces.length} traces` }));
   if (!traces.length) return [toolbar, empty("No raw traces.")];
   const rows = traces.map((t) => el("tr", {},
-    el("td", { class: "mono", text: t.seq }),
+    el("td", { class: "mono", text: traceSeq(t, seqs) ?? "—" }),
     el("td", { class: "mono", text: t.turn_id }),
+    el("td", { class: "mono", text: t.seq }),
     el("td", { text: t.trace_type }),
     el("td", { class: "content" }, folded(t.tool_name
       ? `${t.tool_name} ${t.tool_args ? oneLine(t.tool_args, 200) : ""}${t.tool_result !== null && t.tool_result !== undefined ? "\n→ " + json(t.tool_result) : ""}${t.tool_error ? "\n✗ " + t.tool_error : ""}`
       : t.content || "")),
     el("td", { text: fmtTime(t.ts * 1000) })));
   const table = el("table", {},
-    el("thead", {}, el("tr", {}, ...["seq", "turn", "type", "content", "time"].map((h) => el("th", { scope: "col", text: h })))),
+    el("thead", {}, el("tr", {}, ...RAW_COLUMNS.map(([h, title]) => el("th", { scope: "col", title, text: h })))),
     el("tbody", {}, rows));
   return [toolbar, table];
 }
+
+const RAW_COLUMNS = [
+  ["event seq", "The seq of the event this line came from, in the session"],
+  ["turn", "The turn of the reference layout"],
+  ["line in turn", "The line's seq in the reference layout: it counts from 1 in each turn"],
+  ["type", null],
+  ["content", null],
+  ["time", null],
+];
 
 function renderCompactions(events) {
   if (!events.length) return [empty("No compaction in this session.")];
@@ -810,18 +896,27 @@ function renderCompactions(events) {
 let refreshTimer = null;
 
 function onNotification(method, params) {
-  if (method !== "events.appended" || !params || params.session_id !== state.sessionId) return;
-  const fresh = params.events || [];
+  if (!params || params.session_id !== state.sessionId) return;
+  if (method === "events.gap") {
+    // The page fell behind (events were dropped for it): read the session again.
+    state.lastSeq = Math.max(state.lastSeq, params.to_seq || 0);
+    state.loaded = new Set();
+    loadTab(state.tab, state.generation);
+    return;
+  }
+  if (method !== "events.appended") return;
+  // A replay after a reconnection may repeat events the page has: keep each seq once.
+  const known = new Set(state.events.map((e) => e.seq));
+  const fresh = (params.events || []).filter((e) => !known.has(e.seq));
   if (!fresh.length) return;
   state.lastSeq = Math.max(state.lastSeq, ...fresh.map((e) => e.seq));
   const live = $("live-status");
   live.classList.remove("pulse");
   void live.offsetWidth;
   live.classList.add("pulse");
-  // The conversation grows in place; other tabs reload when shown again.
-  if (state.loaded.has("conversation")) {
-    state.events = state.events.concat(fresh).slice(-EVENT_LIMIT);
-  }
+  // The conversation grows in place (also while it loads: the load keeps what is newer
+  // than its answer); other tabs reload when shown again.
+  state.events = state.events.concat(fresh).sort((a, b) => a.seq - b.seq).slice(-EVENT_LIMIT);
   for (const tab of TABS) if (tab !== "conversation") state.loaded.delete(tab);
   if (state.tab === "conversation" && state.loaded.has("conversation")) {
     const panel = $("panel-conversation");
