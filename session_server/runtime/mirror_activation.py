@@ -129,10 +129,18 @@ class MirrorActivation:
                 observed=self.writer.stamps(session_id),
             )
             if isinstance(decision, Resume):
+                # The files are as a clean close left them: a snapshot bound then is kept
+                # without reading it (only one SQLite does not vouch for goes).
+                if row.snapshot_digest is None:
+                    self.writer.drop_unbound_snapshot(session_id, None)
                 self.writer.resume(session_id, decision.model)
                 return row.last_seq
             if row.last_seq or self.session_dir(session_id).is_dir():
                 log.info("mirror of session %s: repair (%s)", session_id, decision.reason)
+            # Before the memory view can read it: a snapshot SQLite does not vouch for may
+            # hold messages a delete removed (the delete answered, then the process died
+            # before its own repair removed the file).
+            self.writer.drop_unbound_snapshot(session_id, row.snapshot_digest)
             return self._repair(path, session_id)
 
         self._later(activate, self._confirm(session_id))
