@@ -7,6 +7,12 @@ reading the history, and repairs, streamed from SQLite one file at a time
 (``mirror_io.repair``), whatever does not match. It also removes the folders of sessions
 that no longer exist.
 
+A snapshot file is kept only when SQLite vouches for its bytes (``snapshot_digest``, bound
+at a clean close, cleared by every delete in its own transaction): a repair removes any
+other before the memory view (which reads the files as they are) can see it, so a crash
+right after a delete's answer never brings the deleted messages back; a resume (the files
+as a clean close left them) removes one only when none is bound.
+
 ``MirrorActivation`` is the base of ``MirrorLink``, which owns the state both share (the
 sessions activated, their confirmed cursors and snapshot bindings, the delete
 generations) and gives the write chain (``_later``) and the flush of pending writes
