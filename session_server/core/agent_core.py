@@ -250,12 +250,15 @@ class AgentCore(ContextBuilds, CompactionDecisions):
         self._recent.forget(session_id)
         self.forget_strategy(session_id)
         self._omitted.pop(session_id, None)
+        self._removals[session_id] = self._removals.get(session_id, 0) + 1
         self._futile.pop(session_id, None)
         self._futile_turn.pop(session_id, None)
 
     def events_deleted(self, session_id: str) -> None:
+        """Events of the session were removed (committed; the write lock is held)."""
         self._recent.forget(session_id)
         self._omitted.pop(session_id, None)
+        self._removals[session_id] = self._removals.get(session_id, 0) + 1
 
     def hibernated(self) -> None:
         """The store closed: what the core knows may be stale when it opens again."""
@@ -263,5 +266,6 @@ class AgentCore(ContextBuilds, CompactionDecisions):
         self._recent.clear()
         self.forget_strategy()
         self._omitted.clear()
+        self._removals.clear()  # nothing planned is in flight: the actor was idle
         self._agent_loaded = False
         self._agent_generation = 0

@@ -93,10 +93,19 @@ class CompactionDecisions(CoreState):
         return PlaceholderFallback(append, plan)
 
     def after_compaction(
-        self, due: CompactionDue, given: CompactionInput, plan: CompactionPlan
+        self,
+        due: CompactionDue,
+        given: CompactionInput,
+        plan: CompactionPlan,
+        *,
+        removals: int | None = None,
     ) -> AppendPlan | None:
         """The append a planned compaction calls for: its event (clearing the flag it
         acted on), the flag alone when there was nothing to do, or nothing.
+
+        ``removals``: the session's removal count read before ``given`` was: the
+        append is refused when events were removed since (a summary of deleted text is
+        never written after the delete answered; the flag stays for the next build).
 
         An automatic summary that would gain nothing (no record, or a context no smaller
         than before) is not written; its reason is kept (``futile_note``) and the flag is
@@ -120,7 +129,9 @@ class CompactionDecisions(CoreState):
         event = make_compaction_event(due.session_id, plan.record, plan.event_count)
         batch = self.plan_events(due.session_id, [event]).batch
         flag = False if given.pressure else None
-        return AppendPlan(msgspec.structs.replace(batch, compaction_required=flag))
+        return AppendPlan(
+            msgspec.structs.replace(batch, compaction_required=flag), removals=removals
+        )
 
 
 def compaction_report(plan: CompactionPlan) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from ..compaction.config import StrategyConfig, resolve_strategy, validate_strat
 from .cache_budget import CacheBudget
 from .codec import encode_json, new_event_id
 from .decisions import AppendPlan, StrategyWrite
+from .errors import ConflictError
 from .events import SessionEvent
 from .needs import (
     Known,
@@ -79,6 +80,9 @@ class CoreState:
         # a window that moved forward adds what the cache holds instead of reading again.
         self._omitted: dict[str, tuple[int, int, int]] = {}
         self._compacting: set[str] = set()
+        # Per session: how many removals of events (delete, pop, clear) committed since
+        # the store opened; a plan derived from events read before one is refused.
+        self._removals: dict[str, int] = {}
         self._agent_strategy: dict[str, Any] | None = None
         self._agent_loaded = False
         self._agent_generation = 0
@@ -114,6 +118,24 @@ class CoreState:
             known.counts[(need.session_id, need.from_seq, need.before_seq)] = int(answer)
         else:  # pragma: no cover - every Need is handled above
             raise TypeError(f"unknown need {need!r}")
+
+    def removals(self, session_id: str) -> int:
+        """How many removals of the session's events (delete, pop, clear) committed
+        since the store opened: read it before reading events that a plan derives
+        something from, and give it to the plan (``AppendPlan.removals``)."""
+        return self._removals.get(session_id, 0)
+
+    def removal_conflict(self, plan: AppendPlan) -> ConflictError | None:
+        """The refusal of ``plan`` when events of its session were removed since the
+        reads it was derived from (``AppendPlan.removals``); ``None``: it may commit."""
+        sid = plan.batch.session_id
+        if plan.removals is None or plan.removals == self.removals(sid):
+            return None
+        return ConflictError(
+            f"session_id: events of session {sid!r} were removed while this write was"
+            " planned from them; nothing written",
+            data={"field": "session_id", "reason": "events_removed"},
+        )
 
     def cached_view(self, session_id: str, limit: int) -> SessionView | None:
         """The window from the cache alone (``None``: the cache cannot say)."""

@@ -19,6 +19,7 @@ from .events import ACTIONS, ROLES, ContextMessage, SessionEvent
 
 __all__ = [
     "RESERVED_METADATA_KEYS",
+    "parse_client_event",
     "parse_client_events",
     "parse_client_messages",
     "parse_event",
@@ -163,6 +164,14 @@ def parse_client_events(objs: Any, where: str = "events") -> list[SessionEvent]:
         ):
             _check_client_event(ev, f"{where}[{i}]")
     return events
+
+
+def parse_client_event(obj: Any, where: str) -> SessionEvent:
+    """``parse_event`` for one event a client sends outside a list (``events.pop``'s
+    ``replace_with``): refused exactly as ``parse_client_events`` refuses an item."""
+    ev = parse_event(obj, where)
+    _check_client_event(ev, where)
+    return ev
 
 
 def _check_client_event(ev: SessionEvent, at: str) -> None:

@@ -22,6 +22,7 @@ from .jsonl import read_bytes_or_none, read_json
 __all__ = [
     "REJECTED_SNAPSHOTS",
     "RejectedSnapshots",
+    "drop_unbound_snapshot",
     "load_snapshot_cache",
     "read_snapshot",
     "snapshot_digest",
@@ -51,6 +52,27 @@ REJECTED_SNAPSHOTS: Final = RejectedSnapshots()
 def snapshot_digest(data: bytes) -> str:
     """The digest SQLite keeps for a snapshot file: SHA-256 of its bytes, in hex."""
     return hashlib.sha256(data).hexdigest()
+
+
+def drop_unbound_snapshot(session_dir: Path, digest: str | None) -> bool:
+    """Remove the session's snapshot file unless its bytes have ``digest`` (the SHA-256
+    SQLite vouches for; ``None``: it vouches for none); whether a file was removed.
+
+    A snapshot SQLite does not vouch for may hold messages deleted since it was written:
+    a delete unbinds the snapshot in its own transaction, and the process can die before
+    the file is removed. Readers that take the file as it is (the memory view) must then
+    never see it: activation removes it before anything reads the session's files.
+    """
+    path = session_dir / SNAPSHOT_FILE
+    if digest is not None:
+        data = read_bytes_or_none(path)
+        if data is not None and snapshot_digest(data) == digest:
+            return False
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        return False
+    return True
 
 
 def read_snapshot(path: Path) -> dict[str, Any] | None:

@@ -70,7 +70,7 @@ from .repair import (
     repair_session_files,
     sweep_orphans,
 )
-from .snapshot_files import snapshot_digest
+from .snapshot_files import drop_unbound_snapshot, snapshot_digest
 
 __all__ = [
     "ACTIVE_FILE",
@@ -205,6 +205,23 @@ class MirrorWriter:
         """Go on from a checkpointed model (the files are as it was taken)."""
         if self.enabled:
             self._models[session_id] = model
+
+    def drop_unbound_snapshot(self, session_id: str, digest: str | None) -> bool:
+        """Remove the session's snapshot file unless its bytes have ``digest`` (the one
+        SQLite vouches for, ``None`` for none; ``snapshot_files.drop_unbound_snapshot``);
+        whether one was removed. An I/O error is logged and raised (the activation that
+        asked fails, and the session's mirror is not confirmed)."""
+        if not self.enabled:
+            return False
+        try:
+            removed = drop_unbound_snapshot(self.session_dir(session_id), digest)
+        except OSError as exc:
+            logger.error("snapshot of session %s could not be removed: %s", session_id, exc)
+            raise
+        if removed:
+            self._touched(session_id)
+            logger.info("snapshot of session %s removed: SQLite does not vouch for it", session_id)
+        return removed
 
     def stamps(self, session_id: str) -> FileStamps:
         """The stamps (``file_stamps``) of the session's mirror files (those that exist)."""

@@ -17,7 +17,7 @@ from pydantic import Field, PlainValidator
 
 from ..core.errors import InvalidParamsError
 from ..core.events import SessionEvent
-from ..core.validation import parse_event
+from ..core.validation import parse_client_event
 from .methods import CallContext, JsonObject, RpcParams, SessionId
 from .params import SessionMetadata
 from .protocol import INT64_MAX, INT64_MIN
@@ -59,7 +59,8 @@ class PopParams(RpcParams):
     session_id: SessionId
     event_id: Annotated[str, Field(min_length=1)] | None = None
     replace_with: Annotated[
-        SessionEvent | None, PlainValidator(lambda v: parse_event(v, "params.replace_with"))
+        SessionEvent | None,
+        PlainValidator(lambda v: parse_client_event(v, "params.replace_with")),
     ] = None
 
 

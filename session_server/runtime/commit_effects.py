@@ -38,6 +38,10 @@ class GroupCommit:
                 return
         else:
             live = jobs  # nothing can have failed them yet
+        if any(job.plan.removals is not None for job in live):
+            live = self._not_removed(live)
+            if not live:
+                return
         batches = []
         for job in live:
             batch = job.plan.batch
@@ -55,6 +59,19 @@ class GroupCommit:
         outcomes = await store.append_group(batches, then=answer)
         if not answered:  # a single batch refused
             self._answer(live, outcomes)
+
+    def _not_removed(self, jobs: list[AppendJob]) -> list[AppendJob]:
+        """Fail the jobs derived from events removed since they were planned (under the
+        write lock, so no removal can come between this check and their commit); the
+        others go on."""
+        live = []
+        for job in jobs:
+            conflict = self.core.removal_conflict(job.plan)
+            if conflict is None:
+                live.append(job)
+            else:
+                job.fail(conflict)
+        return live
 
     def _answer(
         self, live: list[AppendJob], outcomes: list[AppendOutcome | SessionServerError]

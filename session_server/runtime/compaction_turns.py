@@ -274,6 +274,8 @@ class CompactionTurns:
         async with self._compactions:
             await self._compactions.wait_for(lambda: self.core.begin_compaction(sid))
         try:
+            # Before the reads: a removal committed while they run refuses the append.
+            removals = self.core.removals(sid)
             # Read again inside the turn: an earlier compaction may have acted already.
             given = await pump.decide(lambda known: self.core.compaction_input(due, known))
             try:
@@ -293,9 +295,16 @@ class CompactionTurns:
             except SummarizerError:
                 self.host.operations.summarizer_failures.inc()
                 raise
-            append = self.core.after_compaction(due, given, plan)
+            append = self.core.after_compaction(due, given, plan, removals=removals)
             if append is not None:
-                await pump.commit(append)
+                try:
+                    await pump.commit(append)
+                except ConflictError as exc:
+                    if (exc.data or {}).get("reason") != "events_removed":
+                        raise
+                    # Derived from deleted events: nothing written, the flag stays set,
+                    # and the next build compacts what is left.
+                    return CompactionPlan(plan.strategy, None, exc.message)
             if append is not None and append.batch.events:
                 self.host.metrics.observe(plan)
                 return plan

@@ -7,6 +7,12 @@ reading the history, and repairs, streamed from SQLite one file at a time
 (``mirror_io.repair``), whatever does not match. It also removes the folders of sessions
 that no longer exist.
 
+A snapshot file is kept only when SQLite vouches for its bytes (``snapshot_digest``, bound
+at a clean close, cleared by every delete in its own transaction): a repair removes any
+other before the memory view (which reads the files as they are) can see it, so a crash
+right after a delete's answer never brings the deleted messages back; a resume (the files
+as a clean close left them) removes one only when none is bound.
+
 ``MirrorActivation`` is the base of ``MirrorLink``, which owns the state both share (the
 sessions activated, their confirmed cursors and snapshot bindings, the delete
 generations) and gives the write chain (``_later``) and the flush of pending writes
@@ -129,10 +135,18 @@ class MirrorActivation:
                 observed=self.writer.stamps(session_id),
             )
             if isinstance(decision, Resume):
+                # The files are as a clean close left them: a snapshot bound then is kept
+                # without reading it (only one SQLite does not vouch for goes).
+                if row.snapshot_digest is None:
+                    self.writer.drop_unbound_snapshot(session_id, None)
                 self.writer.resume(session_id, decision.model)
                 return row.last_seq
             if row.last_seq or self.session_dir(session_id).is_dir():
                 log.info("mirror of session %s: repair (%s)", session_id, decision.reason)
+            # Before the memory view can read it: a snapshot SQLite does not vouch for may
+            # hold messages a delete removed (the delete answered, then the process died
+            # before its own repair removed the file).
+            self.writer.drop_unbound_snapshot(session_id, row.snapshot_digest)
             return self._repair(path, session_id)
 
         self._later(activate, self._confirm(session_id))

@@ -9,8 +9,11 @@ differs from ``last_seq`` after any crash, which makes activation verify the fil
 
 Deleted stays deleted: a delete of events marks the mirror stale (``mirror_seq = -1``) and
 unbinds the snapshot in its own transaction, so a crash before the repair below still
-repairs on the next activation and never serves the old snapshot. A session delete
-answers only once its folder is gone (renamed out of ``sessions/`` in one step).
+repairs on the next activation, which first removes any snapshot file SQLite does not
+vouch for (``MirrorActivation``): neither a build nor the memory view ever reads the old
+one. A summary planned from the events before the delete is refused at its commit
+(``AgentCore.removal_conflict``). A session delete answers only once its folder is gone
+(renamed out of ``sessions/`` in one step).
 
 Activation is cheap: it resumes from the checkpoint stored at the last clean close, and
 repairs only what does not match it (``mirror_activation.MirrorActivation``, the base of

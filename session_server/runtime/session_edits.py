@@ -47,9 +47,22 @@ class EditRunner(Protocol):
 
     async def run_write(self, fn: Callable[[AgentStore], Awaitable[T]]) -> T: ...
 
+    def events_removed(self, store: AgentStore, session_id: str) -> None: ...
+
 
 class SessionEdits:
     """Delete, clear, pop, re-describe and import whole sessions."""
+
+    def events_removed(self: EditRunner, store: AgentStore, session_id: str) -> None:
+        """After a transaction that removed or rewrote events of ``session_id`` and marked
+        its mirror stale (``sqlite_ops.invalidate_mirror``), still under the write lock:
+        the caches forget the session, plans derived from its events before the removal
+        are refused (``AgentCore.removal_conflict``), and the mirror's repair is scheduled
+        (its snapshot file removed first). Every removal (delete, pop, clear; a rewind
+        that erases, an expiry) ends with this, so that nothing removed is served, also
+        after a crash at any moment after the answer."""
+        self.core.events_deleted(session_id)
+        self.mirror.events_deleted(store, session_id)
 
     async def delete_session(self: EditRunner, session_id: str) -> bool:
         """Delete a session and its events in one transaction; False if it did not exist."""
@@ -90,8 +103,7 @@ class SessionEdits:
         async def write(store: AgentStore) -> int:
             count = await store.delete_events(session_id, list(event_ids))
             if count:
-                self.core.events_deleted(session_id)
-                self.mirror.events_deleted(store, session_id)
+                self.events_removed(store, session_id)
             return count
 
         return await self.run_write(write)
@@ -131,8 +143,7 @@ class SessionEdits:
             replacement = None if checked is None else (checked, get_counter().count_event(checked))
             popped = await store.pop_event(session_id, event_id, replacement)
             if popped is not None:
-                self.core.events_deleted(session_id)
-                self.mirror.events_deleted(store, session_id)
+                self.events_removed(store, session_id)
             return popped
 
         return await self.run_write(write)
@@ -143,8 +154,7 @@ class SessionEdits:
 
         async def write(store: AgentStore) -> int:
             deleted = await store.clear_events(session_id)
-            self.core.events_deleted(session_id)
-            self.mirror.events_deleted(store, session_id)
+            self.events_removed(store, session_id)
             return deleted
 
         return await self.run_write(write)

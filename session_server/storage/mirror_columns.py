@@ -26,13 +26,16 @@ __all__ = [
 
 class MirrorRow(msgspec.Struct, frozen=True):
     """What SQLite holds about a session's mirror: the cursor (``-1``: marked stale by a
-    delete), the checkpoint of the last clean close and its file stamps (JSON text)."""
+    delete), the checkpoint of the last clean close and its file stamps (JSON text), and
+    the SHA-256 of the snapshot file SQLite vouches for (``None``: none; a delete clears
+    it in its own transaction)."""
 
     session_id: str
     last_seq: int
     mirror_seq: int
     mirror_state: str | None
     mirror_files: str | None
+    snapshot_digest: str | None = None
 
 
 class MirrorStatus(msgspec.Struct, frozen=True):
@@ -56,11 +59,11 @@ class MirrorCheckpoint(msgspec.Struct, frozen=True):
     snapshot: tuple[int, str] | None = None
 
 
-_MIRROR_COLUMNS: Final = "id, last_seq, mirror_seq, mirror_state, mirror_files"
+_MIRROR_COLUMNS: Final = "id, last_seq, mirror_seq, mirror_state, mirror_files, snapshot_digest"
 
 
 def _mirror_row(row: sqlite3.Row) -> MirrorRow:
-    return MirrorRow(str(row[0]), int(row[1]), int(row[2]), row[3], row[4])
+    return MirrorRow(str(row[0]), int(row[1]), int(row[2]), row[3], row[4], row[5])
 
 
 def read_mirror_statuses(conn: sqlite3.Connection) -> list[MirrorStatus]:

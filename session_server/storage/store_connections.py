@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import sqlite3
 import threading
@@ -34,6 +35,7 @@ __all__ = ["LOCK_FILE", "StoreConnections", "Synchronous"]
 
 Synchronous = Literal["FULL", "NORMAL"]
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 
 class StoreConnections:
@@ -203,11 +205,14 @@ class StoreConnections:
             make_dir(path.parent)
             store._lock_fd = _lock_agent_dir(path.parent, agent_id)
             try:
+                left = _wal_left(path)  # before SQLite opens (and so creates) the WAL
                 conn = ops.connect(
                     path, synchronous=synchronous, busy_timeout_ms=busy_timeout_ms, readonly=False
                 )
                 try:
                     ops.migrate(conn)
+                    if left:
+                        _erase_left_wal(conn, agent_id)
                 except BaseException:
                     conn.close()
                     raise
@@ -273,3 +278,22 @@ def _lock_agent_dir(folder: Path, agent_id: str) -> int:
             data={"agent_id": agent_id},
         )
     return fd
+
+
+def _wal_left(path: Path) -> bool:
+    """Whether the agent file has a WAL with frames in it: its last writer did not close
+    (a crash). A clean close checkpoints the WAL and removes it."""
+    try:
+        return path.with_name(path.name + "-wal").stat().st_size > 0
+    except FileNotFoundError:
+        return False
+
+
+def _erase_left_wal(conn: sqlite3.Connection, agent_id: str) -> None:
+    """Checkpoint and truncate a WAL a crash left: a delete committed just before the
+    crash (or whose own truncation found the WAL busy) has the deleted text in older
+    frames and in the main file's pages until then (``secure_delete`` zeroes only the
+    newest copy)."""
+    busy = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+    if busy:
+        log.warning("agent %r: the WAL left by a crash is not truncated (busy)", agent_id)

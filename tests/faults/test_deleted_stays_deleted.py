@@ -16,11 +16,19 @@ counts.
   a clean stop and after a SIGKILL: never served.
 - A truncated or corrupted mirror file after a clean stop: repaired on activation.
 - An orphan folder (a session gone from SQLite, its folder left): removed on activation.
+- ``events.delete``, ``events.pop`` (with and without ``replace_with``) and
+  ``session.clear``, each answered, then SIGKILL at a spread of moments after the answers,
+  with the agent idle and with another session of the agent busy writing (issue 33, item
+  3): right after the kill the SQLite file and WAL hold no removed text; after each
+  restart (and a later one) ``memory.view``, ``context.build``, ``events.load``,
+  ``memory.list_snapshots`` and every file under the memory dir hold none. Before the
+  fix, the snapshot file a kill left was served by ``memory.view`` after every restart.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sqlite3
 from collections.abc import AsyncIterator
@@ -31,7 +39,7 @@ import pytest
 
 from session_server.client import SessionClient
 from session_server.core.errors import NotFoundError
-from session_server.core.events import ContextMessage, SessionEvent
+from session_server.core.events import ContextMessage, SessionEvent, ToolCall
 from tests.support.mirror_check import expected_mirror, mirror_files
 from tests.support.server import ServerProcess, turn_messages
 
@@ -233,3 +241,179 @@ async def test_an_orphan_folder_is_removed_on_activation(tmp_path: Path) -> None
         events = await all_events(client, "orphan")
         assert mirror_files(memory, AGENT, "orphan") == expected_mirror(events)
         sigkill(proc)
+
+
+# -- SIGKILL at many moments after a delete, pop or clear (issue 33, item 3) -------------
+
+OPS = ("delete", "pop", "replace", "clear")
+# A round removes the four secrets one after the other, with these pauses (seconds)
+# between an answer and the next request, and kills the server right after the last
+# answer: the removals are killed about 0.093, 0.023, 0.003 and 0 s after their answers
+# (plus what the later requests took). Each round starts one operation later in ``OPS``.
+GAPS = (0.07, 0.02, 0.003)
+# Rounds with the agent idle, then rounds with another session of the agent writing all
+# along (its mirror work queued in the same chain as the removals' repairs).
+MODES = (False, False, False, True, True, True)
+BUSY = "busy"
+
+
+def secret(round_no: int, op: str) -> str:
+    return f"SECRET-{round_no:02d}-{op}-END"
+
+
+def victim_id(round_no: int, op: str) -> str:
+    return f"r{round_no:02d}-{op}"
+
+
+def secret_turn(text: str, *, tool: bool) -> list[ContextMessage]:
+    """A turn whose last message holds ``text`` (with ``tool``: its call and result too)."""
+    if not tool:
+        return [
+            ContextMessage(role="user", content="tell me"),
+            ContextMessage(role="assistant", content=text),
+        ]
+    return [
+        ContextMessage(role="user", content="look it up"),
+        ContextMessage(
+            role="assistant",
+            content="",
+            tool_calls=[ToolCall(id="call-s", name="lookup", arguments={"q": text})],
+        ),
+        ContextMessage(role="tool", content=text, tool_call_id="call-s", name="lookup"),
+        ContextMessage(role="assistant", content=text),
+    ]
+
+
+async def fill_victim(client: SessionClient, round_no: int, op: str) -> str:
+    """A session whose ``op`` removes every copy of the round's secret; the id of the
+    event to delete (``delete``: one in the middle of the history)."""
+    sid, text = victim_id(round_no, op), secret(round_no, op)
+    await client.create_session(session_id=sid)
+    await client.persist_turn(sid, turn_messages(1))
+    await client.persist_turn(sid, secret_turn(text, tool=op == "clear"))
+    if op == "delete":
+        await client.persist_turn(sid, turn_messages(3))
+    events = await all_events(client, sid)
+    return next(e.id for e in events if e.content == text)
+
+
+async def remove_secret(client: SessionClient, round_no: int, op: str, event_id: str) -> None:
+    sid = victim_id(round_no, op)
+    if op == "delete":
+        assert await client.delete_events(sid, [event_id]) == 1
+    elif op == "pop":
+        popped = await client.pop_event(sid, event_id=event_id)
+        assert popped is not None and popped.id == event_id
+    elif op == "replace":
+        replacement = {"action": "agent_message", "content": "redacted"}
+        popped = await client.pop_event(sid, event_id=event_id, replace_with=replacement)
+        assert popped is not None and popped.id == event_id
+    else:
+        assert await client.clear_session(sid) > 0
+
+
+async def keep_writing(client: SessionClient, started: asyncio.Event) -> None:
+    """Another session of the agent, written to until the server dies."""
+    await client.create_session(session_id=BUSY, if_exists="return")
+    filler = "x" * 4000
+    n = 0
+    while True:
+        n += 1
+        turn = turn_messages(n)
+        turn[0] = ContextMessage(role="user", content=f"{filler} {n}")
+        await client.persist_turn(BUSY, turn)
+        started.set()
+
+
+async def stopped(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+
+
+def files_holding(root: Path, needles: list[bytes]) -> dict[str, list[str]]:
+    """Every file under ``root`` (recursively, hidden ones too) that holds a needle."""
+    found: dict[str, list[str]] = {}
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:  # removed meanwhile (a temporary file)
+            continue
+        hits = [n.decode() for n in needles if n in data]
+        if hits:
+            found[str(path.relative_to(root))] = hits
+    return found
+
+
+def sqlite_bytes_holding(memory: Path, needles: list[bytes]) -> dict[str, list[str]]:
+    agent_dir = memory / "agents" / AGENT
+    return {
+        name: hits
+        for name, hits in files_holding(agent_dir, needles).items()
+        if name.startswith("agent.sqlite")
+    }
+
+
+async def check_gone(memory: Path, url: str, client: SessionClient, rounds: list[int]) -> None:
+    """Nothing of the secrets of ``rounds`` is served, mirrored, listed or stored."""
+    needles = [secret(r, op) for r in rounds for op in OPS]
+    for r in rounds:
+        for op in OPS:
+            sid = victim_id(r, op)
+            view = json.dumps(await client.memory_view(sid))
+            assert secret(r, op) not in view, (sid, "memory.view")
+            ctx = await client.build_context(sid)
+            assert secret(r, op) not in texts(ctx.messages, ctx.system_instructions), sid
+            events = json.dumps([e.content for e in await all_events(client, sid)])
+            assert secret(r, op) not in events, (sid, "events.load")
+            if op == "replace":
+                assert "redacted" in view and "redacted" in events, sid
+    async with SessionClient(url, None) as server:
+        listed = json.dumps(await server.list_snapshots(page_size=1000))
+    assert not [n for n in needles if n in listed], "memory.list_snapshots"
+    # Every file under the memory dir: mirror files (snapshot, archive, temporaries,
+    # trash), the snapshot index, the agent's SQLite file, its WAL and shared memory.
+    assert files_holding(memory, [n.encode() for n in needles]) == {}
+
+
+async def test_no_deleted_text_after_sigkill_at_any_moment(tmp_path: Path, soak: int) -> None:
+    """Delete, pop, pop with ``replace_with`` and clear, each answered, then SIGKILL at a
+    spread of moments after the answers (idle, and with another session of the agent busy
+    writing); right after the kill the SQLite file and its WAL hold none of the removed
+    text, and after each restart nothing removed is served, mirrored, listed or left in
+    any file of the memory dir."""
+    memory = tmp_path / "memory"
+    rounds = list(enumerate(MODES * soak))  # ``--soak``: more rounds
+    victims: dict[tuple[int, str], str] = {}
+    async with serving(memory) as (proc, client):
+        for r in range(len(rounds)):
+            for op in OPS:
+                victims[r, op] = await fill_victim(client, r, op)
+        for r in range(len(rounds)):
+            for op in OPS:
+                await client.memory_view(victim_id(r, op))  # mirror and snapshot written
+        await stop_cleanly(proc)  # checkpoints stored, every snapshot bound
+    snapshot = session_dir(memory, victim_id(0, "pop")) / SNAPSHOT
+    assert secret(0, "pop") in snapshot.read_text()  # what a kill could leave behind
+    for r, busy in rounds:
+        async with serving(memory) as (proc, client), contextlib.AsyncExitStack() as stack:
+            await check_gone(memory, proc.url, client, [r - 1] if r else [])
+            if busy:
+                started = asyncio.Event()
+                other = await stack.enter_async_context(SessionClient(proc.url, AGENT))
+                writer = asyncio.create_task(keep_writing(other, started))
+                stack.push_async_callback(stopped, writer)
+                await started.wait()
+            order = OPS[r % len(OPS) :] + OPS[: r % len(OPS)]
+            for op, gap in zip(order, (*GAPS, None), strict=True):
+                await remove_secret(client, r, op, victims[r, op])
+                if gap is not None:
+                    await asyncio.sleep(gap)  # the moments of the kill, not a synchronisation
+            sigkill(proc)
+        needles = [secret(r, op).encode() for op in OPS]
+        assert sqlite_bytes_holding(memory, needles) == {}, (r, busy)
+    async with serving(memory) as (proc, client):
+        await check_gone(memory, proc.url, client, list(range(len(rounds))))
+        sigkill(proc)
+    async with serving(memory) as (proc, client):  # and after a later restart
+        await check_gone(memory, proc.url, client, list(range(len(rounds))))
+        await stop_cleanly(proc)

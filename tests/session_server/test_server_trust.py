@@ -3,6 +3,8 @@
 - A client may not append ``compaction`` events, compaction fields or reserved metadata
   keys (-32602 naming the field; nothing written). Before, one forged record made
   ``context.build``, ``render``, ``export`` and ``compact`` fail with -32603 for good.
+- ``events.pop`` with ``replace_with`` refuses the same, the same way (issue 33, item 10):
+  before, a replacement could carry a reserved metadata key that ``events.append`` refused.
 - A row that cannot be read back (its metadata edited into something that is not JSON)
   is skipped, logged and counted: the rest of the session stays readable.
 """
@@ -77,6 +79,31 @@ async def test_client_cannot_write_what_only_the_server_writes(
         assert len(built.messages) == 4
         await client.call("context.render", {"session_id": sid, "adapter": "openai-chat"})
         await client.call("export.session", {"session_id": sid})
+
+
+@pytest.mark.parametrize("case", list(FORGED), ids=list(FORGED))
+async def test_pop_replace_with_refuses_what_append_refuses(
+    server: RunningServer, case: str
+) -> None:
+    event, field = FORGED[case]
+    async with SessionClient(server.url, AGENT) as client:
+        sid = await client.create_session(session_id="s")
+        await client.persist_turn(sid, turn_messages(1))
+        before = await client.load_events(sid)
+        with pytest.raises(InvalidParamsError) as info:
+            await client.call("events.pop", {"session_id": sid, "replace_with": event})
+        assert info.value.code == -32602
+        assert info.value.data == {"field": field.replace("events[0]", "replace_with")}
+        assert field.rsplit(".", 1)[-1] in info.value.message
+        # Nothing written: the event that would have been replaced is as it was.
+        assert await client.load_events(sid) == before
+        # A replacement with free-form keys of the client's own is accepted.
+        popped = await client.pop_event(
+            sid, replace_with={"content": "kept", "metadata": {"mine": 1}}
+        )
+        assert popped == before[-1]
+        last = (await client.load_events(sid))[-1]
+        assert (last.content, last.metadata) == ("kept", {"mine": 1})
 
 
 async def test_persist_refuses_reserved_metadata_keys(server: RunningServer) -> None:

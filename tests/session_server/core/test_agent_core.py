@@ -454,3 +454,25 @@ def test_a_summary_that_cannot_be_had_falls_back_to_placeholders_if_the_strategy
     assert event.action == "compaction" and event.compaction is not None
     assert event.compaction["fallback"] == {"for": "summarize", "cause": "slow"}
     assert event.compaction["boundary_seq"] == 13 and fallback.plan.items_removed == 3
+
+
+def test_a_plan_derived_before_a_removal_is_refused_after_it() -> None:
+    """Issue 33, item 3: a plan carrying the removal count its reads were made at (a
+    summary) conflicts once events of its session were removed; other sessions and plans
+    without a count are not affected."""
+    core = new_core()
+    plan = AppendPlan(AppendBatch(SID, []), removals=core.removals(SID))
+    other = AppendPlan(AppendBatch("other", []), removals=core.removals("other"))
+    free = AppendPlan(AppendBatch(SID, []))
+    assert core.removal_conflict(plan) is None
+    core.events_deleted(SID)
+    conflict = core.removal_conflict(plan)
+    assert conflict is not None and conflict.code == -32002
+    assert conflict.data == {"field": "session_id", "reason": "events_removed"}
+    assert SID in conflict.message
+    assert core.removal_conflict(other) is None
+    assert core.removal_conflict(free) is None
+    again = AppendPlan(AppendBatch(SID, []), removals=core.removals(SID))
+    assert core.removal_conflict(again) is None
+    core.session_deleted(SID)
+    assert core.removal_conflict(again) is not None

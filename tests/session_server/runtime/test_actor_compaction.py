@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from session_server import ActorRegistry, AgentActor
 from session_server.compaction import SummaryRequest, SummaryResult
 from session_server.core.context import WorkingContext
 from session_server.core.errors import InvalidParamsError, SummarizerError
-from session_server.core.events import ContextMessage, ToolCall
+from session_server.core.events import ContextMessage, SessionEvent, ToolCall
 from session_server.core.tokens import get_counter
+from session_server.runtime.summarizers import ExtractiveSummarizer
 
 PLACEHOLDER = "⟦removed: tool output for lookup (call_id=call-{n}); reason=context_compaction⟧"
 
@@ -227,3 +231,58 @@ async def test_snapshot_serves_the_first_build_when_instructions_match(tmp_path:
     assert "restored_from" not in (other.metadata or {})
     assert other.system_instructions == ["Other."]
     assert [m.content for m in other.messages] == [m.content for m in same.messages]
+
+
+class GatedSummarizer:
+    """The extractive summarizer, held until ``release`` is set (``started`` says a
+    summary began): a summary still running while a delete commits."""
+
+    name = "gated"
+
+    def __init__(self) -> None:
+        self.started = asyncio.Event()
+        self.release = asyncio.Event()
+        self.inner = ExtractiveSummarizer()
+
+    async def summarize(self, request: SummaryRequest) -> SummaryResult:
+        self.started.set()
+        await self.release.wait()
+        return await self.inner.summarize(request)
+
+
+@pytest.mark.parametrize("how", ["delete", "clear"])
+async def test_a_summary_read_before_a_delete_is_not_written_after_it(
+    tmp_path: Path, how: str
+) -> None:
+    """Issue 33, item 3: the summary of a message deleted while the summary ran would
+    bring the deleted text back (record, memory block, episodic and semantic files)."""
+    secret = "my name is SECRET-IN-SUMMARY"
+    gate = GatedSummarizer()
+    strategy = {"mode": "summarize", "raw_tail_turns": 1}
+    async with ActorRegistry(tmp_path, idle_timeout=None, summarizer=gate) as reg:
+        actor = await reg.get("s")
+        sid = await actor.create_session()
+        await actor.append_events(sid, [SessionEvent(content=secret)])
+        await fill(actor, sid, 4)
+        victim = (await actor.load_events(sid, limit=1, tail=False))[0]
+        assert victim.content == secret
+        running = asyncio.create_task(actor.compact(sid, strategy=strategy))
+        await gate.started.wait()
+        if how == "delete":
+            assert await actor.delete_events(sid, [victim.id]) == 1
+        else:
+            assert await actor.clear_session(sid) > 0
+        gate.release.set()
+        out = await running
+        assert out["compacted"] is False and "removed" in out["reason"]
+        events = await actor.load_events(sid, limit=None)
+        assert "SECRET" not in json.dumps([msgspec.to_builtins(e) for e in events])
+        ctx = await actor.build_working_context(sid, strategy=strategy)
+        assert "SECRET" not in json.dumps([m.content for m in ctx.messages])
+        if how == "delete":  # what is left is summarised by the next compaction
+            again = await actor.compact(sid, strategy=strategy)
+            assert again["compacted"] is True
+        await actor.mirror.drain()
+        folder = tmp_path / "agents" / "s" / "sessions" / sid
+        for path in folder.iterdir():
+            assert b"SECRET" not in path.read_bytes(), path.name

@@ -6,7 +6,10 @@ nothing again. A real store on a real file."""
 from __future__ import annotations
 
 import asyncio
+import signal
 import sqlite3
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -115,3 +118,54 @@ async def test_a_delete_stands_when_the_store_closes_before_its_wal_erase(
         await store.close()
     warnings = [r.getMessage() for r in caplog.records if "WAL not erased" in r.getMessage()]
     assert len(warnings) == 2 and not any("SECRET" in w for w in warnings), warnings
+
+
+# A process that commits a delete on the agent file (as the store does: secure_delete,
+# WAL) and is killed before anything checkpoints: the deleted text is still in the main
+# file's pages (and in older WAL frames) when the store opens next.
+ROOT = Path(__file__).resolve().parents[3]
+DELETE_THEN_DIE = """
+import os, signal, sys
+from pathlib import Path
+from session_server.storage.sqlite_ops import connect
+conn = connect(Path(sys.argv[1]), synchronous="FULL", busy_timeout_ms=5000, readonly=False)
+conn.execute("BEGIN IMMEDIATE")
+conn.execute("DELETE FROM events WHERE content = ?", (sys.argv[2],))
+conn.execute("COMMIT")
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+async def test_a_wal_left_by_a_kill_after_a_delete_is_erased_on_open(
+    tmp_path: Path, pool: ThreadPoolExecutor
+) -> None:
+    """Issue 33, item 3: no deleted text in the raw bytes of the file or its WAL once the
+    store is open again, even when the delete's own truncation never ran."""
+    path = tmp_path / "agent.sqlite"
+    secret = "SECRET-IN-THE-PAGES"
+    store = await AgentStore.open(path, "agent", executor=pool)
+    await store.create_session(None, "s")
+    events = [SessionEvent(id=f"e{i}", content=secret if i == 1 else f"kept {i}") for i in range(3)]
+    await store.append(AppendBatch("s", events, None))
+    await store.close()  # checkpointed: the text is in the main file
+    assert secret.encode() in path.read_bytes()
+    done = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-c", DELETE_THEN_DIE, str(path), secret],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    wal = path.with_name(path.name + "-wal")
+    assert wal.stat().st_size > 0 and secret.encode() in path.read_bytes()
+    store = await AgentStore.open(path, "agent", executor=pool)
+    try:
+        for name in (path, wal):
+            data = name.read_bytes() if name.exists() else b""
+            assert secret.encode() not in data, name.name
+        left = await store.load_events("s", limit=None, tail=False)
+        assert [e.content for e in left] == ["kept 0", "kept 2"]
+    finally:
+        await store.close()
