@@ -32,11 +32,13 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import http
+import logging
 import re
 from collections.abc import Callable
 from typing import Any, ClassVar, Final, Generic, TypeVar
 
 from websockets.asyncio.server import ServerConnection
+from websockets.exceptions import InvalidMessage
 from websockets.http11 import MAX_LINE_LENGTH, MAX_NUM_HEADERS
 
 __all__ = [
@@ -44,7 +46,9 @@ __all__ = [
     "HandshakeGate",
     "HeadFilter",
     "HeadRefusal",
+    "QuietClientHandshakeFailures",
     "guarded",
+    "quiet_client_handshake_failures",
     "refusal_bytes",
 ]
 
@@ -151,7 +155,7 @@ class HeadFilter:
 
     def feed(self, data: bytes) -> bytes:
         if self.done:
-            return data
+            return b"" if self.refusal is not None else data
         out = bytearray()
         start = 0
         while start < len(data):
@@ -163,18 +167,18 @@ class HeadFilter:
                 self.skipping = newline < 0
                 continue
             self.line += piece
-            if len(self.line) > self.limit and not self.first:
+            if len(self.line) > self.limit and self.first:
+                return self._refuse(
+                    http.HTTPStatus.REQUEST_URI_TOO_LONG,
+                    f"the request line is over {self.limit} bytes",
+                )
+            if len(self.line) > self.limit:
                 name = bytes(self.line.split(b":", 1)[0]).strip().lower()
                 self.oversized = self.oversized or name.decode("latin-1")[:64]
                 self.skipping = newline < 0
                 self.line.clear()
                 continue
             if newline < 0:
-                if self.first and len(self.line) > self.limit:
-                    return self._refuse(
-                        http.HTTPStatus.REQUEST_URI_TOO_LONG,
-                        f"the request line is over {self.limit} bytes",
-                    )
                 continue
             line = bytes(self.line)
             self.line.clear()
@@ -318,3 +322,23 @@ def guarded(
     """A subclass of ``base`` whose request head goes through ``HeadFilter`` first (the
     filter runs before ``base.data_received``), counted by ``gate`` when given."""
     return type(f"Guarded{base.__name__}", (GuardedConnection, base), {"gate": gate})
+
+
+class QuietClientHandshakeFailures(logging.Filter):
+    """Drop websockets' (15.x, 16.x) "opening handshake failed" error for a client that
+    closed or was dropped before sending a valid request head (answered here, dropped for
+    a newer handshake, or gone): that is the client's doing, and a flood of such
+    connections must not flood the log with tracebacks. A failure of the server's own
+    handshake code (another exception) is kept."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.msg != "opening handshake failed" or not record.exc_info:
+            return True
+        return not isinstance(record.exc_info[1], InvalidMessage)
+
+
+def quiet_client_handshake_failures(logger: logging.Logger) -> logging.Logger:
+    """``logger`` with a ``QuietClientHandshakeFailures`` filter (added once)."""
+    if not any(isinstance(f, QuietClientHandshakeFailures) for f in logger.filters):
+        logger.addFilter(QuietClientHandshakeFailures())
+    return logger

@@ -67,7 +67,12 @@ from .handshake import (
     select_subprotocol,
     unauthorized,
 )
-from .handshake_guard import GuardedConnection, HandshakeGate, guarded
+from .handshake_guard import (
+    GuardedConnection,
+    HandshakeGate,
+    guarded,
+    quiet_client_handshake_failures,
+)
 from .http_routes import HttpRoutes
 from .intake import FramePermits, IntakeConnection, intake_connection
 from .limits import derive_limits
@@ -270,7 +275,7 @@ class SessionServer:
             # for a few hundred ms (every client stalls), and each compressed connection
             # keeps zlib buffers; the server's peers are local or on a fast network.
             compression=None,
-            logger=redacting_logger("websockets.server"),
+            logger=quiet_client_handshake_failures(redacting_logger("websockets.server")),
             # No answer names the Python or websockets version.
             server_header=None,
             open_timeout=self.handshake_timeout,

@@ -38,7 +38,9 @@ class Probe(ServerConnection):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
-        route_queue_flow(self, lambda: self.flow.append("pause"), lambda: self.flow.append("resume"))
+        route_queue_flow(
+            self, lambda: self.flow.append("pause"), lambda: self.flow.append("resume")
+        )
 
     def process_event(self, event: Event) -> None:
         if isinstance(event, Frame):
@@ -54,8 +56,10 @@ class Pair:
 
 
 async def until(condition: Callable[[], bool]) -> None:
+    """Wait for a condition of the connection's state, polled for at most 10 s: websockets
+    signals no event when bytes arrive or the queue pauses."""
     async with asyncio.timeout(10):
-        while not condition():
+        while not condition():  # noqa: ASYNC110
             await asyncio.sleep(0.005)
 
 
