@@ -376,11 +376,16 @@ class Connection(ConnectionSubscriptions):
         and cancelled), on the request path (the reader arms it for the next frame before
         the request's task starts)."""
         loop = asyncio.get_running_loop()
-        marks = {session_id: sub.floor for session_id, sub in self.subscriptions.items()}
-        moved = subscriptions_moved(self.idle_marks, marks)
-        self.idle_marks = marks
+        now = loop.time()
+        moved = False
+        if now >= self.last_frame_at + idle:
+            # Marks are taken only at looks that could close: two such looks are at least
+            # ``idle`` apart, so "since the previous look" spans a whole timeout.
+            marks = {session_id: sub.floor for session_id, sub in self.subscriptions.items()}
+            moved = subscriptions_moved(self.idle_marks, marks)
+            self.idle_marks = marks
         busy = bool(moved or self.tasks or self.outgoing)
-        at = idle_check_at(loop.time(), self.last_frame_at, idle, busy)
+        at = idle_check_at(now, self.last_frame_at, idle, busy)
         if at is not None:
             self.idle_timer = loop.call_at(at, self._idle_check, idle)
             return
