@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
@@ -38,7 +38,7 @@ from .rpc.protocol import Frame, encode_message, encode_small, error_response, p
 if TYPE_CHECKING:
     pass
 
-__all__ = ["Connection", "ConnectionHost", "idle_check_at"]
+__all__ = ["Connection", "ConnectionHost", "idle_check_at", "subscriptions_moved"]
 
 # The server's one logger name, whichever module logs: operators filter on it.
 log = logging.getLogger("session_server.server")
@@ -74,6 +74,16 @@ def idle_check_at(now: float, last_frame_at: float, idle: float, busy: bool) -> 
     if busy:
         return now + idle
     return None
+
+
+def subscriptions_moved(before: Mapping[str, int] | None, now: Mapping[str, int]) -> bool:
+    """Whether a subscription delivered events between two looks of the idle watchdog:
+    ``before`` and ``now`` map each subscribed session to the last seq delivered (``None``
+    before the first look). A subscription new since the last look counts as moved (it
+    came with a frame, and the watchdog has no earlier mark to compare with)."""
+    if before is None:
+        return bool(now)
+    return any(before.get(session_id, -1) < seq for session_id, seq in now.items())
 
 
 class Connection(ConnectionSubscriptions):
@@ -120,6 +130,8 @@ class Connection(ConnectionSubscriptions):
         # The idle timeout: when the last frame came (loop time), the watchdog's timer.
         self.last_frame_at = 0.0
         self.idle_timer: asyncio.TimerHandle | None = None
+        # The last seq each subscription had delivered at the watchdog's previous look.
+        self.idle_marks: dict[str, int] | None = None
 
     # -- the unread-answer budgets ---------------------------------------------------------
     def has_room(self, size: int) -> bool:
@@ -464,16 +476,26 @@ class Connection(ConnectionSubscriptions):
 
     def _idle_check(self, idle: float) -> None:
         """The idle timeout's watchdog: close the connection when it received no frame for
-        ``idle`` seconds and has nothing in flight (no request, answer or subscription),
-        else look again when it could be idle (``idle_check_at``).
+        ``idle`` seconds and has nothing in flight (no request or answer) and none of its
+        subscriptions delivered events since the previous look (``subscriptions_moved``),
+        else look again when it could be idle (``idle_check_at``). Pings and pongs are
+        not frames: a client that only answers pings is idle.
 
         One timer per connection, moved only when it fires, instead of a timeout around
         every ``recv``: ``asyncio.timeout`` cost 13-30 us a frame here (a timer handle made
         and cancelled), on the request path (the reader arms it for the next frame before
         the request's task starts)."""
         loop = asyncio.get_running_loop()
-        busy = bool(self.subscriptions or self.tasks or self.outgoing)
-        at = idle_check_at(loop.time(), self.last_frame_at, idle, busy)
+        now = loop.time()
+        moved = False
+        if now >= self.last_frame_at + idle:
+            # Marks are taken only at looks that could close: two such looks are at least
+            # ``idle`` apart, so "since the previous look" spans a whole timeout.
+            marks = {session_id: sub.floor for session_id, sub in self.subscriptions.items()}
+            moved = subscriptions_moved(self.idle_marks, marks)
+            self.idle_marks = marks
+        busy = bool(moved or self.tasks or self.outgoing)
+        at = idle_check_at(now, self.last_frame_at, idle, busy)
         if at is not None:
             self.idle_timer = loop.call_at(at, self._idle_check, idle)
             return

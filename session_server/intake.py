@@ -8,7 +8,8 @@ once made the server hold twelve frames, several copies each (+574 MiB).
 
 ``IntakeConnection`` meters, per connection, the bytes received and not yet claimed by
 the reader (``held``: the partial frame in the websockets reader plus the data frames it
-queued), and applies one rule:
+queued), and applies one rule (what this needs of ``websockets``' internals goes through
+``ws_compat``, the one module that reaches past its public API):
 
 - up to ``threshold`` bytes a connection needs nothing;
 - above it, it needs a large-frame permit from the server-wide ``FramePermits`` pool,
@@ -32,13 +33,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Generator
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 from websockets.asyncio.server import ServerConnection
 from websockets.frames import DATA_OPCODES, Frame, Opcode
-from websockets.protocol import OPEN, Event
-from websockets.streams import StreamReader
+from websockets.protocol import Event
+
+from .ws_compat import (
+    HANDOVER_BYTES,
+    install_handover_reader,
+    pending_bytes,
+    route_queue_flow,
+    write_text_now,
+)
 
 __all__ = ["HANDOVER_BYTES", "FramePermits", "IntakeConnection", "intake_connection"]
 
@@ -98,35 +106,6 @@ class FramePermits:
         self.peak = max(self.peak, self.in_use)
 
 
-HANDOVER_BYTES = 64 * 1024
-"""Payloads at least this big are handed over from the frame reader's buffer, not copied."""
-
-
-class _HandoverReader(StreamReader):
-    """``read_exact`` gives away the whole buffer when it holds exactly what is asked for
-    (a large payload that arrived alone, the common case) instead of copying it out: one
-    copy of the frame less, and a few milliseconds less on the event loop per 15 MiB."""
-
-    def read_exact(self, n: int) -> Generator[None, None, bytearray]:
-        # Not a generator itself: the parser runs ``yield from`` over what this returns,
-        # and a small read (4 per frame) then costs no generator of this class.
-        if n < HANDOVER_BYTES:
-            return super().read_exact(n)
-        return self._hand_over(n)
-
-    def _hand_over(self, n: int) -> Generator[None, None, bytearray]:
-        while len(self.buffer) < n:
-            if self.eof:
-                raise EOFError(f"stream ends after {len(self.buffer)} bytes, expected {n} bytes")
-            yield
-        if len(self.buffer) == n:
-            data, self.buffer = self.buffer, bytearray()
-            return data
-        data = self.buffer[:n]
-        del self.buffer[:n]
-        return data
-
-
 class IntakeConnection(ServerConnection):
     """A ``ServerConnection`` whose reading obeys the intake rule (module doc).
 
@@ -144,9 +123,7 @@ class IntakeConnection(ServerConnection):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        # The parser is already suspended inside the reader (handshake): change the
-        # reader's class, not the object, so its state carries over.
-        self.protocol.reader.__class__ = _HandoverReader
+        install_handover_reader(self)
         self.queued = 0  # payload bytes of data frames parsed, not yet claimed
         self.counted = 0  # this connection's share of pool.held
         self.permit = False
@@ -165,26 +142,15 @@ class IntakeConnection(ServerConnection):
         wait: the connection is open, no fragmented message is being sent and writing is
         not paused. False: nothing was written (use ``send``).
 
-        This is what ``send`` does in that case (``protocol.send_text``, then
-        ``send_data``); an answer written this way skips a task and a turn of the event
-        loop (the sequential ``turn.persist``)."""
-        if (
-            self.protocol.state is not OPEN
-            or self.send_in_progress is not None
-            or self.paused
-            or self.transport.is_closing()
-        ):
-            return False
-        self.protocol.send_text(data)
-        self.send_data()
-        return True
+        An answer written this way skips a task and a turn of the event loop (the
+        sequential ``turn.persist``); ``ws_compat.write_text_now``."""
+        return write_text_now(self, data)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
         # websockets pauses and resumes the transport itself for its frame queue; route
         # that through ``_apply`` so neither undoes the other's pause.
-        self.recv_messages.pause = lambda: self._pause_queue(True)
-        self.recv_messages.resume = lambda: self._pause_queue(False)
+        route_queue_flow(self, lambda: self._pause_queue(True), lambda: self._pause_queue(False))
 
     def data_received(self, data: bytes) -> None:
         super().data_received(data)
@@ -264,7 +230,7 @@ class IntakeConnection(ServerConnection):
     def _check(self) -> None:
         if self.ended:
             return
-        held = len(self.protocol.reader.buffer) + self.queued  # bytes not claimed yet
+        held = pending_bytes(self) + self.queued  # bytes not claimed yet
         if held <= self.threshold and not (
             self.waiting or self.permit or self._intake_paused or self._stall is not None
         ):

@@ -34,7 +34,7 @@ import logging
 import os
 import time
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 from urllib.parse import unquote, urlsplit
@@ -67,11 +67,17 @@ from .handshake import (
     select_subprotocol,
     unauthorized,
 )
-from .handshake_guard import guarded
+from .handshake_guard import (
+    GuardedConnection,
+    HandshakeGate,
+    guarded,
+    quiet_client_handshake_failures,
+)
 from .http_routes import HttpRoutes
 from .intake import FramePermits, IntakeConnection, intake_connection
 from .limits import derive_limits
 from .log_redact import redacting_logger
+from .origins import OriginPolicy
 from .rate_limited_log import RateLimitedLog, quiet_accept_errors
 from .rpc.methods import AGENT, SERVER, MethodSpec
 from .rpc.protocol import DEFAULT_MAX_FRAME_BYTES
@@ -127,9 +133,20 @@ class SessionServer:
       message (its own answers are unread) drops the connection;
     - ``max_subscriber_bytes`` of notifications queued per subscription (then a gap);
     - ``max_subscriptions`` per connection;
-    - ``max_connections`` (default derived from ``RLIMIT_NOFILE``): more get HTTP 503;
-    - ``idle_timeout``: a connection with no frame, nothing in flight and no subscription
-      for that long is closed (1000);
+    - ``max_connections`` (default derived from ``RLIMIT_NOFILE``): WebSocket connections
+      the server admitted (after the token check); more get HTTP 503 with
+      ``Retry-After``;
+    - ``max_handshakes``: connections accepted whose request the server has not decided
+      on yet (apart from ``max_connections``); a new one beyond drops the oldest
+      (``handshake_guard``);
+    - ``handshake_timeout``: seconds from accept to the end of the WebSocket handshake
+      (then the connection is dropped);
+    - ``idle_timeout``: a connection with no frame and nothing in flight for that long is
+      closed (1000), also when it answers pings or holds subscriptions, unless one of its
+      subscriptions delivered events since the watchdog's previous look
+      (``connection_pump``);
+    - ``allow_origins``: browser origins allowed besides the server's own (``*``: any);
+      a request whose ``Origin`` is another is refused with HTTP 403 (``origins``).
     - ``stop_timeout``: ``stop()`` returns within about this many seconds whatever the
       clients do (requests still running are cancelled, unwritable connections aborted).
     """
@@ -157,7 +174,10 @@ class SessionServer:
         max_subscriber_bytes: int = 1024 * 1024,
         max_subscriptions: int = 256,
         max_connections: int | None = None,
+        max_handshakes: int = 128,
+        handshake_timeout: float | None = 10.0,
         idle_timeout: float | None = 300.0,
+        allow_origins: Sequence[str] = (),
         stop_timeout: float = 10.0,
         methods: Mapping[str, MethodSpec] | None = None,
     ) -> None:
@@ -203,6 +223,16 @@ class SessionServer:
         self.max_subscriber_bytes = max_subscriber_bytes
         self.max_subscriptions = max_subscriptions
         self.max_connections = max_connections or derive_limits().max_connections
+        self.max_handshakes = max(1, max_handshakes)
+        self.handshake_timeout = handshake_timeout
+        self.origins = OriginPolicy.of(allow_origins)
+        self.gate: HandshakeGate[GuardedConnection] = HandshakeGate(
+            self.max_handshakes, self.max_connections, self._evicted
+        )
+        self._evictions = RateLimitedLog(
+            "dropping the oldest handshake in progress: %d in progress, the maximum is %d "
+            "(max_handshakes); %d dropped in the last %.0f s"
+        )
         self.idle_timeout = idle_timeout
         self.stop_timeout = stop_timeout
         self.stopping = False
@@ -265,15 +295,21 @@ class SessionServer:
             # for a few hundred ms (every client stalls), and each compressed connection
             # keeps zlib buffers; the server's peers are local or on a fast network.
             compression=None,
-            logger=redacting_logger("websockets.server"),
-            # Over-long header lines get a 401/431 answer (handshake_guard), not a drop.
+            logger=quiet_client_handshake_failures(redacting_logger("websockets.server")),
+            # No answer names the Python or websockets version.
+            server_header=None,
+            open_timeout=self.handshake_timeout,
+            process_response=self._process_response,
+            # Malformed heads get a 400/405/414/431 answer, over-long header lines a
+            # 401/431 (handshake_guard), not a drop; the gate counts handshakes.
             create_connection=guarded(
                 intake_connection(
                     self.permits,
                     threshold=self.large_frame_threshold,
                     max_frame=self.max_frame_bytes,
                     hold_timeout=self.large_frame_hold_timeout,
-                )
+                ),
+                self.gate,
             ),
         )
         sockets = self._ws.sockets
@@ -303,8 +339,8 @@ class SessionServer:
             async with asyncio.timeout(self.stop_timeout):
                 await self._ws.wait_closed()
         except TimeoutError:
-            log.warning("stop deadline reached: aborting %d connections", len(self._ws.handlers))
-            for ws in list(self._ws.handlers):
+            log.warning("stop deadline reached: aborting %d connections", len(self.gate.live))
+            for ws in list(self.gate.live):
                 ws.transport.abort()
             for conn in list(self._connections):
                 conn.abort()
@@ -352,25 +388,28 @@ class SessionServer:
         return topic
 
     # -- handshake ---------------------------------------------------------------------
+    def _evicted(self) -> None:
+        self._evictions.note(len(self.gate.pending), self.max_handshakes)
+
     def _process_request(self, connection: ServerConnection, request: Request) -> Response | None:
+        if isinstance(connection, GuardedConnection):
+            self.gate.decided(connection)
         oversized = getattr(connection, "oversized_header", None)
         if oversized is not None:
             return refuse_oversized(connection, oversized)
+        origins = request.headers.get_all("Origin")
+        if len(origins) > 1:
+            return refuse(
+                connection, http.HTTPStatus.BAD_REQUEST, f"Origin: {len(origins)} headers"
+            )
+        refused = self.origins.refusal(origins[0] if origins else None, request.headers.get("Host"))
+        if refused is not None:
+            return refuse(connection, http.HTTPStatus.FORBIDDEN, refused)
         public = self.http.public(connection, request)  # the page and /healthz: no token
         if public is not None:
             return public
         if self.stopping:
             return refuse(connection, http.HTTPStatus.SERVICE_UNAVAILABLE, "server shutting down")
-        open_now = len(self._ws.handlers) if self._ws is not None else 0
-        if open_now > self.max_connections:  # this handshake is one of the handlers
-            self._refusals.note(open_now - 1, self.max_connections)
-            response = refuse(
-                connection,
-                http.HTTPStatus.SERVICE_UNAVAILABLE,
-                f"too many connections (max_connections {self.max_connections}); retry later",
-            )
-            response.headers["Retry-After"] = "1"
-            return response
         authorizations = request.headers.get_all("Authorization")
         if len(authorizations) > 1:
             return refuse(
@@ -402,8 +441,7 @@ class SessionServer:
             limited = grant is not None and not grant.unrestricted
             return self.http.metrics(connection, grant.permits if limited and grant else None)
         if path in ("/v1", "/v1/"):
-            self._routes[connection] = Route(SERVER, None, grant)
-            return None
+            return self._admit(connection, Route(SERVER, None, grant))
         if not path.startswith(AGENT_PREFIX):
             return refuse(
                 connection,
@@ -420,7 +458,34 @@ class SessionServer:
             return refuse(
                 connection, http.HTTPStatus.FORBIDDEN, "this token may not address this agent"
             )
-        self._routes[connection] = Route(AGENT, agent_id, grant)
+        return self._admit(connection, Route(AGENT, agent_id, grant))
+
+    def _admit(self, connection: ServerConnection, route: Route) -> Response | None:
+        """Take a connection slot for a handshake that passed every check, or 503."""
+        if isinstance(connection, GuardedConnection) and not self.gate.admit(connection):
+            self._refusals.note(len(self.gate.admitted), self.max_connections)
+            response = refuse(
+                connection,
+                http.HTTPStatus.SERVICE_UNAVAILABLE,
+                f"too many connections (max_connections {self.max_connections}); retry later",
+            )
+            response.headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
+            return response
+        self._routes[connection] = route
+        return None
+
+    def _process_response(
+        self, connection: ServerConnection, request: Request, response: Response
+    ) -> Response | None:
+        """A page of an allowed other origin may read the HTTP answers (CORS)."""
+        origin = request.headers.get("Origin")
+        if (
+            origin is not None
+            and response.status_code != http.HTTPStatus.SWITCHING_PROTOCOLS
+            and self.origins.cross_origin_allowed(origin)
+        ):
+            response.headers["Access-Control-Allow-Origin"] = origin
+            response.headers["Vary"] = "Origin"
         return None
 
     async def _handler(self, ws: ServerConnection) -> None:
@@ -441,6 +506,8 @@ class SessionServer:
 
 
 SERVER_LOCK_FILE: Final = "server.lock"
+RETRY_AFTER_SECONDS: Final = 1
+"""What a 503 for a full server tells the client to wait before it tries again."""
 
 
 def lock_memory_dir(memory_dir: Path) -> int:

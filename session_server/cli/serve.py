@@ -14,6 +14,7 @@ from pathlib import Path
 from ..auth import Authenticator, parse_token_spec, split_env_specs
 from ..auth_files import AuthSources
 from ..core.cache_budget import DEFAULT_CACHE_BYTES
+from ..origins import parse_allowed_origin
 from .options import (
     DEFAULT_HOST,
     DEFAULT_PORT,
@@ -35,6 +36,20 @@ def _token(value: str) -> str:
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from exc
     return value
+
+
+def _origin(value: str) -> str:
+    try:
+        return parse_allowed_origin(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def allowed_origins(args: argparse.Namespace) -> list[str]:
+    """``--allow-origin`` values, else ``SESSION_SERVER_ALLOW_ORIGIN`` (separated by commas
+    or spaces); ``ValueError`` names one that is not an origin."""
+    given: list[str] = args.allow_origin or (env("ALLOW_ORIGIN") or "").replace(",", " ").split()
+    return [parse_allowed_origin(value) for value in given]
 
 
 def serve_arguments(p: argparse.ArgumentParser) -> None:
@@ -86,11 +101,40 @@ def serve_arguments(p: argparse.ArgumentParser) -> None:
         "(env SESSION_SERVER_MAX_CONNECTIONS; default derived from the descriptor limit)",
     )
     p.add_argument(
+        "--max-handshakes",
+        type=positive_int,
+        default=positive_int(env("MAX_HANDSHAKES", "128") or "128"),
+        help="most connections accepted whose WebSocket handshake is not decided yet, apart "
+        "from --max-connections; a new one beyond drops the oldest (env "
+        "SESSION_SERVER_MAX_HANDSHAKES; default 128)",
+    )
+    p.add_argument(
+        "--handshake-timeout",
+        type=positive_seconds,
+        default=positive_seconds(env("HANDSHAKE_TIMEOUT", "10") or "10"),
+        metavar="SECONDS",
+        help="drop a connection whose WebSocket handshake has not completed this many seconds "
+        "after it was accepted (env SESSION_SERVER_HANDSHAKE_TIMEOUT; default 10)",
+    )
+    p.add_argument(
         "--idle-timeout",
         type=float,
         default=float(env("IDLE_TIMEOUT", "300") or "300"),
-        help="close a connection that sent nothing, has nothing in flight and no "
-        "subscription for this many seconds (env SESSION_SERVER_IDLE_TIMEOUT; default 300)",
+        metavar="SECONDS",
+        help="close a connection that sent no request and had nothing in flight for this many "
+        "seconds, also when it answers pings or holds subscriptions, unless a subscription "
+        "delivered events since the previous look (so a quiet one is closed after one to two "
+        "timeouts); 0: never (env SESSION_SERVER_IDLE_TIMEOUT; default 300)",
+    )
+    p.add_argument(
+        "--allow-origin",
+        action="append",
+        type=_origin,
+        metavar="ORIGIN",
+        help="let browser pages of ORIGIN (scheme://host[:port]) use the server; repeat for "
+        "several; * allows any page. Requests with another Origin header than the server's "
+        "own are refused with 403; requests without one (programs) are not affected (env "
+        "SESSION_SERVER_ALLOW_ORIGIN: origins separated by commas or spaces; default: none)",
     )
     p.add_argument(
         "--stop-timeout",
@@ -306,6 +350,11 @@ async def _serve(args: argparse.Namespace, sources: AuthSources, auth: Authentic
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLDS)
 
+    try:
+        origins = allowed_origins(args)
+    except ValueError as exc:
+        print(f"session-server: SESSION_SERVER_ALLOW_ORIGIN: {exc}", file=sys.stderr, flush=True)
+        return 2
     host = args.host or DEFAULT_HOST
     tokens = auth.enabled
     if not tokens and args.host is None:
@@ -351,7 +400,10 @@ async def _serve(args: argparse.Namespace, sources: AuthSources, auth: Authentic
             write_timeout=args.write_timeout if args.write_timeout > 0 else None,
             methods=BUILTIN_METHODS,
             max_connections=args.max_connections or limits.max_connections,
+            max_handshakes=args.max_handshakes,
+            handshake_timeout=args.handshake_timeout,
             idle_timeout=args.idle_timeout if args.idle_timeout > 0 else None,
+            allow_origins=origins,
             stop_timeout=args.stop_timeout,
         )
         try:

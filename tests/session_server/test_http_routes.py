@@ -66,14 +66,12 @@ async def test_healthz_reports_ok_while_serving(server: RunningServer) -> None:
 
 async def test_healthz_is_503_while_shutting_down(tmp_path: Path) -> None:
     async with running_server(tmp_path / "memory") as running:
-        ws = running.server._ws
-        assert ws is not None
         host, port = running.url.removeprefix("ws://").rsplit(":", 1)
         reader, writer = await asyncio.open_connection(host, int(port))
         # Accepted before the stop: its request is read after the stop began.
         writer.write(b"GET /healthz HTTP/1.1\r\nHost: test\r\n")
         await writer.drain()
-        await until(lambda: len(ws.handlers) == 1)
+        await until(lambda: len(running.server.gate.pending) == 1)
         stopping = asyncio.create_task(running.server.stop())
         await until(lambda: running.server.stopping)
         writer.write(b"\r\n")

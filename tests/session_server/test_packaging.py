@@ -6,10 +6,15 @@ import importlib.util
 import re
 import subprocess
 import sys
+import tomllib
 import zipfile
 from pathlib import Path
 
+from packaging.requirements import Requirement
+from packaging.version import Version
+
 from session_server.storage.schema import SCHEMA_VERSION, schema_sql
+from session_server.ws_compat import SUPPORTED_MAJORS
 
 ROOT = Path(__file__).resolve().parents[2]
 CREATE_EVENTS = re.compile(r"CREATE TABLE (IF NOT EXISTS )?events\b")
@@ -59,3 +64,34 @@ def test_wheel_contains_schema_and_type_markers(tmp_path: Path) -> None:
     assert packaged == (ROOT / "schema.sql").read_text(encoding="utf-8")
     assert CREATE_EVENTS.search(packaged)
     assert not any(n.startswith("tests/") for n in names)
+
+
+def _requirements() -> list[str]:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    found = list(project["build-system"]["requires"]) + list(project["project"]["dependencies"])
+    for extra in project["project"]["optional-dependencies"].values():
+        found += extra
+    return found
+
+
+def test_every_dependency_has_an_upper_bound_below_its_next_major() -> None:
+    """A plain install takes today's releases: each dependency stops below the next
+    major (a 0.x one below 1), where its API may break (websockets 17 broke the
+    handshake of a server pinned only from below)."""
+    for text in _requirements():
+        requirement = Requirement(text)
+        uppers = [s for s in requirement.specifier if s.operator == "<"]
+        lowers = [s for s in requirement.specifier if s.operator == ">="]
+        assert len(uppers) == 1 and len(lowers) == 1, text
+        upper = Version(uppers[0].version)
+        assert Version(lowers[0].version) < upper, text
+        assert len(upper.release) == 1, f"{text}: the bound is a major release (<N)"
+
+
+def test_websockets_is_bounded_to_the_supported_majors() -> None:
+    (websockets,) = [r for r in map(Requirement, _requirements()) if r.name == "websockets"]
+    for major in SUPPORTED_MAJORS:
+        assert websockets.specifier.contains(f"{major}.0"), major
+        assert websockets.specifier.contains(f"{major}.9"), major
+    assert not websockets.specifier.contains(f"{max(SUPPORTED_MAJORS) + 1}.0")
+    assert not websockets.specifier.contains(f"{min(SUPPORTED_MAJORS) - 1}.9")

@@ -8,6 +8,7 @@ is full they stop reading the socket, exactly like a stalled peer.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import http
 import logging
 import os
@@ -324,20 +325,39 @@ async def test_connection_maximum_refuses_with_503_and_logs_once(
         assert await client.list_sessions()
 
 
-async def test_idle_connection_is_closed_but_a_subscriber_is_not(tmp_path: Path) -> None:
-    async with running_server(tmp_path / "memory", idle_timeout=0.2) as running:
-        async with SessionClient(running.url, AGENT) as setup:
-            await setup.create_session(session_id="s")
+async def test_idle_connection_is_closed_but_a_subscriber_receiving_events_is_not(
+    tmp_path: Path,
+) -> None:
+    """A subscription keeps its connection while its session has events (a quiet one
+    does not: ``test_server_front_door.py``)."""
+    async with (
+        running_server(tmp_path / "memory", idle_timeout=0.2) as running,
+        SessionClient(running.url, AGENT) as writer,
+    ):
+        await writer.create_session(session_id="s")
         async with connect(f"{running.url}/v1/agents/{AGENT}") as listener:
             await listener.send(request(1, "events.subscribe", session_id="s"), text=True)
             assert "result" in _DEC.decode(await listener.recv())
-            async with connect(f"{running.url}/v1/agents/{AGENT}") as idle:
-                async with asyncio.timeout(DEADLINE_S):
-                    await idle.wait_closed()
-                assert idle.close_code == 1000 and idle.close_reason == "idle timeout"
+
+            async def write_events() -> None:
+                while True:
+                    await writer.append_events("s", [{"content": "tick"}])
+                    await asyncio.sleep(0.05)  # pacing the writes, not a wait
+
+            ticking = asyncio.create_task(write_events())
+            try:
+                async with connect(f"{running.url}/v1/agents/{AGENT}") as idle:
+                    async with asyncio.timeout(DEADLINE_S):
+                        await idle.wait_closed()
+                    assert idle.close_code == 1000 and idle.close_reason == "idle timeout"
+            finally:
+                ticking.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await ticking
             # The idle one was closed after several idle periods; the subscriber lives.
             await listener.send(request(2, "session.list"), text=True)
-            assert _DEC.decode(await listener.recv())["id"] == 2
+            while (answer := _DEC.decode(await listener.recv())).get("id") != 2:
+                assert answer["method"] == "events.appended"
 
 
 async def test_a_connection_sending_more_often_than_the_idle_timeout_stays_open(
