@@ -270,7 +270,12 @@ class _Local:
             self.home = here
         if self.home is here:
             return await call
-        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(call, self.home))
+        try:
+            future = asyncio.run_coroutine_threadsafe(call, self.home)
+        except RuntimeError:  # the registry's loop is closed
+            call.close()
+            raise
+        return await asyncio.wrap_future(future)
 
     async def _actor(self) -> AgentActor:
         return await self.registry.get(self.agent_id)
