@@ -85,6 +85,8 @@ class SyncSessionClient:
         )
         self._factory()  # validates the agent id before any thread starts
         self._client: SessionClient | None = None
+        # One connect at a time: calls that find no connection share the one being made.
+        self._connect_gate = asyncio.Lock()
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
             target=self._loop.run_forever, name=f"session-client-{agent_id}", daemon=True
@@ -101,13 +103,17 @@ class SyncSessionClient:
 
     async def _connected(self) -> SessionClient:
         client = self._client
-        if client is None or client.lost is not None:
-            if client is not None:
-                await client.close()
-            self._client = None
-            client = await self._factory().connect()
-            self._client = client
-        return client
+        if client is not None and client.lost is None:
+            return client
+        async with self._connect_gate:
+            client = self._client
+            if client is None or client.lost is not None:
+                if client is not None:
+                    await client.close()
+                self._client = None
+                client = await self._factory().connect()
+                self._client = client
+            return client
 
     async def _invoke(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if name in _KEYED_WRITES and not kwargs.get("idempotency_key"):

@@ -23,7 +23,9 @@ Semantics (those of ``SQLiteSession``; the differences are listed last):
   for other providers and the memory view.
 - ``get_items(limit=None)`` without a strategy gives back exactly the items ``add_items``
   got, in order (read from the stored events, compaction records skipped); ``limit`` (or
-  ``session_settings.limit``) keeps the newest ``limit`` items (0: none; negative: all).
+  ``session_settings.limit``) keeps the newest ``limit`` items (0: none; negative: all),
+  read from the newest events only (``events.load`` with ``tail``), so a limited read costs
+  what the limit costs, not what the history does.
 - ``pop_item()`` removes and returns the newest item, atomically (``events.pop`` guarded
   by the id of the event it read: a concurrent writer makes it retry, never lose an
   item). When that event holds several items (one model turn), the event is rewritten in
@@ -39,17 +41,31 @@ message, the raw tail), so the SDK gets token-bounded memory without OpenAI's co
 endpoint. Items the compaction replaced are rendered from the message fields; the rest
 stay verbatim.
 
+``session_settings`` is taken as the SDK takes it: a ``SessionSettings`` or a dict of its
+fields (``{"limit": 20}``), normalised to ``SessionSettings``; an unknown key or another
+type is refused with the SDK's ``TypeError`` ("Unknown session settings: ...").
+
 Remote sessions talk over a :class:`session_server.sync_client.SyncSessionClient`, whose
 connection lives on its own thread: the session works from ``Runner.run`` on any loop and
-from ``Runner.run_sync`` (a new loop per call), and reconnects when the server restarts.
-``close()`` (or ``await aclose()`` from async code) ends that connection.
+from ``Runner.run_sync`` (a new loop per call). One session object holds one connection,
+whatever the concurrency (concurrent first calls share one connect); ``close()`` (or
+``await aclose()`` from async code) ends it. ``reconnect_budget`` (seconds, 30 by default)
+is how long a call waits for a server that is down or restarting before it raises; it is
+given to the client.
+
+An in-process session (``registry=``) runs its calls on the loop of the registry (the loop
+running when the session was made, or else the loop of its first call), so it too works
+from ``Runner.run_sync`` or from threads with loops of their own.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Sequence
+import dataclasses
+import inspect
+import math
+from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar, cast
 
 from agents import RunHooks
@@ -105,6 +121,56 @@ async def _in_pieces(
 
 
 _POP_ATTEMPTS: Final = 8
+RECONNECT_BUDGET: Final = 30.0
+"""Seconds a remote session's call waits for its server by default."""
+# SyncSessionClient's waits between attempts double from its ``retry_delay`` up to this.
+_CLIENT_MAX_DELAY: Final = 2.0
+
+
+def coerce_session_settings(value: SessionSettings | dict[str, Any] | None) -> SessionSettings:
+    """``SessionSettings`` from what the SDK's sessions accept: ``None`` (the defaults), a
+    ``SessionSettings`` (kept as given) or a dict of its fields; anything else, or a dict
+    with an unknown key, is the ``TypeError`` the SDK raises."""
+    if value is None:
+        return SessionSettings()
+    if isinstance(value, SessionSettings):
+        return value
+    if not isinstance(value, dict):
+        raise TypeError(
+            f"session must be a SessionSettings instance or a dict, got {type(value).__name__}"
+        )
+    known = {f.name for f in dataclasses.fields(SessionSettings) if f.init}
+    unknown = sorted(str(name) for name in value if name not in known)
+    if unknown:
+        raise TypeError(f"Unknown session settings: {', '.join(unknown)}")
+    return SessionSettings(**value)
+
+
+def retries_within(budget: float, first_delay: float, max_delay: float) -> int:
+    """How many retries, waiting ``first_delay`` then doubling up to ``max_delay`` between
+    them, it takes for the waits to add up to ``budget`` seconds (0 for no budget)."""
+    if budget <= 0:
+        return 0
+    retries, waited, delay = 0, 0.0, first_delay
+    while waited < budget and delay < max_delay:
+        retries, waited, delay = retries + 1, waited + delay, min(delay * 2, max_delay)
+    if waited < budget:
+        retries += math.ceil((budget - waited) / max_delay)
+    return retries
+
+
+def client_options(budget: float) -> dict[str, Any]:
+    """``SyncSessionClient`` arguments for a reconnect budget of ``budget`` seconds: the
+    client's own ``reconnect_budget`` when it (or the ``SessionClient`` it passes its
+    options to) takes one, else its ``retries`` for that many seconds of waiting."""
+    from session_server.client import SessionClient
+    from session_server.sync_client import SyncSessionClient
+
+    for cls in (SyncSessionClient, SessionClient):
+        if "reconnect_budget" in inspect.signature(cls).parameters:
+            return {"reconnect_budget": budget}
+    first = inspect.signature(SyncSessionClient).parameters["retry_delay"].default
+    return {"retries": retries_within(budget, float(first), _CLIENT_MAX_DELAY)}
 
 
 class _Backend(Protocol):
@@ -128,10 +194,12 @@ class _Backend(Protocol):
 
 
 class _Remote:
-    def __init__(self, url: str, agent_id: str, token: str | None) -> None:
+    def __init__(self, url: str, agent_id: str, token: str | None, budget: float) -> None:
         from session_server.sync_client import SyncSessionClient
 
-        self.client: SyncSessionClient = SyncSessionClient(url, agent_id, token=token)
+        self.client: SyncSessionClient = SyncSessionClient(
+            url, agent_id, token=token, **client_options(budget)
+        )
 
     async def ensure(self, session_id: str, metadata: dict[str, Any] | None) -> None:
         await self.client.acall("get_or_create_session", session_id, metadata)
@@ -184,14 +252,38 @@ class _Remote:
 
 
 class _Local:
+    """The registry's actor, called on the registry's loop whatever loop the caller is on
+    (``Runner.run_sync`` runs each call on a new loop; the registry's actors, stores and
+    locks belong to the loop they were made on)."""
+
     def __init__(self, registry: ActorRegistry, agent_id: str) -> None:
         self.registry = registry
         self.agent_id = agent_id
+        try:
+            self.home: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:  # made outside a loop: the first call's loop is the registry's
+            self.home = None
+
+    async def _on_home(self, call: Coroutine[Any, Any, T]) -> T:
+        here = asyncio.get_running_loop()
+        if self.home is None:
+            self.home = here
+        if self.home is here:
+            return await call
+        try:
+            future = asyncio.run_coroutine_threadsafe(call, self.home)
+        except RuntimeError:  # the registry's loop is closed
+            call.close()
+            raise
+        return await asyncio.wrap_future(future)
 
     async def _actor(self) -> AgentActor:
         return await self.registry.get(self.agent_id)
 
     async def ensure(self, session_id: str, metadata: dict[str, Any] | None) -> None:
+        await self._on_home(self._ensure(session_id, metadata))
+
+    async def _ensure(self, session_id: str, metadata: dict[str, Any] | None) -> None:
         actor = await self._actor()
         if await actor.get_session(session_id) is None:
             # Created meanwhile by another writer: that is all we wanted.
@@ -199,9 +291,17 @@ class _Local:
                 await actor.create_session(metadata=metadata, session_id=session_id)
 
     async def set_strategy(self, session_id: str, strategy: dict[str, Any]) -> None:
+        await self._on_home(self._set_strategy(session_id, strategy))
+
+    async def _set_strategy(self, session_id: str, strategy: dict[str, Any]) -> None:
         await (await self._actor()).set_strategy(strategy, session_id)
 
     async def persist(
+        self, session_id: str, messages: list[ContextMessage], usage: dict[str, Any] | None
+    ) -> None:
+        await self._on_home(self._persist(session_id, messages, usage))
+
+    async def _persist(
         self, session_id: str, messages: list[ContextMessage], usage: dict[str, Any] | None
     ) -> None:
         ctx = WorkingContext()
@@ -209,6 +309,11 @@ class _Local:
         await (await self._actor()).persist_working_context(session_id, ctx, usage=usage)
 
     async def load(
+        self, session_id: str, *, limit: int | None, after_seq: int | None
+    ) -> list[SessionEvent]:
+        return await self._on_home(self._load(session_id, limit=limit, after_seq=after_seq))
+
+    async def _load(
         self, session_id: str, *, limit: int | None, after_seq: int | None
     ) -> list[SessionEvent]:
         actor = await self._actor()
@@ -223,15 +328,26 @@ class _Local:
         )
 
     async def build(self, session_id: str, strategy: dict[str, Any]) -> WorkingContext:
+        return await self._on_home(self._build(session_id, strategy))
+
+    async def _build(self, session_id: str, strategy: dict[str, Any]) -> WorkingContext:
         return await (await self._actor()).build_working_context(session_id, strategy=strategy)
 
     async def pop(
+        self, session_id: str, event_id: str, replace_with: SessionEvent | None
+    ) -> SessionEvent | None:
+        return await self._on_home(self._pop(session_id, event_id, replace_with))
+
+    async def _pop(
         self, session_id: str, event_id: str, replace_with: SessionEvent | None
     ) -> SessionEvent | None:
         actor = await self._actor()
         return await actor.pop_event(session_id, event_id=event_id, replace_with=replace_with)
 
     async def clear(self, session_id: str) -> None:
+        await self._on_home(self._clear(session_id))
+
+    async def _clear(self, session_id: str) -> None:
         await (await self._actor()).clear_session(session_id)
 
     def close(self) -> None:
@@ -250,9 +366,10 @@ class SessionServerSession:
     """An OpenAI Agents SDK session stored in session-server (see the module docstring).
 
     Remote: ``SessionServerSession(session_id, url=..., agent_id=..., token=None,
-    strategy=None)``; local: ``SessionServerSession(session_id, registry=...,
-    agent_id=...)``. ``metadata`` is given to the session when this object creates it;
-    ``session_settings`` as for ``SQLiteSession``.
+    strategy=None, reconnect_budget=30.0)``; local: ``SessionServerSession(session_id,
+    registry=..., agent_id=...)``. ``metadata`` is given to the session when this object
+    creates it; ``session_settings`` as for ``SQLiteSession`` (a ``SessionSettings`` or a
+    dict of its fields).
     """
 
     session_id: str
@@ -268,7 +385,8 @@ class SessionServerSession:
         token: str | None = None,
         strategy: dict[str, Any] | None = None,
         metadata: dict[str, Any] | None = None,
-        session_settings: SessionSettings | None = None,
+        session_settings: SessionSettings | dict[str, Any] | None = None,
+        reconnect_budget: float = RECONNECT_BUDGET,
     ) -> None:
         if (url is None) == (registry is None):
             raise InvalidParamsError(
@@ -277,13 +395,25 @@ class SessionServerSession:
             )
         if strategy is not None and not isinstance(strategy, dict):
             raise InvalidParamsError("strategy: must be an object", data={"field": "strategy"})
+        if (
+            isinstance(reconnect_budget, bool)
+            or not isinstance(reconnect_budget, int | float)
+            or not 0 <= reconnect_budget < math.inf
+        ):
+            raise InvalidParamsError(
+                "reconnect_budget: must be a number of seconds, 0 or more",
+                data={"field": "reconnect_budget"},
+            )
         self.session_id = session_id
         self.agent_id = agent_id
         self.strategy = strategy
         self.metadata = metadata
-        self.session_settings = session_settings or SessionSettings()
+        self.session_settings = coerce_session_settings(session_settings)
+        self.reconnect_budget = float(reconnect_budget)
         self._backend: _Backend = (
-            _Remote(url, agent_id, token) if url is not None else _Local(registry, agent_id)  # type: ignore[arg-type]
+            _Remote(url, agent_id, token, self.reconnect_budget)
+            if url is not None
+            else _Local(registry, agent_id)  # type: ignore[arg-type]
         )
         self._ensured = False
         self._usage: dict[str, Any] | None = None
@@ -296,12 +426,19 @@ class SessionServerSession:
             limit = self.session_settings.limit
         if limit == 0:
             return []
+        limited = limit is not None and limit > 0
         try:
-            items = await (self._all_items() if self.strategy is None else self._built_items())
+            if self.strategy is not None:
+                items = await self._built_items()
+            elif limited:
+                assert limit is not None
+                items = await self._newest_items(limit)
+            else:
+                items = await self._all_items()
         except NotFoundError:
             return []  # nothing was ever added
-        if limit is not None and limit > 0:
-            items = items[-limit:]
+        if limited:
+            items = items[-cast(int, limit) :]
         return cast(list[TResponseInputItem], items)
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
@@ -396,6 +533,20 @@ class SessionServerSession:
             if len(page) < _PAGE:
                 return await _in_pieces(events, _items_of)
             cursor = page[-1].seq
+
+    async def _newest_items(self, limit: int) -> list[dict[str, Any]]:
+        """The newest ``limit`` items (or all there are), read from the newest events: an
+        event holds one item or more (a model turn's), so the last ``limit`` events hold
+        enough unless some hold none; then twice as many are read, up to a page, beyond
+        which the history is read in pages."""
+        count = limit
+        while count <= _PAGE:
+            events = await self._backend.load(self.session_id, limit=count, after_seq=None)
+            items = await _in_pieces(events, _items_of)
+            if len(items) >= limit or len(events) < count:
+                return items[-limit:]
+            count *= 2
+        return (await self._all_items())[-limit:]
 
     async def _built_items(self) -> list[dict[str, Any]]:
         assert self.strategy is not None

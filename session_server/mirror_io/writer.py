@@ -173,10 +173,14 @@ class MirrorWriter:
         """Rewrite the files that differ from a fresh rendering of ``events``; reset state."""
         return self.repair(session_id, ListSource(events)) or []
 
-    def repair(self, session_id: str, source: EventSource) -> list[str] | None:
+    def repair(
+        self, session_id: str, source: EventSource, *, after_edit: bool = False
+    ) -> list[str] | None:
         """Rewrite the files that differ from the rendering of ``source`` (streamed, one
         file at a time) and go on from there; ``None`` on an I/O error (logged; the
-        session stays inactive)."""
+        session stays inactive). ``after_edit``: the rewrite that follows a delete, pop
+        or clear, expected, so logged at debug level; otherwise files that differ are a
+        repair (a crash or an outside change), logged as a warning."""
         if not self.enabled:
             return []
         self._models.pop(session_id, None)
@@ -192,10 +196,10 @@ class MirrorWriter:
         if changed:
             # No folder before: a first writing (an imported or restored session), no repair.
             logger.log(
-                logging.WARNING if existed else logging.INFO,
+                logging.DEBUG if after_edit else logging.WARNING if existed else logging.INFO,
                 "mirror of session %s %s: %s",
                 session_id,
-                "repaired" if existed else "written",
+                "rewritten after an edit" if after_edit else "repaired" if existed else "written",
                 ", ".join(changed),
             )
         self._models[session_id] = model

@@ -151,11 +151,12 @@ class MirrorActivation:
 
         self._later(activate, self._confirm(session_id))
 
-    def _repair(self, path: Path, session_id: str) -> int | None:
+    def _repair(self, path: Path, session_id: str, *, after_edit: bool = False) -> int | None:
         """Repair the session's files streamed from SQLite (a worker thread); the session's
-        last seq in the state the repair read, or ``None`` when it failed."""
+        last seq in the state the repair read, or ``None`` when it failed. ``after_edit``:
+        the expected rewrite after a delete, pop or clear (``MirrorWriter.repair``)."""
         with SessionEventReader(path, session_id) as source:
-            if self.writer.repair(session_id, source) is None:
+            if self.writer.repair(session_id, source, after_edit=after_edit) is None:
                 return None
             return source.last_seq()
 

@@ -368,7 +368,7 @@ class MirrorLink(MirrorActivation):
         def repair() -> int | None:
             # The snapshot may hold deleted messages: remove it before anything else.
             (self.session_dir(session_id) / SNAPSHOT_FILE).unlink(missing_ok=True)
-            return self._repair(path, session_id)
+            return self._repair(path, session_id, after_edit=True)
 
         self._later(repair, self._confirm(session_id))
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,12 +30,12 @@ from agents import (
 from agents.memory import Session, SessionSettings
 
 from session_server.client import SessionClient
-from session_server.core.errors import InvalidParamsError
+from session_server.core.errors import InvalidParamsError, SessionServerError
 from session_server.integrations import openai_agents
 from session_server.integrations.openai_agents import SessionServerSession
 from session_server.runtime.registry import ActorRegistry
 from tests.support.openai_server import FakeOpenAIServer, async_client, response_payload
-from tests.support.server import RestartableServer, ServerProcess
+from tests.support.server import RestartableServer, ServerProcess, free_port
 
 set_tracing_disabled(True)  # no trace export: the only network is 127.0.0.1
 
@@ -358,3 +359,185 @@ async def test_many_items_are_converted_off_the_event_loop(
         await plain.add_items(many[:2])  # type: ignore[arg-type]
         assert len(await plain.get_items(limit=2)) == 2
     assert seen["from_items"] == [(main, 2)], seen
+
+
+def _client_sockets(port: int) -> int:
+    """Open TCP connections (ESTABLISHED) whose far end is 127.0.0.1:``port``: the
+    connections clients hold to a server on that port (its own sockets have it as their
+    near end)."""
+    count = 0
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        remote, state = fields[2], fields[3]
+        if state == "01" and int(remote.split(":")[1], 16) == port:
+            count += 1
+    return count
+
+
+async def test_concurrent_first_calls_share_one_connection(tmp_path: Path) -> None:
+    """Five concurrent ``add_items`` on a fresh remote session open one connection, and
+    ``aclose()`` closes it; before, each opened its own and four stayed open."""
+    with ServerProcess(tmp_path / "memory") as proc:
+        port = int(proc.url.rsplit(":", 1)[1])
+        session = SessionServerSession("user-c", url=proc.url, agent_id=AGENT)
+        try:
+            await asyncio.gather(
+                *(session.add_items([{"role": "user", "content": f"m{i}"}]) for i in range(5))
+            )
+            assert _client_sockets(port) == 1
+            items = await session.get_items()
+            assert sorted(i["content"] for i in items) == [f"m{i}" for i in range(5)]
+        finally:
+            await session.aclose()
+        assert _client_sockets(port) == 0
+
+
+@pytest.mark.parametrize("where", ["remote", "local"])
+async def test_a_limited_read_reads_only_the_tail(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    """``get_items(limit=n)`` asks for the newest events only (converting about ``n``
+    items), and gives the items ``SQLiteSession`` gives, a model turn's several items
+    included; before, it read and converted the whole history."""
+    converted: list[int] = []
+    original = openai_agents._items_of
+
+    def counting(events: Any) -> Any:
+        converted.append(len(events))
+        return original(events)
+
+    reference = SQLiteSession("limit")
+    turn = [
+        {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "e"},
+        {"type": "function_call", "id": "fc_1", "call_id": "c1", "name": "f", "arguments": "{}"},
+    ]
+    history: list[Any] = [{"role": "user", "content": f"m{i}"} for i in range(200)]
+    async with RestartableServer(tmp_path / "memory") as server:
+        assert server.registry is not None
+        session = (
+            SessionServerSession("s", url=server.url, agent_id=AGENT)
+            if where == "remote"
+            else SessionServerSession("s", registry=server.registry, agent_id=AGENT)
+        )
+        try:
+            for target in (session, reference):
+                await target.add_items(history)
+                await target.add_items(turn)  # one model turn: one event, two items
+            monkeypatch.setattr(openai_agents, "_items_of", counting)
+            for limit in (1, 2, 3, 20):
+                converted.clear()
+                assert await session.get_items(limit=limit) == await reference.get_items(limit)
+                assert sum(converted) <= limit, (limit, converted)
+            limited = SessionServerSession(
+                "s",
+                url=server.url,
+                agent_id=AGENT,
+                session_settings=SessionSettings(limit=5),
+            )
+            converted.clear()
+            assert await limited.get_items() == await reference.get_items(5)
+            assert sum(converted) <= 5
+            await limited.aclose()
+        finally:
+            await session.aclose()
+            reference.close()
+
+
+async def test_pop_and_clear_log_nothing_at_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``pop_item`` and ``clear_session`` are normal operations: the mirror's rewrite
+    after them logs below WARNING (before, each logged that the mirror was "repaired").
+    The registry is closed before looking, so the mirror's work has all run."""
+    caplog.set_level(logging.DEBUG)
+    async with ActorRegistry(tmp_path / "memory") as registry:
+        session = SessionServerSession("s", registry=registry, agent_id=AGENT)
+        await session.add_items([{"role": "user", "content": f"m{i}"} for i in range(4)])
+        await session.add_items(
+            [
+                {"type": "reasoning", "id": "rs", "summary": []},
+                {"role": "assistant", "content": "a"},
+            ]
+        )
+        assert await session.pop_item() == {"role": "assistant", "content": "a"}  # rewritten
+        assert await session.pop_item() == {"type": "reasoning", "id": "rs", "summary": []}
+        assert await session.pop_item() == {"role": "user", "content": "m3"}
+        await session.clear_session()
+        assert await session.get_items() == []
+        await session.add_items([{"role": "user", "content": "again"}])
+    loud = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert loud == [], [r.getMessage() for r in loud]
+    assert any("mirror of session" in r.getMessage() for r in caplog.records)
+
+
+def test_session_settings_are_normalised_as_the_sdk_does(tmp_path: Path) -> None:
+    """A dict is accepted and becomes ``SessionSettings``; unknown keys and other types
+    are refused with the SDK's ``TypeError``, before anything is opened."""
+    registry = ActorRegistry(tmp_path / "memory")
+    session = SessionServerSession(
+        "s", registry=registry, agent_id=AGENT, session_settings={"limit": 3}
+    )
+    assert session.session_settings == SessionSettings(limit=3)
+    given = SessionSettings(limit=1)
+    same = SessionServerSession("s", registry=registry, agent_id=AGENT, session_settings=given)
+    assert same.session_settings is given
+    assert SessionServerSession("s", registry=registry, agent_id=AGENT).session_settings == (
+        SessionSettings()
+    )
+    with pytest.raises(TypeError, match="Unknown session settings: limitt, other"):
+        SessionServerSession(
+            "s", registry=registry, agent_id=AGENT, session_settings={"other": 1, "limitt": 1}
+        )
+    with pytest.raises(TypeError, match="session must be a SessionSettings instance or a dict"):
+        SessionServerSession("s", registry=registry, agent_id=AGENT, session_settings=5)  # type: ignore[arg-type]
+
+
+async def test_a_remote_session_waits_for_a_server_within_its_reconnect_budget(
+    tmp_path: Path,
+) -> None:
+    """The first call of a session whose server is not up yet waits for it (the server
+    starts once the call is under way) within ``reconnect_budget``; a session with a
+    small budget gives up."""
+    port = free_port()
+    url = f"ws://127.0.0.1:{port}"
+    patient = SessionServerSession("s", url=url, agent_id=AGENT, reconnect_budget=60.0)
+    impatient = SessionServerSession("s", url=url, agent_id=AGENT, reconnect_budget=0.2)
+    try:
+        with pytest.raises((OSError, SessionServerError)):
+            await impatient.get_items(limit=1)
+        call = asyncio.ensure_future(patient.add_items([{"role": "user", "content": "hi"}]))
+        with ServerProcess(tmp_path / "memory", "--port", str(port)):
+            await asyncio.wait_for(call, 60)
+            assert await patient.get_items() == [{"role": "user", "content": "hi"}]
+    finally:
+        await patient.aclose()
+        await impatient.aclose()
+
+
+def test_retries_within_a_budget() -> None:
+    """The retries whose doubling waits (capped) first add up to the budget."""
+    assert openai_agents.retries_within(0, 0.05, 2.0) == 0
+    assert openai_agents.retries_within(0.05, 0.05, 2.0) == 1
+    assert openai_agents.retries_within(0.2, 0.05, 2.0) == 3  # 0.05 + 0.1 + 0.2
+    # 0.05 .. 1.6 wait 3.15 s in 6 retries; then 2 s each.
+    assert openai_agents.retries_within(3.15, 0.05, 2.0) == 6
+    assert openai_agents.retries_within(30.0, 0.05, 2.0) == 6 + 14
+    assert openai_agents.retries_within(1.0, 5.0, 2.0) == 1  # a first wait above the cap
+
+
+def test_the_reconnect_budget_reaches_the_client() -> None:
+    """The client gets the budget as its own setting when it has one, else as retries."""
+    options = openai_agents.client_options(12.5)
+    assert options in ({"reconnect_budget": 12.5}, {"retries": 11}), options
+    session = SessionServerSession(
+        "s", url="ws://127.0.0.1:9", agent_id=AGENT, reconnect_budget=12.5
+    )
+    try:
+        client = session._backend.client  # type: ignore[attr-defined]
+        for name, value in options.items():
+            assert getattr(client, name) == value
+    finally:
+        session.close()
+    for bad in (-1, float("inf"), float("nan"), True, "30"):
+        with pytest.raises(InvalidParamsError, match="reconnect_budget"):
+            SessionServerSession("s", url="ws://127.0.0.1:9", agent_id=AGENT, reconnect_budget=bad)  # type: ignore[arg-type]

@@ -13,6 +13,7 @@ from session_server.core.events import ContextMessage, SessionEvent
 from session_server.mirror.model import render_mirror
 from session_server.mirror_io.export import export_session
 from session_server.mirror_io.jsonl import encode_lines
+from session_server.mirror_io.repair import ListSource
 from session_server.mirror_io.snapshot_files import load_snapshot_cache, snapshot_digest
 from session_server.mirror_io.writer import MirrorWriter, reconcile_session_dir, validate_session_id
 from tests.session_server.mirror.factory import (
@@ -249,3 +250,21 @@ def test_session_id_must_be_a_safe_folder_name() -> None:
     for bad in ("", "../x", "a/b", "..", "x\x00"):
         with pytest.raises(InvalidParamsError, match="session_id"):
             validate_session_id(bad)
+
+
+def test_a_rewrite_after_an_edit_logs_below_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """After a delete, pop or clear the files differ from SQLite by design: that rewrite
+    is logged at debug level; files that differ otherwise are a repair, a warning."""
+    writer = MirrorWriter(tmp_path, "a")
+    evs = committed([user("x"), agent("y"), user("z")])
+    writer.activate("s1", evs)
+    caplog.set_level(logging.DEBUG, logger="session_server")
+    assert writer.repair("s1", ListSource(evs[:2]), after_edit=True) == ["raw_traces.jsonl"]
+    [edit] = [r for r in caplog.records if "mirror of session" in r.getMessage()]
+    assert edit.levelno == logging.DEBUG and "rewritten after an edit" in edit.getMessage()
+    caplog.clear()
+    assert writer.repair("s1", ListSource(evs[:1])) == ["raw_traces.jsonl"]
+    [repair] = [r for r in caplog.records if "mirror of session" in r.getMessage()]
+    assert repair.levelno == logging.WARNING and "repaired" in repair.getMessage()
