@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections.abc import AsyncIterator, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, overload
 
 import msgspec
 
@@ -16,7 +17,52 @@ from .connection import RpcConnection
 from .errors import ConnectionLostError
 from .subscription import Subscription
 
-__all__ = ["SessionClient", "SessionPage"]
+__all__ = ["SessionClient", "SessionPage", "strategy_args"]
+
+
+def strategy_args(
+    args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[str | None, dict[str, Any] | None, bool]:
+    """``(session_id, strategy, old_order)`` of a ``set_strategy`` call.
+
+    The order is ``(session_id, strategy)``; the old ``(strategy, session_id=None)`` is
+    told apart by type (a dict first, or a string second, or a dict with ``session_id``
+    given by name) and reported by ``old_order``. A lone ``None`` clears the agent
+    default in either order. ``TypeError`` names what is wrong otherwise."""
+    unknown = set(kwargs) - {"session_id", "strategy"}
+    if unknown or len(args) + len(kwargs) > 2 or len(args) > 2:
+        raise TypeError(
+            "set_strategy(session_id, strategy) takes two arguments"
+            + (f"; unknown: {', '.join(sorted(unknown))}" if unknown else "")
+        )
+    named = dict(kwargs)
+    old = False
+    if len(args) == 2:
+        first, second = args
+        old = isinstance(first, dict) or isinstance(second, str)
+        named = {"strategy": first, "session_id": second} if old else dict(
+            session_id=first, strategy=second
+        )
+    elif len(args) == 1:
+        (first,) = args
+        if "strategy" in named:  # set_strategy(session_id, strategy=...)
+            if "session_id" in named:
+                raise TypeError("set_strategy: session_id given twice")
+            named["session_id"] = first
+        elif "session_id" in named or isinstance(first, dict):  # the old order
+            named["strategy"], old = first, True
+        elif first is None:  # set_strategy(None): clear the agent default
+            named = {"session_id": None, "strategy": None}
+        else:
+            named["session_id"] = first
+    if "strategy" not in named:
+        raise TypeError("set_strategy: strategy is missing (None clears it)")
+    session_id, strategy = named.get("session_id"), named["strategy"]
+    if session_id is not None and not isinstance(session_id, str):
+        raise TypeError(f"session_id: expected a string or None, not {type(session_id).__name__}")
+    if strategy is not None and not isinstance(strategy, dict):
+        raise TypeError(f"strategy: expected a dict or None, not {type(strategy).__name__}")
+    return session_id, strategy, old
 
 
 def _set(**params: Any) -> dict[str, Any]:
@@ -38,8 +84,9 @@ class SessionClient(RpcConnection):
     """A connection to one agent (or to ``/v1`` with ``agent_id=None``).
 
     ``SessionClient(url, agent_id, *, token=None, max_size=16 MiB, open_timeout=10.0,
-    connect_retries=3, retry_delay=0.05)``;
-    the connection itself is ``RpcConnection``'s (``connect``, ``close``, ``call``).
+    reconnect_budget=30.0, retry_delay=0.05, max_retry_delay=2.0, connect_retries=None)``;
+    the connection itself is ``RpcConnection``'s (``connect``, ``close``, ``call``), and
+    reconnects on its own within ``reconnect_budget`` seconds (see ``connection``).
     """
 
     # -- sessions ------------------------------------------------------------------------
@@ -153,12 +200,12 @@ class SessionClient(RpcConnection):
         return msgspec.convert(await self._write("events.append", params, key), AppendResult)
 
     async def _write(self, method: str, params: dict[str, Any], key: str) -> Any:
+        """A keyed write; a connection error names the key (retry with it: at most once)."""
         try:
             return await self.call(method, params)
         except ConnectionLostError as exc:
-            lost = ConnectionLostError(*exc.args)
-            lost.idempotency_key = key
-            raise lost from exc
+            exc.idempotency_key = key
+            raise
 
     async def load_events(
         self,
@@ -306,11 +353,29 @@ class SessionClient(RpcConnection):
         """``{server, agent, session, effective}`` strategies (no session: the agent's)."""
         return dict(await self.call("memory.get_strategy", _set(session_id=session_id)))
 
+    @overload
+    async def set_strategy(
+        self, session_id: str | None, strategy: dict[str, Any] | None
+    ) -> dict[str, Any]: ...
+
+    @overload
     async def set_strategy(
         self, strategy: dict[str, Any] | None, session_id: str | None = None
-    ) -> dict[str, Any]:
-        """Persist a session's strategy (the agent default without ``session_id``);
-        ``None`` clears it."""
+    ) -> dict[str, Any]: ...
+
+    async def set_strategy(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        """``set_strategy(session_id, strategy)``: persist the strategy of ``session_id``
+        (``None``: the agent default); a ``strategy`` of ``None`` clears it. Session first,
+        as in every other method; the old order ``set_strategy(strategy, session_id=None)``
+        still works (told apart by type) and warns (``DeprecationWarning``)."""
+        session_id, strategy, old_order = strategy_args(args, kwargs)
+        if old_order:
+            warnings.warn(
+                "set_strategy(strategy, session_id) is deprecated: call "
+                "set_strategy(session_id, strategy) (None as session_id: the agent default)",
+                DeprecationWarning,
+                stacklevel=2,
+            )
         params = {"strategy": strategy, **_set(session_id=session_id)}
         return dict(await self.call("memory.set_strategy", params))
 
@@ -381,6 +446,7 @@ class SessionClient(RpcConnection):
             self._forget(sub)
             raise
         sub.last_seq = int(result["last_seq"])
+        sub.started(sub.last_seq if after_seq is None else after_seq)
         return sub
 
     def _forget(self, sub: Subscription) -> bool:
