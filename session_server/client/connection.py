@@ -35,6 +35,7 @@ from urllib.parse import quote
 import msgspec
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
+from websockets.protocol import State
 
 from ..core.agent_ids import validate_agent_id
 from ..core.errors import NotFoundError, UnavailableError
@@ -61,6 +62,10 @@ _ENCODER: Final = msgspec.json.Encoder()
 _DECODER: Final = msgspec.json.Decoder()
 # What a server that is down, starting or stopping makes an opening attempt raise.
 _UNREACHABLE: Final = (OSError, TimeoutError, EOFError, InvalidHandshake, ConnectionClosed)
+
+
+class _NotSent(ConnectionLostError):
+    """The connection was gone before the request left: any call may be sent again."""
 
 
 def _reachable_later(exc: BaseException) -> bool:
@@ -155,7 +160,13 @@ class RpcConnection:
             if opening is None:
                 opening = self._opening = asyncio.ensure_future(self._open())
                 opening.add_done_callback(self._opened)
-            await asyncio.shield(opening)
+            try:
+                await asyncio.shield(opening)
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if opening.cancelled() and not (task is not None and task.cancelling()):
+                    continue  # close() stopped the attempt: the loop raises "closed"
+                raise
 
     def _opened(self, opening: asyncio.Future[ClientConnection]) -> None:
         if self._opening is opening:
@@ -340,6 +351,8 @@ class RpcConnection:
             ws = await self._connection()
             try:
                 return await self._send(ws, method, params)
+            except _NotSent:
+                continue  # the next connection takes it (within the opening budget)
             except ConnectionLostError as exc:
                 if not replay_safe(method, params):
                     raise OutcomeUnknownError.of(method, self.url, exc) from exc
@@ -365,8 +378,10 @@ class RpcConnection:
     ) -> Any:
         """One request on ``ws``; ``ConnectionLostError`` when ``ws`` is lost first."""
         pending = self._pending.get(ws)
-        if pending is None:  # its reader has ended
-            raise ConnectionLostError("connection closed")
+        if pending is None or ws.state is not State.OPEN:  # closing or closed: not sent
+            if self._ws is ws and self._lost is None:
+                self._lost = _NotSent("connection closed")
+            raise _NotSent("connection closed before the request was sent")
         rid = next(self._ids)
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         pending[rid] = future

@@ -40,8 +40,10 @@ def strategy_args(
     if len(args) == 2:
         first, second = args
         old = isinstance(first, dict) or isinstance(second, str)
-        named = {"strategy": first, "session_id": second} if old else dict(
-            session_id=first, strategy=second
+        named = (
+            {"strategy": first, "session_id": second}
+            if old
+            else dict(session_id=first, strategy=second)
         )
     elif len(args) == 1:
         (first,) = args

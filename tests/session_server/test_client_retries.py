@@ -62,9 +62,7 @@ async def refusals() -> AsyncIterator[_Refusals]:
 async def test_session_client_retries_a_503(server: RunningServer, refusals: _Refusals) -> None:
     holder = await SessionClient(server.url, AGENT).connect()
     await holder.create_session(session_id="s")
-    waiting = asyncio.create_task(
-        SessionClient(server.url, AGENT, retry_delay=0.02).connect()
-    )
+    waiting = asyncio.create_task(SessionClient(server.url, AGENT, retry_delay=0.02).connect())
     await refusals.seen.wait()  # it was refused at least once
     await holder.close()
     client = await waiting

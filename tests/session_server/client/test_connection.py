@@ -29,32 +29,10 @@ from session_server.client import (
 )
 from session_server.core.errors import SessionServerError
 from tests.support.relay import Relay
-from tests.support.server import ServerProcess, free_port, turn_messages
+from tests.support.restartable_process import RestartableProcess as Server
+from tests.support.server import free_port, turn_messages
 
 AGENT = "reconnecting"
-
-
-class Server:
-    """A ``session-server serve`` subprocess that restarts on the same port."""
-
-    def __init__(self, memory_dir: Path) -> None:
-        self.memory_dir = memory_dir
-        self.port = free_port()
-        self.url = f"ws://127.0.0.1:{self.port}"
-        self.proc: ServerProcess | None = None
-
-    async def start(self) -> None:
-        self.proc = ServerProcess(self.memory_dir, "--port", str(self.port))
-        await asyncio.to_thread(self.proc.start)
-
-    async def stop(self, sig: int = signal.SIGTERM) -> None:
-        if self.proc is not None and self.proc.proc is not None and self.proc.proc.poll() is None:
-            await asyncio.to_thread(self.proc.terminate, 30.0, sig)
-        self.proc = None
-
-    async def restart(self, sig: int) -> None:
-        await self.stop(sig)
-        await self.start()
 
 
 @pytest.fixture
@@ -251,11 +229,20 @@ async def test_a_server_that_stops_under_calls_leaves_no_unretrieved_future(
     sid = await client.create_session()
     large = {"blob": "x" * 2_000_000}
     calls = [asyncio.ensure_future(client.update_session(sid, large)) for _ in range(20)]
-    assert server.proc is not None
-    server.proc.proc.send_signal(sig)  # type: ignore[union-attr]
+    server.send_signal(sig)
     outcomes = await asyncio.gather(*calls, return_exceptions=True)
     assert all(isinstance(o, dict | ConnectionLostError) for o in outcomes), outcomes
     await client.close()
     del calls, outcomes, client
     gc.collect()
     assert not [r for r in caplog.records if "never retrieved" in r.getMessage()]
+
+
+async def test_close_ends_a_connect_that_waits_for_the_server() -> None:
+    client = SessionClient(f"ws://127.0.0.1:{free_port()}", AGENT)
+    connecting = asyncio.create_task(client.connect())
+    calling = asyncio.create_task(client.list_sessions())
+    await client.close()
+    for waiting in (connecting, calling):
+        with pytest.raises(ConnectionLostError, match="client is closed"):
+            await waiting
