@@ -21,9 +21,11 @@ restarting, with exponential backoff and jitter, then raises ``ServerUnavailable
 sent again when running it twice does what running it once does: reads, and the keyed
 writes (``append_events``, ``persist_turn`` and ``persist_context`` always carry an
 idempotency key, generated when the caller gives none, so a retried write happens once).
-The others raise ``OutcomeUnknownError`` ("may or may not have been applied"):
-``create_session`` (use ``get_or_create_session``, which is safe), ``delete_session``,
-``clear_session``, ``delete_events``, ``pop_event``, ``compact`` and ``import_session``.
+``create_session`` is safe too (the client draws the session id and the server returns
+the session a first attempt made) unless it names a ``session_id`` without
+``if_exists="return"``. The others raise ``OutcomeUnknownError`` ("may or may not have
+been applied"): ``delete_session``, ``clear_session``, ``delete_events``, ``pop_event``,
+``compact``, ``import_session``, ``restore_agent``.
 """
 
 from __future__ import annotations

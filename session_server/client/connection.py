@@ -228,7 +228,7 @@ class RpcConnection:
         opening = self._opening
         if opening is not None and not opening.done():
             opening.cancel()
-            with contextlib.suppress(BaseException):
+            with contextlib.suppress(Exception, asyncio.CancelledError):
                 await opening
         if self._resuming is not None and not self._resuming.done():
             self._resuming.cancel()
@@ -346,7 +346,7 @@ class RpcConnection:
         ``OutcomeUnknownError`` for a lost call that is not safe to send again."""
         loop = asyncio.get_running_loop()
         since: float | None = None  # when this call first met a lost connection
-        refusals = 0
+        refusals = resends = 0
         while True:
             ws = await self._connection()
             try:
@@ -358,8 +358,9 @@ class RpcConnection:
                     raise OutcomeUnknownError.of(method, self.url, exc) from exc
                 since = loop.time() if since is None else since
                 waited = loop.time() - since
+                resends += 1
                 if waited >= self.backoff.budget:
-                    raise ServerUnavailable.after(self.url, waited, 1, exc) from exc
+                    raise ServerUnavailable.after(self.url, waited, resends, exc) from exc
             except UnavailableError as exc:  # an answer: refused for now, nothing ran
                 if not (exc.data or {}).get("retryable"):
                     raise

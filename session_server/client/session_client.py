@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import uuid
 import warnings
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, Literal, overload
@@ -100,7 +101,14 @@ class SessionClient(RpcConnection):
         if_exists: Literal["error", "return"] = "error",
     ) -> str:
         """Create a session and return its id. An existing ``session_id`` raises
-        ``ConflictError``, or with ``if_exists="return"`` is simply returned."""
+        ``ConflictError``, or with ``if_exists="return"`` is simply returned.
+
+        Without ``session_id`` the client draws one (a random UUID, as the server would)
+        and asks ``if_exists="return"``: no other session can have it, and a request
+        resent after a lost connection returns the session the first one made instead of
+        making a second (``replay``)."""
+        if session_id is None:
+            session_id, if_exists = str(uuid.uuid4()), "return"
         result = await self.call(
             "session.create",
             _set(

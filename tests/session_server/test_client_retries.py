@@ -143,6 +143,7 @@ class _Dropper:
         ("get_session", {"session_id": "s"}, "session.get"),
         ("persist_turn", {"session_id": "s", "messages": []}, "turn.persist"),
         ("update_session", {"session_id": "s", "metadata": {}}, "session.update"),
+        ("create_session", {}, "session.create"),
     ],
 )
 async def test_a_call_safe_to_resend_is_sent_again_until_the_budget_is_spent(
@@ -163,7 +164,7 @@ async def test_a_call_safe_to_resend_is_sent_again_until_the_budget_is_spent(
 @pytest.mark.parametrize(
     ("call", "kwargs", "method"),
     [
-        ("create_session", {}, "session.create"),
+        ("create_session", {"session_id": "s"}, "session.create"),
         ("delete_session", {"session_id": "s"}, "session.delete"),
         ("clear_session", {"session_id": "s"}, "session.clear"),
         ("delete_events", {"session_id": "s", "event_ids": ["e"]}, "events.delete"),

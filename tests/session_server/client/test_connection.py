@@ -216,6 +216,22 @@ async def test_a_keyed_write_in_flight_at_a_kill_is_sent_again_and_written_once(
     assert [e.seq for e in events] == [1, 2, 3, 4]
 
 
+async def test_a_create_in_flight_at_a_kill_is_sent_again_and_creates_one_session(
+    server: Server,
+) -> None:
+    async with Relay(server.port) as relay, SessionClient(relay.url, AGENT) as client:
+        await client.create_session(session_id="first")  # the agent exists
+        relay.request_forwarded.clear()
+        creating = asyncio.create_task(client.create_session({"n": 1}))
+        await relay.request_forwarded.wait()
+        await server.stop(signal.SIGKILL)
+        await server.start()
+        sid = await creating
+        sessions = await client.list_sessions()
+    assert sorted(s["id"] for s in sessions) == sorted(["first", sid])
+    assert next(s for s in sessions if s["id"] == sid)["metadata"] == {"n": 1}
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
 async def test_a_server_that_stops_under_calls_leaves_no_unretrieved_future(
     server: Server, sig: int, caplog: pytest.LogCaptureFixture
