@@ -64,9 +64,11 @@ async def test_a_blocking_agent_calls_on_through_a_restart(
 
 def test_a_spent_budget_is_server_unavailable_not_a_raw_os_error() -> None:
     url = f"ws://127.0.0.1:{free_port()}"
-    with SyncSessionClient(url, AGENT, reconnect_budget=0.5) as client:
-        with pytest.raises(ServerUnavailable) as caught:
-            client.list_sessions()
+    with (
+        SyncSessionClient(url, AGENT, reconnect_budget=0.5) as client,
+        pytest.raises(ServerUnavailable) as caught,
+    ):
+        client.list_sessions()
     assert isinstance(caught.value, SessionServerError)
     assert url in str(caught.value)
 
