@@ -79,9 +79,8 @@ class Subscription:
 
     def gap(self, from_seq: int, to_seq: int) -> None:
         """Queue a gap the server reported (called by the client's reader)."""
-        if to_seq > self.cursor:
-            self._queue.put_nowait(_Gap(max(from_seq, self.cursor + 1), to_seq))
-            self.cursor = to_seq
+        self._queue.put_nowait(_Gap(from_seq, to_seq))
+        self.cursor = max(self.cursor, to_seq)
 
     def end(self, error: BaseException | None) -> None:
         """End the iteration, raising ``error`` when given (called by the client)."""
