@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import signal
 import sys
 import tempfile
@@ -52,7 +53,7 @@ class Round:
 
 def longest_wait(answers: list[float]) -> float:
     """The longest interval between consecutive answer times (seconds)."""
-    return max((b - a for a, b in zip(answers, answers[1:], strict=False)), default=0.0)
+    return max((b - a for a, b in itertools.pairwise(answers)), default=0.0)
 
 
 def median(values: list[float]) -> float:
@@ -73,7 +74,7 @@ async def one_round(memory: Path, sig: int, budget: float) -> Round:
     try:
         async with SessionClient(server.url, AGENT, reconnect_budget=budget) as client:
             sid = await client.create_session()
-            restarted = asyncio.Event()
+            restarted, warmed = asyncio.Event(), asyncio.Event()
             turns = 0
 
             async def loop() -> None:
@@ -92,10 +93,11 @@ async def one_round(memory: Path, sig: int, budget: float) -> Round:
                     turns += 1
                     answers.append(time.perf_counter())
                     after += restarted.is_set()
+                    if len(answers) >= 20:  # some calls before the signal
+                        warmed.set()
 
             running = asyncio.create_task(loop())
-            while len(answers) < 20:  # some calls before the signal
-                await asyncio.sleep(0.01)
+            await warmed.wait()
             began = time.perf_counter()
             await server.restart(sig)
             down = time.perf_counter() - began
