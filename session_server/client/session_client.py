@@ -445,8 +445,9 @@ class SessionClient(RpcConnection):
     async def subscribe(self, session_id: str, *, after_seq: int | None = None) -> Subscription:
         """Start receiving the session's new events: ``async for event in sub``. With
         ``after_seq`` (say the last seq seen before a reconnect) the events after it come
-        first, with no gap and no duplicate. To resume across reconnects by itself, use
-        :func:`session_server.follow.follow`."""
+        first, with no gap and no duplicate. When the connection is replaced (a server
+        restart) the subscription resumes by itself after the last seq it received;
+        :func:`session_server.follow.follow` also outlives a spent reconnect budget."""
         sub = Subscription(self, session_id)
         self._subs.setdefault(session_id, []).append(sub)  # before the request: no gap
         try:
