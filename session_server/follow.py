@@ -8,11 +8,11 @@
 Each connection subscribes first (``events.subscribe`` answers the session's ``last_seq``
 and notifications carry only later seqs), then loads what lies between the caller's
 cursor and that ``last_seq`` with ``events.load {after_seq}``, in pages; notifications
-that arrive meanwhile are buffered by the subscription. When the connection drops, or the
-server restarts or refuses it for now (HTTP 503, or a retryable -32005), the helper
-reconnects (exponential backoff, capped at ``max_delay``) and resumes after the last
-seq it yielded, so it works against any server, with or without the ``after_seq``
-parameter of ``events.subscribe``. Events deleted while disconnected are simply not seen.
+that arrive meanwhile are buffered by the subscription. When the connection drops, the
+client reconnects within ``reconnect_budget`` seconds and its subscription resumes after
+the last seq it received; when that budget is spent, or the server refuses for now
+(HTTP 503, or a retryable -32005), the helper opens a new client (exponential backoff,
+capped at ``max_delay``) and resumes after the last seq it yielded. Events deleted while disconnected are simply not seen.
 When the session is deleted the iteration ends (the server's ``session.deleted``); an
 unknown session raises ``NotFoundError``.
 """
@@ -42,6 +42,7 @@ async def follow(
     max_delay: float = 2.0,
     max_attempts: int | None = None,
     page_size: int = 500,
+    reconnect_budget: float = 30.0,
 ) -> AsyncIterator[SessionEvent]:
     """Every event of ``session_id`` with seq > ``after_seq``, now and later, in order.
 
@@ -55,7 +56,15 @@ async def follow(
     while True:
         try:
             address = url() if callable(url) else url
-            async with SessionClient(address, agent_id, token=token) as client:
+            client = SessionClient(
+                address,
+                agent_id,
+                token=token,
+                reconnect_budget=reconnect_budget,
+                retry_delay=retry_delay,
+                max_retry_delay=max_delay,
+            )
+            async with client:
                 sub = await client.subscribe(session_id)
                 failures = 0
                 async with sub:

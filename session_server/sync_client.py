@@ -14,55 +14,50 @@ from plain code, from any event loop and from loops that come and go (``asyncio.
 per call, as ``Runner.run_sync`` does); ``await client.acall("build_context", sid)`` runs
 a call from async code without blocking its loop.
 
-Reconnection: a call whose connection cannot be opened (refused, or a 503 at the
-handshake) or that is refused for now (a retryable -32005 answer: nothing ran) is retried
-on a new connection, ``retries`` times with a doubling delay (capped at 2 s). A call whose
-connection is lost after it was sent may have run, so it is sent again only when running
-it twice does what running it once does: reads, and the keyed writes (``append_events``,
-``persist_turn`` and ``persist_context`` get an idempotency key before the first attempt,
-so a retried write happens once). The others raise ``ConnectionLostError`` at once:
-``create_session`` (use ``get_or_create_session``, which is safe), ``delete_session``,
-``clear_session``, ``delete_events``, ``import_session`` and ``pop_event`` without
-``event_id`` (pass the id of the event you read).
+Reconnection is the ``SessionClient``'s own (``session_server.client.connection``): a
+call waits up to ``reconnect_budget`` seconds (default 30) for a server that is down or
+restarting, with exponential backoff and jitter, then raises ``ServerUnavailable``
+(naming the URL and the time spent). A call whose connection is lost after it was sent is
+sent again when running it twice does what running it once does: reads, and the keyed
+writes (``append_events``, ``persist_turn`` and ``persist_context`` always carry an
+idempotency key, generated when the caller gives none, so a retried write happens once).
+``create_session`` is safe too (the client draws the session id and the server returns
+the session a first attempt made) unless it names a ``session_id`` without
+``if_exists="return"``. The others raise ``OutcomeUnknownError`` ("may or may not have
+been applied"): ``delete_session``, ``clear_session``, ``delete_events``, ``pop_event``,
+``compact``, ``import_session``, ``restore_agent``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import threading
+import warnings
 from collections.abc import Callable, Coroutine
 from concurrent.futures import Future
 from types import TracebackType
 from typing import Any, Final
 
-from websockets.exceptions import WebSocketException
-
 from .client import ConnectionLostError, SessionClient
-from .core.codec import new_event_id
-from .core.errors import UnavailableError
 
-__all__ = ["SyncSessionClient", "replay_safe"]
+__all__ = ["SyncSessionClient"]
 
-_KEYED_WRITES: Final = frozenset({"append_events", "persist_turn", "persist_context"})
-# Writes that may not be sent again once sent: a second run creates, deletes or clears
-# something else, or answers an error for what the first run did.
-_NOT_REPLAYED: Final = frozenset(
-    {"create_session", "delete_session", "clear_session", "delete_events", "import_session"}
-)
 _NOT_PROXIED: Final = frozenset({"subscribe", "connect", "close", "call"})
-
-
-def replay_safe(name: str, kwargs: dict[str, Any]) -> bool:
-    """Whether the ``SessionClient`` call ``name`` may be sent again after its connection
-    was lost once it was sent (it may have run): running it twice must do what running it
-    once does."""
-    if name == "pop_event":
-        return kwargs.get("event_id") is not None
-    return name not in _NOT_REPLAYED
+# How long a blocking call may take beyond the reconnect budget, when no timeout is given.
+_CALL_MARGIN: Final = 60.0
 
 
 class SyncSessionClient:
-    """Blocking ``SessionClient`` calls on a private loop, reconnecting when needed."""
+    """Blocking ``SessionClient`` calls on a private loop, reconnecting when needed.
+
+    ``SyncSessionClient(url, agent_id, *, token=None, reconnect_budget=30.0,
+    retry_delay=0.05, max_retry_delay=2.0, timeout=None, **options)``: the reconnect
+    settings are the ``SessionClient``'s (``options`` too: ``max_size``,
+    ``open_timeout``, ...). ``timeout`` bounds each blocking call overall (default
+    ``reconnect_budget`` + 60 s); a call past it is cancelled and raises ``TimeoutError``.
+    ``retries`` is deprecated and ignored: the budget bounds the retries.
+    """
 
     def __init__(
         self,
@@ -70,23 +65,34 @@ class SyncSessionClient:
         agent_id: str | None,
         *,
         token: str | None = None,
-        retries: int = 5,
+        reconnect_budget: float = 30.0,
         retry_delay: float = 0.05,
-        timeout: float | None = 60.0,
+        max_retry_delay: float = 2.0,
+        timeout: float | None = None,
+        retries: int | None = None,
         **options: Any,
     ) -> None:
+        if retries is not None:
+            warnings.warn(
+                "SyncSessionClient(retries=...) is ignored: reconnect_budget (seconds) bounds "
+                "the retries",
+                DeprecationWarning,
+                stacklevel=2,
+            )
         self.url = url
         self.agent_id = agent_id
-        self.retries = retries
-        self.retry_delay = retry_delay
-        self.timeout = timeout
-        self._factory: Callable[[], SessionClient] = lambda: SessionClient(
-            url, agent_id, token=token, **options
+        self.reconnect_budget = reconnect_budget
+        self.timeout = reconnect_budget + _CALL_MARGIN if timeout is None else timeout
+        # Built here: the agent id and the settings are checked before any thread starts.
+        self._client = SessionClient(
+            url,
+            agent_id,
+            token=token,
+            reconnect_budget=reconnect_budget,
+            retry_delay=retry_delay,
+            max_retry_delay=max_retry_delay,
+            **options,
         )
-        self._factory()  # validates the agent id before any thread starts
-        self._client: SessionClient | None = None
-        # One connect at a time: calls that find no connection share the one being made.
-        self._connect_gate = asyncio.Lock()
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
             target=self._loop.run_forever, name=f"session-client-{agent_id}", daemon=True
@@ -98,53 +104,22 @@ class SyncSessionClient:
     def _submit(self, coro: Coroutine[Any, Any, Any]) -> Future[Any]:
         if self._closed:
             coro.close()
-            raise ConnectionLostError("client is closed")
+            raise ConnectionLostError("client is closed", data={"url": self.url})
         return asyncio.run_coroutine_threadsafe(coro, self._loop)
 
-    async def _connected(self) -> SessionClient:
-        client = self._client
-        if client is not None and client.lost is None:
-            return client
-        async with self._connect_gate:
-            client = self._client
-            if client is None or client.lost is not None:
-                if client is not None:
-                    await client.close()
-                self._client = None
-                client = await self._factory().connect()
-                self._client = client
-            return client
-
     async def _invoke(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        if name in _KEYED_WRITES and not kwargs.get("idempotency_key"):
-            kwargs = {**kwargs, "idempotency_key": new_event_id()}
-        replayable = replay_safe(name, kwargs)
-        delay = self.retry_delay
-        for attempt in range(self.retries + 1):
-            last = attempt == self.retries
-            try:
-                client = await self._connected()
-            except (ConnectionLostError, OSError, WebSocketException, UnavailableError):
-                if last:  # nothing was sent
-                    raise
-            else:
-                try:
-                    return await getattr(client, name)(*args, **kwargs)
-                except UnavailableError:
-                    if last:  # refused for now: nothing ran
-                        raise
-                except (ConnectionLostError, OSError, WebSocketException):
-                    # Sent, perhaps run: only a call safe to run twice goes again (on a
-                    # new connection: ``_connected`` sees the loss).
-                    if last or not replayable:
-                        raise
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 2.0)
-        raise AssertionError("unreachable")
+        return await getattr(self._client, name)(*args, **kwargs)
 
     def run(self, name: str, *args: Any, **kwargs: Any) -> Any:
         """Call the ``SessionClient`` method ``name`` and wait for its result."""
-        return self._submit(self._invoke(name, args, kwargs)).result(self.timeout)
+        future = self._submit(self._invoke(name, args, kwargs))
+        try:
+            return future.result(self.timeout)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise TimeoutError(
+                f"{name}: no answer from {self.url} within {self.timeout} s (timeout)"
+            ) from None
 
     async def acall(self, name: str, *args: Any, **kwargs: Any) -> Any:
         """The same call from async code (any loop): awaits without blocking that loop."""
@@ -163,9 +138,7 @@ class SyncSessionClient:
 
     # -- lifecycle ------------------------------------------------------------------------
     async def _shutdown(self) -> None:
-        if self._client is not None:
-            client, self._client = self._client, None
-            await client.close()
+        await self._client.close()
 
     def _stop_loop(self) -> None:
         self._closed = True

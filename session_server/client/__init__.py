@@ -12,9 +12,15 @@ One client is one connection to ``/v1/agents/<quoted agent_id>`` (or ``/v1`` whe
 connection). JSON-RPC errors are raised as the project's exceptions (``NotFoundError``,
 ``ConflictError`` with ``data["last_seq"]``, ...), message and data preserved. Writes
 (``append_events``, ``persist_turn``) carry an idempotency key, a fresh time-ordered UUID
-unless the caller passes one, so retrying a call with the same key never writes twice. Reconnecting is
-left to the caller; when the connection drops, pending calls and subscriptions raise
-``ConnectionLostError``.
+unless the caller passes one, so retrying a call with the same key never writes twice.
+
+The client reconnects on its own (``connection``): at the first ``connect()`` and
+whenever the connection drops it retries with exponential backoff and jitter for at most
+``reconnect_budget`` seconds (default 30; ``retry_delay``, ``max_retry_delay`` shape the
+waits), then raises ``ServerUnavailable``. Calls lost in flight are sent again on the new
+connection when that is safe (``replay``: reads, keyed writes, replacing writes); the
+others raise ``OutcomeUnknownError`` (may or may not have been applied). Subscriptions
+resume after the last seq they received.
 
 There is one method per RPC method (``tests/session_server/test_client_methods.py`` checks
 the table): sessions (``create_session`` with ``if_exists``, ``get_or_create_session``,
@@ -33,18 +39,29 @@ duplicate). Importing this module imports neither the store nor the server.
 
 The package: ``connection`` (the WebSocket JSON-RPC connection: handshake, requests,
 routing of answers and notifications), ``session_client`` (``SessionClient``: the method
-wrappers), ``subscription`` and ``errors``.
+wrappers), ``subscription``, ``errors``, ``backoff`` (the reconnection schedule) and
+``replay`` (which calls may be sent again).
 """
 
 from __future__ import annotations
 
-from .errors import ERROR_CLASSES, ConnectionLostError, error_from
+from .backoff import Backoff
+from .errors import (
+    ERROR_CLASSES,
+    ConnectionLostError,
+    OutcomeUnknownError,
+    ServerUnavailable,
+    error_from,
+)
 from .session_client import SessionClient, SessionPage
 from .subscription import Subscription
 
 __all__ = [
     "ERROR_CLASSES",
+    "Backoff",
     "ConnectionLostError",
+    "OutcomeUnknownError",
+    "ServerUnavailable",
     "SessionClient",
     "SessionPage",
     "Subscription",

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import uuid
+import warnings
 from collections.abc import AsyncIterator, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, overload
 
 import msgspec
 
@@ -16,7 +18,54 @@ from .connection import RpcConnection
 from .errors import ConnectionLostError
 from .subscription import Subscription
 
-__all__ = ["SessionClient", "SessionPage"]
+__all__ = ["SessionClient", "SessionPage", "strategy_args"]
+
+
+def strategy_args(
+    args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[str | None, dict[str, Any] | None, bool]:
+    """``(session_id, strategy, old_order)`` of a ``set_strategy`` call.
+
+    The order is ``(session_id, strategy)``; the old ``(strategy, session_id=None)`` is
+    told apart by type (a dict first, or a string second, or a dict with ``session_id``
+    given by name) and reported by ``old_order``. A lone ``None`` clears the agent
+    default in either order. ``TypeError`` names what is wrong otherwise."""
+    unknown = set(kwargs) - {"session_id", "strategy"}
+    if unknown or len(args) + len(kwargs) > 2 or len(args) > 2:
+        raise TypeError(
+            "set_strategy(session_id, strategy) takes two arguments"
+            + (f"; unknown: {', '.join(sorted(unknown))}" if unknown else "")
+        )
+    named = dict(kwargs)
+    old = False
+    if len(args) == 2:
+        first, second = args
+        old = isinstance(first, dict) or isinstance(second, str)
+        named = (
+            {"strategy": first, "session_id": second}
+            if old
+            else dict(session_id=first, strategy=second)
+        )
+    elif len(args) == 1:
+        (first,) = args
+        if "strategy" in named:  # set_strategy(session_id, strategy=...)
+            if "session_id" in named:
+                raise TypeError("set_strategy: session_id given twice")
+            named["session_id"] = first
+        elif "session_id" in named or isinstance(first, dict):  # the old order
+            named["strategy"], old = first, True
+        elif first is None:  # set_strategy(None): clear the agent default
+            named = {"session_id": None, "strategy": None}
+        else:
+            named["session_id"] = first
+    if "strategy" not in named:
+        raise TypeError("set_strategy: strategy is missing (None clears it)")
+    session_id, strategy = named.get("session_id"), named["strategy"]
+    if session_id is not None and not isinstance(session_id, str):
+        raise TypeError(f"session_id: expected a string or None, not {type(session_id).__name__}")
+    if strategy is not None and not isinstance(strategy, dict):
+        raise TypeError(f"strategy: expected a dict or None, not {type(strategy).__name__}")
+    return session_id, strategy, old
 
 
 def _set(**params: Any) -> dict[str, Any]:
@@ -38,8 +87,9 @@ class SessionClient(RpcConnection):
     """A connection to one agent (or to ``/v1`` with ``agent_id=None``).
 
     ``SessionClient(url, agent_id, *, token=None, max_size=16 MiB, open_timeout=10.0,
-    connect_retries=3, retry_delay=0.05)``;
-    the connection itself is ``RpcConnection``'s (``connect``, ``close``, ``call``).
+    reconnect_budget=30.0, retry_delay=0.05, max_retry_delay=2.0, connect_retries=None)``;
+    the connection itself is ``RpcConnection``'s (``connect``, ``close``, ``call``), and
+    reconnects on its own within ``reconnect_budget`` seconds (see ``connection``).
     """
 
     # -- sessions ------------------------------------------------------------------------
@@ -51,7 +101,14 @@ class SessionClient(RpcConnection):
         if_exists: Literal["error", "return"] = "error",
     ) -> str:
         """Create a session and return its id. An existing ``session_id`` raises
-        ``ConflictError``, or with ``if_exists="return"`` is simply returned."""
+        ``ConflictError``, or with ``if_exists="return"`` is simply returned.
+
+        Without ``session_id`` the client draws one (a random UUID, as the server would)
+        and asks ``if_exists="return"``: no other session can have it, and a request
+        resent after a lost connection returns the session the first one made instead of
+        making a second (``replay``)."""
+        if session_id is None:
+            session_id, if_exists = str(uuid.uuid4()), "return"
         result = await self.call(
             "session.create",
             _set(
@@ -153,12 +210,12 @@ class SessionClient(RpcConnection):
         return msgspec.convert(await self._write("events.append", params, key), AppendResult)
 
     async def _write(self, method: str, params: dict[str, Any], key: str) -> Any:
+        """A keyed write; a connection error names the key (retry with it: at most once)."""
         try:
             return await self.call(method, params)
         except ConnectionLostError as exc:
-            lost = ConnectionLostError(*exc.args)
-            lost.idempotency_key = key
-            raise lost from exc
+            exc.idempotency_key = key
+            raise
 
     async def load_events(
         self,
@@ -306,11 +363,29 @@ class SessionClient(RpcConnection):
         """``{server, agent, session, effective}`` strategies (no session: the agent's)."""
         return dict(await self.call("memory.get_strategy", _set(session_id=session_id)))
 
+    @overload
+    async def set_strategy(
+        self, session_id: str | None, strategy: dict[str, Any] | None
+    ) -> dict[str, Any]: ...
+
+    @overload
     async def set_strategy(
         self, strategy: dict[str, Any] | None, session_id: str | None = None
-    ) -> dict[str, Any]:
-        """Persist a session's strategy (the agent default without ``session_id``);
-        ``None`` clears it."""
+    ) -> dict[str, Any]: ...
+
+    async def set_strategy(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        """``set_strategy(session_id, strategy)``: persist the strategy of ``session_id``
+        (``None``: the agent default); a ``strategy`` of ``None`` clears it. Session first,
+        as in every other method; the old order ``set_strategy(strategy, session_id=None)``
+        still works (told apart by type) and warns (``DeprecationWarning``)."""
+        session_id, strategy, old_order = strategy_args(args, kwargs)
+        if old_order:
+            warnings.warn(
+                "set_strategy(strategy, session_id) is deprecated: call "
+                "set_strategy(session_id, strategy) (None as session_id: the agent default)",
+                DeprecationWarning,
+                stacklevel=2,
+            )
         params = {"strategy": strategy, **_set(session_id=session_id)}
         return dict(await self.call("memory.set_strategy", params))
 
@@ -370,8 +445,9 @@ class SessionClient(RpcConnection):
     async def subscribe(self, session_id: str, *, after_seq: int | None = None) -> Subscription:
         """Start receiving the session's new events: ``async for event in sub``. With
         ``after_seq`` (say the last seq seen before a reconnect) the events after it come
-        first, with no gap and no duplicate. To resume across reconnects by itself, use
-        :func:`session_server.follow.follow`."""
+        first, with no gap and no duplicate. When the connection is replaced (a server
+        restart) the subscription resumes by itself after the last seq it received;
+        :func:`session_server.follow.follow` also outlives a spent reconnect budget."""
         sub = Subscription(self, session_id)
         self._subs.setdefault(session_id, []).append(sub)  # before the request: no gap
         try:
@@ -381,6 +457,7 @@ class SessionClient(RpcConnection):
             self._forget(sub)
             raise
         sub.last_seq = int(result["last_seq"])
+        sub.started(sub.last_seq if after_seq is None else after_seq)
         return sub
 
     def _forget(self, sub: Subscription) -> bool:

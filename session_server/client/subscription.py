@@ -45,6 +45,10 @@ class Subscription:
     deleting the session ends it too, with ``deleted`` set.
     When the server reports that this subscriber fell behind (``events.gap``), iteration
     reads the missed events with ``events.load`` at that point, so the order holds.
+    When the client's connection is replaced (a server restart), the subscription goes on
+    over the new one from ``cursor``, the last seq it received: no gap, no duplicate; if
+    the server cannot be reached within the client's budget, iteration raises
+    ``ServerUnavailable``.
     """
 
     def __init__(self, client: SubscriptionOwner, session_id: str) -> None:
@@ -52,17 +56,31 @@ class Subscription:
         self.session_id = session_id
         self.last_seq = 0
         self.deleted = False
+        # The last seq received (or reported missing by a gap): a resumed subscription
+        # asks for the events after it, and drops any it already has.
+        self.cursor = 0
+        self.active = False  # answered: from now on a reconnect resumes it
         self._queue: asyncio.Queue[Any] = asyncio.Queue()
         self._pending: list[SessionEvent] = []
         self._closed = False
 
+    def started(self, cursor: int) -> None:
+        """The server answered the subscription; events after ``cursor`` come next."""
+        self.cursor = max(self.cursor, cursor)
+        self.active = True
+
     def deliver(self, events: list[SessionEvent]) -> None:
-        """Queue the events of one notification (called by the client's reader)."""
-        self._queue.put_nowait(events)
+        """Queue the events of one notification (called by the client's reader); those at
+        or below ``cursor`` were received already (a resumed subscription's replay)."""
+        fresh = [e for e in events if e.seq > self.cursor]
+        if fresh:
+            self.cursor = max(e.seq for e in fresh)
+            self._queue.put_nowait(fresh)
 
     def gap(self, from_seq: int, to_seq: int) -> None:
         """Queue a gap the server reported (called by the client's reader)."""
         self._queue.put_nowait(_Gap(from_seq, to_seq))
+        self.cursor = max(self.cursor, to_seq)
 
     def end(self, error: BaseException | None) -> None:
         """End the iteration, raising ``error`` when given (called by the client)."""

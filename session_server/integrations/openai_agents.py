@@ -63,7 +63,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import inspect
 import math
 from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar, cast
@@ -123,8 +122,6 @@ async def _in_pieces(
 _POP_ATTEMPTS: Final = 8
 RECONNECT_BUDGET: Final = 30.0
 """Seconds a remote session's call waits for its server by default."""
-# SyncSessionClient's waits between attempts double from its ``retry_delay`` up to this.
-_CLIENT_MAX_DELAY: Final = 2.0
 
 
 def coerce_session_settings(value: SessionSettings | dict[str, Any] | None) -> SessionSettings:
@@ -144,33 +141,6 @@ def coerce_session_settings(value: SessionSettings | dict[str, Any] | None) -> S
     if unknown:
         raise TypeError(f"Unknown session settings: {', '.join(unknown)}")
     return SessionSettings(**value)
-
-
-def retries_within(budget: float, first_delay: float, max_delay: float) -> int:
-    """How many retries, waiting ``first_delay`` then doubling up to ``max_delay`` between
-    them, it takes for the waits to add up to ``budget`` seconds (0 for no budget)."""
-    if budget <= 0:
-        return 0
-    retries, waited, delay = 0, 0.0, first_delay
-    while waited < budget and delay < max_delay:
-        retries, waited, delay = retries + 1, waited + delay, min(delay * 2, max_delay)
-    if waited < budget:
-        retries += math.ceil((budget - waited) / max_delay)
-    return retries
-
-
-def client_options(budget: float) -> dict[str, Any]:
-    """``SyncSessionClient`` arguments for a reconnect budget of ``budget`` seconds: the
-    client's own ``reconnect_budget`` when it (or the ``SessionClient`` it passes its
-    options to) takes one, else its ``retries`` for that many seconds of waiting."""
-    from session_server.client import SessionClient
-    from session_server.sync_client import SyncSessionClient
-
-    for cls in (SyncSessionClient, SessionClient):
-        if "reconnect_budget" in inspect.signature(cls).parameters:
-            return {"reconnect_budget": budget}
-    first = inspect.signature(SyncSessionClient).parameters["retry_delay"].default
-    return {"retries": retries_within(budget, float(first), _CLIENT_MAX_DELAY)}
 
 
 class _Backend(Protocol):
@@ -198,14 +168,14 @@ class _Remote:
         from session_server.sync_client import SyncSessionClient
 
         self.client: SyncSessionClient = SyncSessionClient(
-            url, agent_id, token=token, **client_options(budget)
+            url, agent_id, token=token, reconnect_budget=budget
         )
 
     async def ensure(self, session_id: str, metadata: dict[str, Any] | None) -> None:
         await self.client.acall("get_or_create_session", session_id, metadata)
 
     async def set_strategy(self, session_id: str, strategy: dict[str, Any]) -> None:
-        await self.client.acall("set_strategy", strategy, session_id)
+        await self.client.acall("set_strategy", session_id, strategy)
 
     async def persist(
         self, session_id: str, messages: list[ContextMessage], usage: dict[str, Any] | None

@@ -167,8 +167,10 @@ async def test_subscription_iterates_new_events(
         assert (single.seq, single.content) == (9, "single")
 
 
-async def test_subscription_ends_with_error_when_connection_drops(server: RunningServer) -> None:
-    client = SessionClient(server.url, AGENT, token="tok")
+async def test_subscription_ends_with_error_when_the_server_stays_away(
+    server: RunningServer,
+) -> None:
+    client = SessionClient(server.url, AGENT, token="tok", reconnect_budget=0.2)
     await client.connect()
     sid = await client.create_session()
     sub = await client.subscribe(sid)

@@ -147,7 +147,7 @@ async def test_pop_skips_compaction_records_and_is_guarded(client: SessionClient
 
 async def test_clear_keeps_session_metadata_and_strategy(client: SessionClient) -> None:
     sid = await client.create_session({"k": 1})
-    await client.set_strategy({"mode": "compact"}, session_id=sid)
+    await client.set_strategy(sid, {"mode": "compact"})
     await client.persist_turn(sid, turn_messages(1))
     assert await client.clear_session(sid) == 4
     assert await client.load_events(sid, limit=None) == []
@@ -165,7 +165,7 @@ async def test_memory_render_transfer_and_server_methods(
     await client.persist_turn(sid, turn_messages(1))
     rendered = await client.render_context(sid, "openai-chat", system_instructions="Be brief.")
     assert rendered["payload"]["messages"][0] == {"role": "system", "content": "Be brief."}
-    assert (await client.set_strategy({"mode": "compact"}))["agent"]["mode"] == "compact"
+    assert (await client.set_strategy(None, {"mode": "compact"}))["agent"]["mode"] == "compact"
     view = await client.memory_view(sid, include_archive=False)
     assert view["raw_traces"]
     exported = await client.export_session(sid, name="copy")

@@ -88,7 +88,7 @@ async def test_reads_of_an_unknown_agent_are_not_found_and_create_nothing(
 
 async def test_agent_default_strategy_and_import_create_the_agent(server: RunningServer) -> None:
     async with SessionClient(server.url, "by-strategy") as client:
-        assert (await client.set_strategy({"mode": "compact"}))["agent"]["mode"] == "compact"
+        assert (await client.set_strategy(None, {"mode": "compact"}))["agent"]["mode"] == "compact"
     async with SessionClient(server.url, "source") as source:
         sid = await source.create_session()
         await source.append_events(sid, [{"content": "hello"}])

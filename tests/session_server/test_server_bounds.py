@@ -311,8 +311,13 @@ async def test_connection_maximum_refuses_with_503_and_logs_once(
                 await connect(f"{server.url}/v1/agents/{AGENT}")
             assert info.value.response.status_code == http.HTTPStatus.SERVICE_UNAVAILABLE
         with pytest.raises(UnavailableError) as refused:
-            await SessionClient(server.url, AGENT).connect()
-        assert refused.value.data == {"http_status": 503, "retryable": True}
+            await SessionClient(server.url, AGENT, reconnect_budget=0).connect()
+        assert isinstance(refused.value.__cause__, UnavailableError)
+        assert refused.value.__cause__.data == {
+            "http_status": 503,
+            "retryable": True,
+            "retry_after": 1,
+        }
     finally:
         for ws in held:
             await ws.close()

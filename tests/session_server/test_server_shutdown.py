@@ -42,7 +42,7 @@ async def test_sigterm_with_writes_in_flight(tmp_path: Path) -> None:
                 enough.set()
 
         async def run_client(i: int) -> None:
-            client = SessionClient(url, AGENT)
+            client = SessionClient(url, AGENT, reconnect_budget=0)  # no restart comes
             await client.connect()
             try:
                 await asyncio.gather(*(one(client, i * 1000 + j) for j in range(CALLS)))
