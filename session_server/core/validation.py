@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Any, NoReturn, TypeVar
+from typing import Any, Final, NoReturn, TypeVar
 
 import msgspec
 
@@ -18,6 +18,7 @@ from .errors import InvalidParamsError
 from .events import ACTIONS, ROLES, ContextMessage, SessionEvent
 
 __all__ = [
+    "MAX_TIMESTAMP_MS",
     "RESERVED_METADATA_KEYS",
     "parse_client_events",
     "parse_client_messages",
@@ -28,6 +29,11 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+
+MAX_TIMESTAMP_MS: Final = 253_402_300_799_999
+"""The latest time a timestamp (ms since the epoch) may name: the end of year 9999, the
+last instant calendars and ``datetime`` represent. Timestamps are 0 (the server assigns
+the time) up to this."""
 _PATH = re.compile(r" - at `\$(.*)`$")
 
 
@@ -113,6 +119,12 @@ def parse_event(obj: Any, where: str = "event", *, index: int | None = None) -> 
     """Validate one event given as a JSON object (server-assigned fields may be omitted;
     ``index``: it is item ``index`` of the list at ``where``, which refusals name)."""
     ev = _convert(obj, SessionEvent, where, index)
+    if not 0 <= ev.timestamp <= MAX_TIMESTAMP_MS:
+        _refuse(
+            f"{_at(where, index)}.timestamp",
+            f"{ev.timestamp} is not a time in ms between 0 (the server's clock) and "
+            f"{MAX_TIMESTAMP_MS} (year 9999)",
+        )
     if ev.action == "tool_result" and not ev.tool_call_id:
         _refuse(f"{_at(where, index)}.tool_call_id", "required for action 'tool_result'")
     if ev.action == "tool_call_request":
