@@ -16,6 +16,7 @@ import msgspec
 from .codec import OWN_METADATA_KEYS
 from .errors import InvalidParamsError
 from .events import ACTIONS, ROLES, ContextMessage, SessionEvent
+from .json_depth import MAX_JSON_DEPTH, json_text_too_deep
 
 __all__ = [
     "MAX_TIMESTAMP_MS",
@@ -95,6 +96,11 @@ def _check_tool_calls(calls: Sequence[Any] | None, where: str, index: int | None
             _refuse(f"{_at(where, index)}.tool_calls[{i}].id", "must be a non-empty string")
         if not call.name:
             _refuse(f"{_at(where, index)}.tool_calls[{i}].name", "must be a non-empty string")
+        if type(call.arguments) is str and json_text_too_deep(call.arguments):
+            _refuse(
+                f"{_at(where, index)}.tool_calls[{i}].arguments",
+                f"a JSON text nested deeper than {MAX_JSON_DEPTH} levels",
+            )
 
 
 def parse_message(obj: Any, where: str = "message", *, index: int | None = None) -> ContextMessage:
