@@ -15,6 +15,7 @@ from typing import Final
 
 import msgspec
 
+from .agent_ids import unicode_id_problem
 from .codec import hydrate_event, new_event_id
 from .errors import CorruptRecordError, InvalidParamsError
 from .events import ACTIONS
@@ -156,6 +157,8 @@ def check_rows(rows: SessionRows) -> None:
         previous = event.seq
         if not event.id or event.id in ids:
             raise _refuse(f"{where}.id", f"empty or repeated event id {event.id!r}")
+        if problem := unicode_id_problem(event.id):
+            raise _refuse(f"{where}.id", problem)
         ids.add(event.id)
         _check_time(f"{where}.created_at", event.created_at)
         if not 0 <= event.turn <= session.last_turn:

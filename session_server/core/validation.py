@@ -13,6 +13,7 @@ from typing import Any, Final, NoReturn, TypeVar
 
 import msgspec
 
+from .agent_ids import unicode_id_problem
 from .codec import OWN_METADATA_KEYS
 from .errors import InvalidParamsError
 from .events import ACTIONS, ROLES, ContextMessage, SessionEvent
@@ -125,6 +126,8 @@ def parse_event(obj: Any, where: str = "event", *, index: int | None = None) -> 
     """Validate one event given as a JSON object (server-assigned fields may be omitted;
     ``index``: it is item ``index`` of the list at ``where``, which refusals name)."""
     ev = _convert(obj, SessionEvent, where, index)
+    if ev.id and (problem := unicode_id_problem(ev.id)):
+        _refuse(f"{_at(where, index)}.id", problem)
     if not 0 <= ev.timestamp <= MAX_TIMESTAMP_MS:
         _refuse(
             f"{_at(where, index)}.timestamp",
