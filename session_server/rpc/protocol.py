@@ -27,7 +27,7 @@ from ..core.errors import (
     ParseError,
     SessionServerError,
 )
-from ..core.json_depth import MAX_JSON_DEPTH, deep_path, may_nest_deeper
+from ..core.json_depth import MAX_JSON_DEPTH, deep_path, may_nest_deeper, text_depth
 
 __all__ = [
     "DEFAULT_MAX_FRAME_BYTES",
@@ -221,7 +221,9 @@ def parse_frame(data: str | bytes) -> Frame:
     field)."""
     obj = _decode(data)
     long_ints = _may_hold_long_ints(data)
-    deep = may_nest_deeper(data)
+    # Params are level 1; the request object around them and a batch's array add levels.
+    envelope = 2 if isinstance(obj, list) else 1
+    deep = may_nest_deeper(data) and text_depth(data) > MAX_JSON_DEPTH + envelope
     if isinstance(obj, list):
         if not obj:
             raise InvalidRequestError("Invalid Request: empty batch")

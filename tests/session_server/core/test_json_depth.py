@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from hypothesis import given
@@ -13,6 +14,7 @@ from session_server.core.json_depth import (
     json_text_too_deep,
     may_nest_deeper,
     nests_deeper,
+    text_depth,
 )
 
 
@@ -49,6 +51,23 @@ JSON = st.recursive(
 @given(JSON, st.integers(min_value=0, max_value=8))
 def test_nests_deeper_agrees_with_the_reference(value: Any, limit: int) -> None:
     assert nests_deeper(value, limit) == (depth(value) > limit)
+
+
+TEXTY = st.recursive(
+    st.none() | st.integers() | st.text(alphabet='[]{}"\\ a\u00e9\n', max_size=6),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(st.text(alphabet='[]{}"\\ a', max_size=3), inner)
+    ),
+    max_leaves=30,
+)
+
+
+@given(TEXTY, st.booleans())
+def test_text_depth_counts_only_the_brackets_outside_strings(value: Any, ascii: bool) -> None:
+    text = json.dumps(value, ensure_ascii=ascii)
+    assert text_depth(text) == depth(value)
+    assert text_depth(text.encode()) == depth(value)
 
 
 def test_texts() -> None:
