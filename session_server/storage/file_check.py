@@ -16,7 +16,7 @@ in place, so nothing it refuses ever replaces an agent's file. In order:
    most their session's ``last_seq`` (no seq reused after a restore), turns at most
    ``last_turn``, JSON columns JSON objects, actions known, timestamps in range, and
    every compaction record one the builder can apply, whose bounds lie within its
-   session (``core.records.record_bound_problem``);
+   session (``core.records.record_bound_problem``), every persisted strategy valid;
 7. every session's mirror marked stale (the JSONL files are rewritten from the file on
    activation; the snapshot of the replaced file is not trusted).
 
@@ -33,7 +33,9 @@ from typing import Final
 
 import msgspec
 
+from ..compaction.config import validate_strategy
 from ..core.codec import hydrate_event
+from ..core.core_state import AGENT_STRATEGY_KEY
 from ..core.errors import CorruptRecordError, InvalidParamsError, SessionServerError
 from ..core.events import ACTIONS
 from ..core.file_shape import (
@@ -247,7 +249,24 @@ def invariant_problems(conn: sqlite3.Connection) -> list[str]:
             out.append(problem.format(*row))
     if not out:
         out.extend(_record_problems(conn))
+        out.extend(_strategy_problems(conn))
     return out
+
+
+def _strategy_problems(conn: sqlite3.Connection) -> Iterator[str]:
+    """Every persisted strategy (a session's, the agent default) is one this server
+    accepts: a build would otherwise refuse every call of that session or agent."""
+    rows = conn.execute(
+        "SELECT 'session ' || quote(id), strategy FROM sessions WHERE strategy IS NOT NULL"
+        " UNION ALL SELECT 'the agent default', value FROM agent_settings WHERE key = ?",
+        (AGENT_STRATEGY_KEY,),
+    )
+    for owner, text in rows:
+        try:
+            validate_strategy(msgspec.json.decode(text), source="strategy")
+        except (InvalidParamsError, msgspec.DecodeError) as exc:
+            message = exc.message if isinstance(exc, InvalidParamsError) else str(exc)
+            yield f"{owner}: its strategy is not one this server accepts ({message})"
 
 
 def _record_problems(conn: sqlite3.Connection) -> Iterator[str]:

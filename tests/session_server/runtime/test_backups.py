@@ -117,6 +117,10 @@ BAD: dict[str, tuple[Callable[[sqlite3.Connection], None], str]] = {
         _script(f"UPDATE events SET seq = 'x' || seq WHERE session_id = '{SID}' AND seq = 1"),
         "events.seq: holds a value of type text",
     ),
+    "bad strategy": (
+        _script(f"UPDATE sessions SET strategy = '{{\"mode\": \"shred\"}}' WHERE id = '{SID}'"),
+        "its strategy is not one this server accepts",
+    ),
     "orphan events": (_script(f"DELETE FROM sessions WHERE id = '{SID}'"), "does not exist"),
 }
 
