@@ -146,21 +146,113 @@ def _first(
 
 def _type_problems(conn: sqlite3.Connection) -> Iterator[str]:
     """Every column holds the storage class the store reads (SQLite stores any value in
-    any column: a text ``seq`` would read back as a string)."""
+    any column: a text ``seq`` would read back as a string). One scan per table."""
     for table in reference_shape().tables.values():
+        wanted: list[tuple[str, tuple[str, ...]]] = []
         for column in table.columns:
             kind = "integer" if column.type.upper() == "INTEGER" else "text"
-            allowed = f"('{kind}')" if column.notnull else f"('{kind}', 'null')"
-            row = _first(
-                conn,
-                f'SELECT typeof("{column.name}") FROM "{table.name}"'
-                f' WHERE typeof("{column.name}") NOT IN {allowed} LIMIT 1',
+            wanted.append((column.name, (kind,) if column.notnull else (kind, "null")))
+        found = ", ".join(f'typeof("{name}")' for name, _ in wanted)
+        bad = " OR ".join(
+            f'typeof("{name}") NOT IN ({", ".join(repr(k) for k in kinds)})'
+            for name, kinds in wanted
+        )
+        row = _first(conn, f'SELECT {found} FROM "{table.name}" WHERE {bad} LIMIT 1')
+        if row is None:
+            continue
+        for (col_name, kinds), held in zip(wanted, row, strict=True):
+            if held not in kinds:
+                yield f"{table.name}.{col_name}: holds a value of type {held}, not {kinds[0]}"
+                break
+
+
+def _json_object(column: str) -> str:
+    return f"({column} IS NULL OR CASE WHEN json_valid({column}) THEN json_type({column}) = 'object' ELSE 0 END)"
+
+
+_ACTIONS_SQL: Final = ", ".join(f"'{a}'" for a in ACTIONS)
+
+# One scan of the events (with their session): each condition and what it means, in
+# the order a refusal names them.
+_EVENT_RULES: Final[tuple[tuple[str, str], ...]] = (
+    ("s.id IS NULL", "events of session {sid!r}, which does not exist"),
+    ("e.id = ''", "session {sid!r}: the event at seq {seq} has an empty id"),
+    (
+        "e.seq < 1 OR e.seq > s.last_seq",
+        "session {sid!r}: event seq {seq} is outside 1..last_seq ({last_seq}); a later write"
+        " would reuse a seq",
+    ),
+    (
+        "e.turn < 0 OR e.turn > s.last_turn",
+        "session {sid!r}: event seq {seq} has turn {turn}, outside 0..last_turn ({last_turn})",
+    ),
+    (
+        "e.turn_start_seq < 0 OR e.turn_start_seq > e.seq OR e.token_count < 0",
+        "session {sid!r}: event seq {seq} has a turn_start_seq or token_count out of range",
+    ),
+    (
+        f"e.created_at NOT BETWEEN 0 AND {MAX_TIMESTAMP_MS}",
+        "session {sid!r}: event seq {seq} has a created_at that is not a time in range",
+    ),
+    (f"e.action NOT IN ({_ACTIONS_SQL})", "session {sid!r}: event seq {seq} has an unknown action"),
+    (
+        f"NOT {_json_object('e.metadata')}",
+        "session {sid!r}: the metadata of event seq {seq} is not a JSON object",
+    ),
+)
+
+_SESSION_CHECKS: Final[tuple[tuple[str, str], ...]] = (
+    ("SELECT id FROM sessions WHERE id = '' LIMIT 1", "a session has an empty id"),
+    (
+        "SELECT id, last_seq FROM sessions WHERE last_seq < 0 OR last_turn < 0"
+        " OR last_turn_start_seq < 0 OR last_turn_start_seq > last_seq LIMIT 1",
+        "session {0!r}: last_seq, last_turn or last_turn_start_seq is out of range",
+    ),
+    (
+        f"SELECT id FROM sessions WHERE created_at NOT BETWEEN 0 AND {MAX_TIMESTAMP_MS}"
+        f" OR updated_at NOT BETWEEN 0 AND {MAX_TIMESTAMP_MS} LIMIT 1",
+        "session {0!r}: created_at or updated_at is not a time in range",
+    ),
+    (
+        f"SELECT id FROM sessions WHERE NOT {_json_object('metadata')}"
+        f" OR NOT {_json_object('strategy')} LIMIT 1",
+        "session {0!r}: metadata or strategy is not a JSON object",
+    ),
+    (
+        "SELECT session_id, seq FROM events GROUP BY session_id, seq HAVING count(*) > 1 LIMIT 1",
+        "session {0!r}: seq {1} is used twice",
+    ),
+    (
+        "SELECT t.session_id FROM tool_calls t LEFT JOIN sessions s ON s.id = t.session_id"
+        " WHERE s.id IS NULL OR t.turn < 0 OR t.turn > s.last_turn OR t.turn_start_seq < 0"
+        " OR t.turn_start_seq > s.last_seq LIMIT 1",
+        "tool_calls: a row of session {0!r} names no session or a turn out of range",
+    ),
+    (
+        "SELECT i.session_id FROM idempotency i LEFT JOIN sessions s ON s.id = i.session_id"
+        " WHERE s.id IS NULL OR NOT json_valid(i.result) LIMIT 1",
+        "idempotency: a row of session {0!r} names no session or holds no JSON result",
+    ),
+)
+
+
+def _event_problem(conn: sqlite3.Connection) -> str | None:
+    flags = ", ".join(f"({cond})" for cond, _ in _EVENT_RULES)
+    where = " OR ".join(f"({cond})" for cond, _ in _EVENT_RULES)
+    row = _first(
+        conn,
+        f"SELECT e.session_id, e.seq, e.turn, s.last_seq, s.last_turn, {flags}"
+        f" FROM events e LEFT JOIN sessions s ON s.id = e.session_id WHERE {where} LIMIT 1",
+    )
+    if row is None:
+        return None
+    sid, seq, turn, last_seq, last_turn = row[:5]
+    for (_, problem), hit in zip(_EVENT_RULES, row[5:], strict=True):
+        if hit:
+            return problem.format(
+                sid=sid, seq=seq, turn=turn, last_seq=last_seq, last_turn=last_turn
             )
-            if row is not None:
-                yield f"{table.name}.{column.name}: holds a value of type {row[0]}, not {kind}"
-
-
-_JSON_OBJECT: Final = "({c} IS NULL OR (json_valid({c}) AND json_type({c}) = 'object'))"
+    return None
 
 
 def invariant_problems(conn: sqlite3.Connection) -> list[str]:
@@ -169,84 +261,13 @@ def invariant_problems(conn: sqlite3.Connection) -> list[str]:
     out = list(_type_problems(conn))
     if out:
         return out  # the checks below compare values of the right types
-    actions = ", ".join(f"'{a}'" for a in ACTIONS)
-    checks: list[tuple[str, str]] = [
-        ("SELECT id FROM sessions WHERE id = '' LIMIT 1", "a session has an empty id"),
-        (
-            "SELECT id, last_seq FROM sessions WHERE last_seq < 0 OR last_turn < 0"
-            " OR last_turn_start_seq < 0 OR last_turn_start_seq > last_seq LIMIT 1",
-            "session {0!r}: last_seq, last_turn or last_turn_start_seq is out of range",
-        ),
-        (
-            f"SELECT id FROM sessions WHERE created_at NOT BETWEEN 0 AND {MAX_TIMESTAMP_MS}"
-            f" OR updated_at NOT BETWEEN 0 AND {MAX_TIMESTAMP_MS} LIMIT 1",
-            "session {0!r}: created_at or updated_at is not a time in range",
-        ),
-        (
-            f"SELECT id FROM sessions WHERE NOT {_JSON_OBJECT.format(c='metadata')}"
-            f" OR NOT {_JSON_OBJECT.format(c='strategy')} LIMIT 1",
-            "session {0!r}: metadata or strategy is not a JSON object",
-        ),
-        (
-            "SELECT session_id FROM events WHERE id = '' LIMIT 1",
-            "an event of session {0!r} has an empty id",
-        ),
-        (
-            "SELECT e.session_id FROM events e LEFT JOIN sessions s ON s.id = e.session_id"
-            " WHERE s.id IS NULL LIMIT 1",
-            "events of session {0!r}, which does not exist",
-        ),
-        (
-            "SELECT session_id, seq FROM events GROUP BY session_id, seq HAVING count(*) > 1"
-            " LIMIT 1",
-            "session {0!r}: seq {1} is used twice",
-        ),
-        (
-            "SELECT e.session_id, e.seq, s.last_seq FROM events e JOIN sessions s"
-            " ON s.id = e.session_id WHERE e.seq < 1 OR e.seq > s.last_seq LIMIT 1",
-            "session {0!r}: event seq {1} is outside 1..last_seq ({2}); a later write would"
-            " reuse a seq",
-        ),
-        (
-            "SELECT e.session_id, e.turn, s.last_turn FROM events e JOIN sessions s"
-            " ON s.id = e.session_id WHERE e.turn < 0 OR e.turn > s.last_turn LIMIT 1",
-            "session {0!r}: event turn {1} is outside 0..last_turn ({2})",
-        ),
-        (
-            "SELECT session_id, seq FROM events WHERE turn_start_seq < 0"
-            " OR turn_start_seq > seq OR token_count < 0 LIMIT 1",
-            "session {0!r}: event seq {1} has a turn_start_seq or token_count out of range",
-        ),
-        (
-            f"SELECT session_id, seq FROM events WHERE created_at NOT BETWEEN 0 AND"
-            f" {MAX_TIMESTAMP_MS} LIMIT 1",
-            "session {0!r}: event seq {1} has a created_at that is not a time in range",
-        ),
-        (
-            f"SELECT session_id, seq, action FROM events WHERE action NOT IN ({actions}) LIMIT 1",
-            "session {0!r}: event seq {1} has an unknown action {2!r}",
-        ),
-        (
-            f"SELECT session_id, seq FROM events WHERE NOT {_JSON_OBJECT.format(c='metadata')}"
-            " LIMIT 1",
-            "session {0!r}: the metadata of event seq {1} is not a JSON object",
-        ),
-        (
-            "SELECT t.session_id FROM tool_calls t LEFT JOIN sessions s ON s.id = t.session_id"
-            " WHERE s.id IS NULL OR t.turn < 0 OR t.turn > s.last_turn OR t.turn_start_seq < 0"
-            " OR t.turn_start_seq > s.last_seq LIMIT 1",
-            "tool_calls: a row of session {0!r} names no session or a turn out of range",
-        ),
-        (
-            "SELECT i.session_id FROM idempotency i LEFT JOIN sessions s ON s.id = i.session_id"
-            " WHERE s.id IS NULL OR NOT json_valid(i.result) LIMIT 1",
-            "idempotency: a row of session {0!r} names no session or holds no JSON result",
-        ),
-    ]
-    for sql, problem in checks:
+    for sql, problem in _SESSION_CHECKS:
         row = _first(conn, sql)
         if row is not None:
             out.append(problem.format(*row))
+    event = _event_problem(conn)
+    if event is not None:
+        out.append(event)
     if not out:
         out.extend(_record_problems(conn))
         out.extend(_strategy_problems(conn))

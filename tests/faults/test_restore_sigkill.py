@@ -177,4 +177,3 @@ async def test_sigkill_during_an_import(tmp_path: Path) -> None:
         imported = await _events(again.url, "imported")
         assert imported is None or len(imported) == len(lines)  # all of it, or nothing
         assert await _events(again.url, SID) == []
-
