@@ -3,7 +3,7 @@
 Restores, imports and RPC backups and exports write copies of agent data before they
 are checked, put in place or sent: in ``<memory_dir>/.staging/<kind>-<random>/``, on the
 file system of the agent files (a checked restore is then put in place by one atomic
-rename) and where an operator looks. A process removes its folder when it is done;
+rename) and where an operator looks. A process removes its folder when it is done (and the root, when it is the last);
 a SIGKILL leaves it behind, and ``sweep_staging`` (run by the server as it starts)
 removes what no live process is using.
 
@@ -49,7 +49,10 @@ def staging(memory_dir: Path, kind: str) -> Iterator[Path]:
     root = memory_dir / STAGING_DIR
     while True:
         make_dir(root)
-        folder = Path(tempfile.mkdtemp(prefix=f"{kind}-", dir=root))
+        try:
+            folder = Path(tempfile.mkdtemp(prefix=f"{kind}-", dir=root))
+        except FileNotFoundError:  # another process removed the empty root meanwhile
+            continue
         lock = folder / _LOCK
         try:
             fd = try_exclusive_lock(lock)
@@ -64,6 +67,8 @@ def staging(memory_dir: Path, kind: str) -> Iterator[Path]:
     finally:
         shutil.rmtree(folder, ignore_errors=True)
         os.close(fd)
+        with contextlib.suppress(OSError):  # the last one out removes the empty root
+            root.rmdir()
 
 
 def sweep_staging(memory_dir: Path) -> int:

@@ -60,7 +60,7 @@ def test_a_tampered_backup_is_refused_offline_and_by_the_cli(tmp_path: Path) -> 
     with pytest.raises(InvalidParamsError, match="trigger 't'"):
         restore_agents(bk, mem, force=True, progress=False)
     assert db.read_bytes() == before
-    assert list((mem / STAGING_DIR).iterdir()) == []
+    assert not (mem / STAGING_DIR).exists()
     done = subprocess.run(
         [sys.executable, "-m", "session_server", "restore", str(bk), "--force",
          "--memory-dir", str(mem)],
