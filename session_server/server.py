@@ -84,6 +84,7 @@ from .rpc.protocol import DEFAULT_MAX_FRAME_BYTES
 from .rpc.table import BUILTIN_METHODS
 from .storage.file_lock import try_exclusive_lock
 from .storage.file_modes import make_dir
+from .storage.staging import sweep_staging
 
 if TYPE_CHECKING:
     from .runtime.actor import AgentActor
@@ -267,10 +268,16 @@ class SessionServer:
         First takes the memory dir's ``server.lock`` (flock, held until ``stop()``): a
         second server on a memory dir another server holds raises ``MemoryDirInUseError``
         naming the dir, instead of starting and failing every request for the agents the
-        first one holds. The kernel drops the lock when the holder dies.
+        first one holds. The kernel drops the lock when the holder dies. Then removes the
+        staging folders no live process holds (``storage.staging``).
         """
         self._lock_fd = lock_memory_dir(self.registry.memory_dir)
         try:
+            if not self.registry.readonly:
+                # Copies a process killed mid-restore or mid-import left in the staging folder.
+                await asyncio.get_running_loop().run_in_executor(
+                    self.registry.executor, sweep_staging, self.registry.memory_dir
+                )
             await self._listen()
         except BaseException:
             self._release_lock()

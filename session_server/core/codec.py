@@ -84,7 +84,7 @@ def arguments_object(arguments: ToolArguments) -> dict[str, Any]:
             return {}
         try:
             value = _DECODER.decode(arguments)
-        except msgspec.DecodeError:
+        except (msgspec.DecodeError, RecursionError):  # too deep: kept as the text it is
             return {"_raw": arguments}
         return value if isinstance(value, dict) else {"_raw": arguments}
     return {"_value": arguments}

@@ -16,7 +16,7 @@ import msgspec
 from .errors import CorruptRecordError
 from .events import SessionEvent
 
-__all__ = ["CompactionRecord", "record_memory"]
+__all__ = ["CompactionRecord", "record_bound_problem", "record_memory"]
 
 
 class CompactionRecord(msgspec.Struct, frozen=True):
@@ -100,3 +100,49 @@ def record_memory(record: Mapping[str, Any] | None) -> dict[str, Any] | None:
         "tail_start_seq": _int_key(source, "tail_start_seq", where),
         "tail_start_turn": _int_key(source, "tail_start_turn", where),
     }
+
+
+def _bound(record: Mapping[str, Any], key: str, low: int, high: int, where: str) -> str | None:
+    value = record.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        return f"{where}{key} must be an integer, not {value!r}"[:200]
+    if not low <= value <= high:
+        return f"{where}{key} {value} lies outside the session ({low}..{high})"
+    return None
+
+
+def record_bound_problem(record: Any, seq: int) -> str | None:
+    """What is wrong with the compaction record of the event at ``seq`` (``None``: it is
+    one the builder can apply and its bounds lie within its session).
+
+    A record covers only events before it: ``boundary_seq`` and the memory's
+    ``tail_start_seq`` are at most ``seq + 1`` (an imported summary starts its tail
+    right after its own event), and ``seq_range`` lies before ``seq``. A bound beyond
+    that would hide every later turn behind the record's summary.
+    """
+    try:
+        decoded = CompactionRecord.decode(record)
+    except CorruptRecordError as exc:
+        return exc.message
+    data = decoded.data
+    if data.get("strategy") == "compact" and "boundary_seq" not in data:
+        return "compaction record: a compact record needs 'boundary_seq'"
+    problem = _bound(data, "boundary_seq", 0, seq + 1, "compaction record: ")
+    memory = record_memory(data)
+    if problem is None and memory is not None:
+        problem = _bound(memory, "tail_start_seq", 0, seq + 1, "compaction record: ")
+        if problem is None and memory["tail_start_turn"] < 0:
+            problem = "compaction record: tail_start_turn must not be negative"
+    span = data.get("seq_range")
+    if problem is None and span is not None:
+        ok = (
+            isinstance(span, list)
+            and len(span) == 2
+            and all(type(v) is int for v in span)
+            and 0 <= span[0] <= span[1] < seq
+        )
+        if not ok:
+            problem = f"compaction record: seq_range {span!r} does not lie before seq {seq}"[:200]
+    return problem

@@ -15,9 +15,12 @@ from typing import Final
 
 import msgspec
 
+from .agent_ids import unicode_id_problem
 from .codec import hydrate_event, new_event_id
 from .errors import CorruptRecordError, InvalidParamsError
 from .events import ACTIONS
+from .records import record_bound_problem
+from .validation import MAX_TIMESTAMP_MS
 
 __all__ = [
     "EventRow",
@@ -102,12 +105,21 @@ def _refuse(field: str, problem: str) -> InvalidParamsError:
     return InvalidParamsError(f"{field}: {problem}", data={"field": field})
 
 
+def _check_time(field: str, stamp: int) -> None:
+    if not 0 <= stamp <= MAX_TIMESTAMP_MS:
+        raise _refuse(field, f"{stamp} is not a time in ms between 0 and {MAX_TIMESTAMP_MS}")
+
+
 def check_rows(rows: SessionRows) -> None:
     """Refuse rows that would not read back as a valid session (``InvalidParamsError``).
 
     Every row belongs to the session; seqs are positive, unique, increasing and at most
-    the session's ``last_seq``; event ids are unique; every event decodes (its metadata
-    is a JSON object with well-typed reference keys); JSON columns are JSON objects.
+    the session's ``last_seq``; turns at most ``last_turn``; timestamps are times in
+    range; event ids are unique; every event decodes (its metadata is a JSON object with
+    well-typed reference keys); every compaction record is one the builder applies and
+    lies within the session (``record_bound_problem``: a boundary beyond the session's
+    end would hide every later turn behind the record's summary); JSON columns are JSON
+    objects.
     """
     session = rows.session
     for name, text in (
@@ -123,6 +135,12 @@ def check_rows(rows: SessionRows) -> None:
                 raise _refuse(name, "must be a JSON object")
     if not 0 <= session.last_seq < _MAX_SEQ:
         raise _refuse("session.last_seq", f"out of range: {session.last_seq}")
+    if not 0 <= session.last_turn < _MAX_SEQ:
+        raise _refuse("session.last_turn", f"out of range: {session.last_turn}")
+    if not 0 <= session.last_turn_start_seq <= session.last_seq:
+        raise _refuse("session.last_turn_start_seq", f"out of range: {session.last_turn_start_seq}")
+    for name, stamp in (("created_at", session.created_at), ("updated_at", session.updated_at)):
+        _check_time(f"session.{name}", stamp)
     ids: set[str] = set()
     previous = 0
     for i, event in enumerate(rows.events):
@@ -139,11 +157,39 @@ def check_rows(rows: SessionRows) -> None:
         previous = event.seq
         if not event.id or event.id in ids:
             raise _refuse(f"{where}.id", f"empty or repeated event id {event.id!r}")
+        if problem := unicode_id_problem(event.id):
+            raise _refuse(f"{where}.id", problem)
         ids.add(event.id)
+        _check_time(f"{where}.created_at", event.created_at)
+        if not 0 <= event.turn <= session.last_turn:
+            raise _refuse(
+                f"{where}.turn", f"{event.turn} must be between 0 and last_turn {session.last_turn}"
+            )
+        if not 0 <= event.turn_start_seq <= event.seq:
+            raise _refuse(f"{where}.turn_start_seq", f"{event.turn_start_seq} is out of range")
+        if not 0 <= event.token_count < _MAX_SEQ:
+            raise _refuse(f"{where}.token_count", f"{event.token_count} is out of range")
         try:
-            hydrate_event(msgspec.structs.asdict(event))
-        except CorruptRecordError as exc:
-            raise _refuse(f"{where}.metadata", exc.message) from None
+            hydrated = hydrate_event(msgspec.structs.asdict(event))
+        except (CorruptRecordError, RecursionError) as exc:
+            problem = exc.message if isinstance(exc, CorruptRecordError) else "nested too deeply"
+            raise _refuse(f"{where}.metadata", problem) from None
+        if event.action == "compaction":
+            bound = (
+                "holds no compaction record"
+                if hydrated.compaction is None
+                else record_bound_problem(hydrated.compaction, event.seq)
+            )
+            if bound:
+                raise _refuse(f"{where}.metadata", bound)
+    for i, call in enumerate(rows.tool_calls):
+        if (
+            not 0 <= call.turn <= session.last_turn
+            or not 0 <= call.turn_start_seq <= session.last_seq
+        ):
+            raise _refuse(f"tool_calls[{i}].turn", "turn or turn_start_seq out of range")
+    for i, kept in enumerate(rows.idempotency):
+        _check_time(f"idempotency[{i}].created_at", kept.created_at)
     owners = [("tool_calls", i, r.session_id) for i, r in enumerate(rows.tool_calls)]
     owners += [("idempotency", i, r.session_id) for i, r in enumerate(rows.idempotency)]
     for name, i, owner in owners:

@@ -9,15 +9,18 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Any, NoReturn, TypeVar
+from typing import Any, Final, NoReturn, TypeVar
 
 import msgspec
 
+from .agent_ids import unicode_id_problem
 from .codec import OWN_METADATA_KEYS
 from .errors import InvalidParamsError
 from .events import ACTIONS, ROLES, ContextMessage, SessionEvent
+from .json_depth import MAX_JSON_DEPTH, json_text_too_deep
 
 __all__ = [
+    "MAX_TIMESTAMP_MS",
     "RESERVED_METADATA_KEYS",
     "parse_client_event",
     "parse_client_events",
@@ -29,6 +32,11 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+
+MAX_TIMESTAMP_MS: Final = 253_402_300_799_999
+"""The latest time a timestamp (ms since the epoch) may name: the end of year 9999, the
+last instant calendars and ``datetime`` represent. Timestamps are 0 (the server assigns
+the time) up to this."""
 _PATH = re.compile(r" - at `\$(.*)`$")
 
 
@@ -90,6 +98,11 @@ def _check_tool_calls(calls: Sequence[Any] | None, where: str, index: int | None
             _refuse(f"{_at(where, index)}.tool_calls[{i}].id", "must be a non-empty string")
         if not call.name:
             _refuse(f"{_at(where, index)}.tool_calls[{i}].name", "must be a non-empty string")
+        if type(call.arguments) is str and json_text_too_deep(call.arguments):
+            _refuse(
+                f"{_at(where, index)}.tool_calls[{i}].arguments",
+                f"a JSON text nested deeper than {MAX_JSON_DEPTH} levels",
+            )
 
 
 def parse_message(obj: Any, where: str = "message", *, index: int | None = None) -> ContextMessage:
@@ -114,6 +127,14 @@ def parse_event(obj: Any, where: str = "event", *, index: int | None = None) -> 
     """Validate one event given as a JSON object (server-assigned fields may be omitted;
     ``index``: it is item ``index`` of the list at ``where``, which refusals name)."""
     ev = _convert(obj, SessionEvent, where, index)
+    if ev.id and (problem := unicode_id_problem(ev.id)):
+        _refuse(f"{_at(where, index)}.id", problem)
+    if not 0 <= ev.timestamp <= MAX_TIMESTAMP_MS:
+        _refuse(
+            f"{_at(where, index)}.timestamp",
+            f"{ev.timestamp} is not a time in ms between 0 (the server's clock) and "
+            f"{MAX_TIMESTAMP_MS} (year 9999)",
+        )
     if ev.action == "tool_result" and not ev.tool_call_id:
         _refuse(f"{_at(where, index)}.tool_call_id", "required for action 'tool_result'")
     if ev.action == "tool_call_request":

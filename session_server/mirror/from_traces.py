@@ -12,7 +12,8 @@ false when ``tool_error`` is set; content = the error, else the result as text).
 Event ids are fresh UUIDs; trace ids, source events, tags, media and any other line field
 a fresh rendering would not reproduce are kept as trace overrides in the event metadata
 (see ``traces``), so exporting the events gives the same lines, byte for byte. Lines with
-a missing or unknown ``trace_type`` are skipped with a warning naming their origin.
+a missing or unknown ``trace_type`` are skipped with a warning naming their origin; a
+``ts`` that is not a time the store keeps (``MAX_TIMESTAMP_MS``) refuses the import.
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.codec import encode_json, new_event_id
+from ..core.errors import InvalidParamsError
 from ..core.events import SessionEvent, ToolArguments, ToolCall
+from ..core.validation import MAX_TIMESTAMP_MS
 from .traces import (
     ASSISTANT_TRACE_META,
     CALL_TRACES_META,
@@ -96,6 +99,13 @@ def traces_to_events(entries: Iterable[TraceEntry], *, session_id: str = "") -> 
             logger.warning("%s: line skipped: unknown trace_type %r", entry.origin, trace_type)
             continue
         ms = ms_from_ts(line.get("ts"))
+        if ms is not None and not 0 <= ms <= MAX_TIMESTAMP_MS:
+            where = entry.origin.rsplit("/", 1)[-1]
+            raise InvalidParamsError(
+                f"{where}: ts {line.get('ts')!r} is not a time this server stores (epoch "
+                f"seconds between 0 and {MAX_TIMESTAMP_MS // 1000}, the end of year 9999)",
+                data={"field": f"{where}.ts"},
+            )
         if ms is None:
             logger.warning("%s: 'ts' is not a number; previous time used", entry.origin)
             ms = last_ms

@@ -39,6 +39,7 @@ from typing import Any, Final
 import msgspec
 
 from ..core.events import SessionEvent, ToolArguments
+from ..core.json_depth import json_text_too_deep
 
 __all__ = [
     "ASSISTANT_TRACE_META",
@@ -123,6 +124,8 @@ def parse_tool_result(content: str) -> Any:
         return content
     first = content.lstrip()[:1]
     if first and (first in '{["-' or first.isdigit() or first in "tfn"):
+        if json_text_too_deep(content):  # a line of it could not be read back
+            return content
         try:
             return _DECODER.decode(content)
         except msgspec.DecodeError:

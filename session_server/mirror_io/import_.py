@@ -31,6 +31,7 @@ from ..core.codec import new_event_id
 from ..core.errors import InvalidParamsError
 from ..core.events import SessionEvent
 from ..core.turns import assign_turns
+from ..core.validation import MAX_TIMESTAMP_MS
 from ..mirror.from_traces import TraceEntry, traces_to_events
 from ..mirror.rows_file import ROWS_FILE, RowsFile, decode_rows, sha256
 from ..mirror.snapshot import SNAPSHOT_FILE
@@ -182,6 +183,12 @@ def _insert_compaction(
     tail_start_turn = turns[k] if k < len(turns) else (turns[-1] + 1 if turns else 1)
     stamp = events[k - 1].timestamp if k else (events[0].timestamp if events else 0)
     last_item_ms = ms_from_ts(episodic[-1].get("ts")) if episodic else None
+    if last_item_ms is not None and not 0 <= last_item_ms <= MAX_TIMESTAMP_MS:
+        raise InvalidParamsError(
+            f"{EPISODIC_FILE}: ts {episodic[-1].get('ts')!r} of the last item is not a time "
+            f"this server stores (epoch seconds between 0 and {MAX_TIMESTAMP_MS // 1000})",
+            data={"field": f"{EPISODIC_FILE}.ts"},
+        )
     created = max(stamp, last_item_ms or 0)
     record: dict[str, Any] = {
         "version": 1,

@@ -75,7 +75,7 @@ def iter_jsonl_bytes(data: bytes, label: str) -> list[tuple[int, dict[str, Any]]
             continue
         try:
             value = _DECODER.decode(raw)
-        except msgspec.DecodeError as exc:
+        except (msgspec.DecodeError, RecursionError) as exc:
             logger.warning("%s:%d: malformed JSON line skipped (%s)", label, number, exc)
             continue
         if not isinstance(value, dict):
@@ -128,7 +128,7 @@ def read_json(path: Path) -> dict[str, Any] | None:
         return None
     try:
         value = _DECODER.decode(data)
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, RecursionError) as exc:
         logger.warning("%s: malformed JSON ignored (%s)", path, exc)
         return None
     if not isinstance(value, dict):

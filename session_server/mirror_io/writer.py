@@ -38,7 +38,7 @@ from typing import Any, Final
 
 import msgspec
 
-from ..core.agent_ids import validate_agent_id
+from ..core.agent_ids import validate_agent_id, validate_new_id
 from ..core.errors import InvalidParamsError
 from ..core.events import ContextMessage, SessionEvent
 from ..mirror.checkpoint import FileStamps, encode_stamps, model_checkpoint, orphan_folders
@@ -80,6 +80,7 @@ __all__ = [
     "SEMANTIC_FILE",
     "MirrorWriter",
     "reconcile_session_dir",
+    "validate_new_session_id",
     "validate_session_id",
 ]
 
@@ -101,6 +102,11 @@ def validate_session_id(session_id: object) -> str:
         raise InvalidParamsError(
             exc.message.replace("agent_id", "session_id", 1), data={"field": "session_id"}
         ) from exc
+
+
+def validate_new_session_id(session_id: object) -> str:
+    """``validate_session_id`` for a session being created: also ``validate_new_id``."""
+    return validate_new_id(validate_session_id(session_id), "session_id")
 
 
 def reconcile_session_dir(

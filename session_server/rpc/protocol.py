@@ -27,6 +27,7 @@ from ..core.errors import (
     ParseError,
     SessionServerError,
 )
+from ..core.json_depth import MAX_JSON_DEPTH, deep_path, may_nest_deeper, text_depth
 
 __all__ = [
     "DEFAULT_MAX_FRAME_BYTES",
@@ -147,7 +148,7 @@ def _may_hold_long_ints(data: str | bytes) -> bool:
     return False
 
 
-def _parse_item(obj: Any, long_ints: bool = True) -> Request | Invalid:
+def _parse_item(obj: Any, long_ints: bool = True, deep: bool = False) -> Request | Invalid:
     if not isinstance(obj, dict):
         return Invalid(
             None,
@@ -184,6 +185,18 @@ def _parse_item(obj: Any, long_ints: bool = True) -> Request | Invalid:
             ),
             notification,
         )
+    if deep:
+        where = deep_path(params)
+        if where is not None:
+            return Invalid(
+                rid,
+                InvalidParamsError(
+                    f"{where}: nested deeper than {MAX_JSON_DEPTH} levels (arrays and "
+                    "objects, params being level 1)",
+                    data={"field": where, "max_depth": MAX_JSON_DEPTH},
+                ),
+                notification,
+            )
     return Request(method, params, rid, notification, long_ints)
 
 
@@ -202,15 +215,20 @@ def _json_type(value: Any) -> str:
 
 
 def parse_frame(data: str | bytes) -> Frame:
-    """Parse one frame. Raises ``ParseError`` (not JSON / not UTF-8) or
-    ``InvalidRequestError`` (empty batch); every other problem is an ``Invalid`` item."""
+    """Parse one frame. Raises ``ParseError`` (not JSON / not UTF-8, or nested too deeply
+    for the decoder) or ``InvalidRequestError`` (empty batch); every other problem is an
+    ``Invalid`` item (params nested deeper than ``MAX_JSON_DEPTH``: -32602 naming the
+    field)."""
     obj = _decode(data)
     long_ints = _may_hold_long_ints(data)
+    # Params are level 1; the request object around them and a batch's array add levels.
+    envelope = 2 if isinstance(obj, list) else 1
+    deep = may_nest_deeper(data) and text_depth(data) > MAX_JSON_DEPTH + envelope
     if isinstance(obj, list):
         if not obj:
             raise InvalidRequestError("Invalid Request: empty batch")
-        return Frame([_parse_item(o, long_ints) for o in obj], batch=True)
-    return Frame([_parse_item(obj, long_ints)], batch=False)
+        return Frame([_parse_item(o, long_ints, deep) for o in obj], batch=True)
+    return Frame([_parse_item(obj, long_ints, deep)], batch=False)
 
 
 def result_response(request_id: RequestId, result: Any) -> dict[str, Any]:

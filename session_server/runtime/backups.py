@@ -11,7 +11,9 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-import tempfile
+import contextlib
+import functools
+import hashlib
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -26,9 +28,13 @@ from ..storage.backup import (
     AGENT_FILE,
     BackupEntry,
     backup_agent,
+    check_staged,
+    install_restore,
     read_manifest,
     restore_agent,
 )
+from ..storage.file_modes import create_file
+from ..storage.staging import staging
 
 if TYPE_CHECKING:
     from .registry import ActorRegistry
@@ -109,6 +115,7 @@ def restore_agents(
                 entry,
                 memory_dir / "agents" / agent_id,
                 agent_id,
+                memory_dir=memory_dir,
                 force=force,
             )
             bar.update(entry.bytes)
@@ -121,8 +128,8 @@ async def backup_bytes(registry: ActorRegistry, agent_id: str) -> dict[str, Any]
     path = registry.agent_dir(agent_id) / AGENT_FILE
 
     def run() -> dict[str, Any]:
-        with tempfile.TemporaryDirectory(prefix="session-server-backup-") as tmp:
-            entry = backup_agent(path, Path(tmp), agent_id)
+        with staging(registry.memory_dir, "backup") as tmp:
+            entry = backup_agent(path, tmp, agent_id)
             if entry.bytes > RPC_MAX_BACKUP_BYTES:
                 raise TooLargeError(
                     f"agent {agent_id!r}: its file is {entry.bytes} bytes, more than an RPC "
@@ -130,7 +137,7 @@ async def backup_bytes(registry: ActorRegistry, agent_id: str) -> dict[str, Any]
                     "on the server's machine",
                     data={"bytes": entry.bytes, "limit": RPC_MAX_BACKUP_BYTES},
                 )
-            data = (Path(tmp) / entry.file).read_bytes()
+            data = (tmp / entry.file).read_bytes()
         return {**_summary(agent_id, entry), "data": base64.b64encode(data).decode("ascii")}
 
     return await asyncio.get_running_loop().run_in_executor(registry.executor, run)
@@ -148,8 +155,10 @@ async def restore_bytes(
 ) -> dict[str, Any]:
     """Replace the agent's file with the given backup (``agent.restore``).
 
-    The actor is closed for the swap and calls arriving meanwhile wait, then see the
-    restored agent; ``force`` is needed when the agent exists.
+    The file is staged in the memory dir and checked there (``storage.file_check``)
+    while the agent keeps serving: a refused file (-32602) changes nothing. Only the
+    swap closes the actor; calls arriving meanwhile wait, then see the restored agent;
+    ``force`` is needed when the agent exists.
     """
     # Decoded on a worker: 16 MiB of base64 held the event loop about 50 ms.
     raw = await asyncio.get_running_loop().run_in_executor(registry.executor, _decoded, data)
@@ -165,22 +174,30 @@ async def restore_bytes(
             f"force: agent {agent_id!r} exists; pass force: true to replace it",
             data={"field": "force"},
         )
+    loop = asyncio.get_running_loop()
+    with contextlib.ExitStack() as stack:
+        # Staged and checked while the agent keeps serving; only the swap closes it.
+        folder = await loop.run_in_executor(
+            registry.executor, stack.enter_context, staging(registry.memory_dir, "restore")
+        )
 
-    def run() -> None:
-        with tempfile.TemporaryDirectory(prefix="session-server-restore-") as tmp:
-            source = Path(tmp) / f"{agent_id}.sqlite"
-            source.write_bytes(raw)
-            entry = BackupEntry(
-                file=source.name,
-                bytes=len(raw),
-                sha256=sha256,
-                sessions=0,
-                events=0,
-                schema_version=0,
-                created_at=0,
+        def check() -> tuple[Path, int]:
+            staged = folder / AGENT_FILE
+            create_file(staged)
+            staged.write_bytes(raw)
+            if hashlib.sha256(raw).hexdigest() != sha256:
+                raise InvalidParamsError(
+                    "sha256: the data's SHA-256 is not the one given (incomplete or changed)",
+                    data={"field": "sha256"},
+                )
+            return staged, check_staged(staged, agent_id, field="data")
+
+        try:
+            staged, sessions = await loop.run_in_executor(registry.executor, check)
+            await actor.replace_file(
+                functools.partial(install_restore, staged, agent_dir, agent_id, force=force)
             )
-            restore_agent(source, entry, agent_dir, agent_id, force=force)
-
-    await actor.replace_file(run)
-    sessions = await actor.list_sessions()  # opens the restored file (and repairs mirrors)
-    return {"agent_id": agent_id, "bytes": len(raw), "sha256": sha256, "sessions": len(sessions)}
+        finally:
+            await loop.run_in_executor(registry.executor, stack.close)
+    await actor.list_sessions()  # opens the restored file (and repairs mirrors)
+    return {"agent_id": agent_id, "bytes": len(raw), "sha256": sha256, "sessions": sessions}

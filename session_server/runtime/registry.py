@@ -33,7 +33,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from ..compaction import resolve_strategy, validate_strategy
-from ..core.agent_ids import validate_agent_id
+from ..core.agent_ids import validate_agent_id, validate_new_id
 from ..core.cache_budget import DEFAULT_CACHE_BYTES, CacheBudget
 from ..core.errors import (
     AgentUnavailableError,
@@ -268,6 +268,7 @@ class ActorRegistry:
             if not path.exists():  # one stat, only when no actor is in memory
                 if not create:
                     raise NotFoundError.agent(agent_id)
+                validate_new_id(agent_id)  # a new agent's id cannot pass for another
                 await self._admit(agent_id)
                 actor = self._actors.get(agent_id)  # another call may have made it meanwhile
         if actor is None:

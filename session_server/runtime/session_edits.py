@@ -19,7 +19,7 @@ from ..core.events import SessionEvent
 from ..core.session_rows import SessionRows, check_rows
 from ..core.tokens import get_counter
 from ..core.validation import parse_event
-from ..mirror_io.writer import validate_session_id
+from ..mirror_io.writer import validate_new_session_id
 from ..storage.store import AgentStore
 from .mirror_link import MirrorLink
 from .off_loop import ExecutorHost
@@ -87,7 +87,7 @@ class SessionEdits:
     async def import_rows(self: EditRunner, rows: SessionRows) -> None:
         """Write a whole session as it is (``core.session_rows``: checked first), in one
         transaction; its mirror files are written from it right after the commit."""
-        validate_session_id(rows.session.id)
+        validate_new_session_id(rows.session.id)
         # Linear in the rows (every event decoded): on a worker, not the event loop.
         await asyncio.get_running_loop().run_in_executor(self.host.executor, check_rows, rows)
 

@@ -21,7 +21,7 @@ from ..core.context import WorkingContext
 from ..core.errors import InvalidParamsError
 from ..core.events import ContextMessage, SessionEvent
 from ..core.plans import AppendResult, NewSession
-from ..mirror_io.writer import validate_session_id
+from ..mirror_io.writer import validate_new_session_id
 from ..storage.store import AgentStore
 from .compaction_turns import CompactionTurns
 from .mirror_link import MirrorLink
@@ -162,7 +162,7 @@ class SessionWrites:
     ) -> str:
         """Create a session and return its id (``ConflictError`` if the id exists)."""
         if session_id is not None:
-            validate_session_id(session_id)  # it names the session's mirror folder
+            validate_new_session_id(session_id)  # it names the session's mirror folder
         if metadata is not None and not isinstance(metadata, dict):
             raise InvalidParamsError("metadata: must be an object")
         sid = session_id or str(uuid.uuid4())
@@ -206,7 +206,7 @@ class SessionWrites:
     ) -> tuple[str, AppendResult]:
         """Create a session holding ``events`` in one transaction (all of it, or nothing)."""
         if session_id is not None:
-            validate_session_id(session_id)
+            validate_new_session_id(session_id)
         if metadata is not None and not isinstance(metadata, dict):
             raise InvalidParamsError("metadata: must be an object")
         sid = session_id or str(uuid.uuid4())

@@ -16,10 +16,9 @@ file operation runs on the registry's worker threads, never on the event loop.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import itertools
-import shutil
-import tempfile
 import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -34,6 +33,7 @@ from ..core.session_rows import with_new_ids
 from ..mirror.rows_file import ROWS_FILE
 from ..mirror_io.export import export_session as write_export
 from ..mirror_io.import_ import find_reference_folder, import_reference_folder, read_rows_file
+from ..storage.staging import staging
 
 if TYPE_CHECKING:
     from .actor import AgentActor
@@ -112,19 +112,18 @@ async def export_files(
                 "the CLI (session-server export) or read it with events.load pages",
                 data={"field": "session_id", "bytes": size, "max_answer_bytes": max_bytes},
             )
-    tmp = await _off_loop(
-        actor, functools.partial(tempfile.mkdtemp, prefix="session-server-export-")
-    )
-    try:
-        info = await export_session(actor, session_id, tmp, name=name, progress=False)
-        folder = Path(info["folder"])
+    with contextlib.ExitStack() as stack:
+        tmp = await _staged(actor, stack, "export")
+        try:
+            info = await export_session(actor, session_id, tmp, name=name, progress=False)
+            folder = Path(info["folder"])
 
-        def read() -> dict[str, str]:
-            return {f: (folder / f).read_text(encoding="utf-8") for f in info["files"]}
+            def read() -> dict[str, str]:
+                return {f: (folder / f).read_text(encoding="utf-8") for f in info["files"]}
 
-        files = await _off_loop(actor, read)
-    finally:
-        await _off_loop(actor, functools.partial(shutil.rmtree, tmp, ignore_errors=True))
+            files = await _off_loop(actor, read)
+        finally:
+            await _off_loop(actor, stack.close)
     return {"name": folder.name, "files": files, "trace_count": info["trace_count"]}
 
 
@@ -199,23 +198,30 @@ async def import_files(
     if not files:
         raise InvalidParamsError("files: no reference files given", data={"field": "files"})
 
-    def write(tmp: str) -> Path:
-        folder = Path(tmp) / "agents" / "import"
+    def write(tmp: Path) -> Path:
+        folder = tmp / "agents" / "import"
         folder.mkdir(parents=True)
         for name, text in files.items():
             (folder / name).write_text(text, encoding="utf-8")
         return folder
 
-    tmp = await _off_loop(
-        actor, functools.partial(tempfile.mkdtemp, prefix="session-server-import-")
+    with contextlib.ExitStack() as stack:
+        tmp = await _staged(actor, stack, "import")
+        try:
+            folder = await _off_loop(actor, functools.partial(write, tmp))
+            return await import_session(
+                actor, folder, session_id=session_id, new_ids=new_ids, progress=False
+            )
+        finally:
+            await _off_loop(actor, stack.close)
+
+
+async def _staged(actor: AgentActor, stack: contextlib.ExitStack, kind: str) -> Path:
+    """A staging folder in the memory dir (``storage.staging``), removed when ``stack``
+    closes; what a SIGKILL leaves there is removed when the server next starts."""
+    return await _off_loop(
+        actor, functools.partial(stack.enter_context, staging(actor.host.memory_dir, kind))
     )
-    try:
-        folder = await _off_loop(actor, functools.partial(write, tmp))
-        return await import_session(
-            actor, folder, session_id=session_id, new_ids=new_ids, progress=False
-        )
-    finally:
-        await _off_loop(actor, functools.partial(shutil.rmtree, tmp, ignore_errors=True))
 
 
 async def _off_loop(actor: AgentActor, fn: Callable[[], T]) -> T:

@@ -19,9 +19,12 @@ backup is never restored.
 
 ``restore_agent`` puts such a file back as ``agents/<agent_id>/agent.sqlite`` under the
 agent lock (so never under a running server: that goes through the server, which closes
-the agent first), refuses to replace an existing agent unless ``force``, and marks every
-session's mirror stale so the JSONL mirror is rewritten from the restored file on
-activation.
+the agent first), refuses to replace an existing agent unless ``force``. The file is
+first copied into the memory dir's staging folder (``storage.staging``) and checked
+there (``storage.file_check``: only a file this server could have written passes; the
+copy is migrated and its mirrors marked stale, so the JSONL mirror is rewritten from it
+on activation); the agent's own file is untouched until the checked copy replaces it
+by one atomic rename.
 """
 
 from __future__ import annotations
@@ -41,9 +44,11 @@ import msgspec
 from ..core.agent_ids import validate_agent_id
 from ..core.errors import AgentUnavailableError, ConflictError, InvalidParamsError, NotFoundError
 from . import sqlite_ops as ops
+from .file_check import check_agent_file
 from .file_lock import try_exclusive_lock
 from .file_modes import create_file, make_dir
 from .schema import SCHEMA_VERSION
+from .staging import staging
 from .store_connections import LOCK_FILE  # the one lock an open agent holds
 
 __all__ = [
@@ -53,10 +58,13 @@ __all__ = [
     "Manifest",
     "agent_held",
     "backup_agent",
+    "check_staged",
     "file_sha256",
+    "install_restore",
     "read_manifest",
     "restore_agent",
     "save_backup",
+    "stage_restore",
     "verify_backup_file",
 ]
 
@@ -281,51 +289,80 @@ def agent_held(folder: Path) -> bool:
     return False
 
 
-def restore_agent(
-    source: Path,
-    entry: BackupEntry,
-    agent_dir: Path,
-    agent_id: str,
-    *,
-    force: bool = False,
-    locked: bool = False,
+def stage_restore(source: Path, entry: BackupEntry, agent_id: str, folder: Path) -> Path:
+    """Copy the backup file ``source`` into the staging ``folder`` and check the copy
+    (``verify_backup_file``, then ``file_check.check_agent_file``): the staged file,
+    ready for ``install_restore``. Nothing outside ``folder`` is touched."""
+    verify_backup_file(source, entry, agent_id)
+    staged = folder / AGENT_FILE
+    create_file(staged)
+    shutil.copyfile(source, staged)  # keeps the new file's mode
+    check_staged(staged, agent_id, field=source.name)
+    return staged
+
+
+def check_staged(staged: Path, agent_id: str, *, field: str) -> int:
+    """``check_agent_file`` on a staged copy, then fsync it; its number of sessions."""
+    try:
+        sessions = check_agent_file(staged, field=field)
+    except InvalidParamsError as exc:
+        data = {**(exc.data or {}), "agent_id": agent_id}
+        raise InvalidParamsError(
+            f"restore of agent {agent_id!r}: {exc.message}", data=data
+        ) from None
+    _fsync_path(staged)
+    return sessions
+
+
+def install_restore(
+    staged: Path, agent_dir: Path, agent_id: str, *, force: bool = False, locked: bool = False
 ) -> None:
-    """Put the verified backup file ``source`` in place as ``agent_dir/agent.sqlite``.
+    """Put the checked ``staged`` file in place as ``agent_dir/agent.sqlite`` by one
+    atomic rename (it must be on the same file system: the memory dir's staging).
 
     Takes the agent lock unless the caller holds the agent closed itself (``locked``, the
-    server). ``ConflictError`` when the agent exists and ``force`` is not given.
+    server). ``ConflictError`` when the agent exists and ``force`` is not given. Until
+    the rename the agent's own file is untouched (its WAL folded in), so a SIGKILL at any
+    moment leaves the old agent or the new one, never a mix.
     """
-    verify_backup_file(source, entry, agent_id)
     with contextlib.ExitStack() as stack:
         if not locked:
             stack.enter_context(_agent_lock(agent_dir, agent_id))
+        else:
+            make_dir(agent_dir)
         target = agent_dir / AGENT_FILE
         if target.exists() and not force:
             raise ConflictError(
                 f"agent {agent_id!r} already exists; restore with force to replace it",
                 data={"agent_id": agent_id, "field": "force"},
             )
-        tmp = agent_dir / f".{AGENT_FILE}.restore-{os.getpid()}"
+        if target.exists():
+            _retire(target)
+        os.replace(staged, target)
+        _fsync_path(agent_dir, directory=True)
+        # The JSONL mirror is derived data: rewritten from the restored file on activation.
+        shutil.rmtree(agent_dir / MIRROR_FOLDER, ignore_errors=True)
+
+
+def restore_agent(
+    source: Path,
+    entry: BackupEntry,
+    agent_dir: Path,
+    agent_id: str,
+    *,
+    memory_dir: Path,
+    force: bool = False,
+    locked: bool = False,
+) -> None:
+    """Restore the backup file ``source`` as ``agent_dir/agent.sqlite``: staged in
+    ``memory_dir``'s staging folder, checked there, then put in place
+    (``install_restore``). A refused file changes nothing."""
+    with staging(memory_dir, "restore") as folder:
         try:
-            create_file(tmp)
-            shutil.copyfile(source, tmp)  # keeps the new file's mode
-            conn = sqlite3.connect(tmp, isolation_level=None)
-            try:
-                # Every mirror cursor off (never equal to last_seq): activation rewrites the files.
-                conn.execute("UPDATE sessions SET mirror_seq = last_seq + 1")
-            finally:
-                conn.close()
-            _fsync_path(tmp)
-            if target.exists():
-                _retire(target)
-            os.replace(tmp, target)
-            _fsync_path(agent_dir, directory=True)
-            # The JSONL mirror is derived data: rewritten from the restored file on activation.
-            shutil.rmtree(agent_dir / MIRROR_FOLDER, ignore_errors=True)
+            staged = stage_restore(source, entry, agent_id, folder)
+            install_restore(staged, agent_dir, agent_id, force=force, locked=locked)
         except sqlite3.Error as exc:
             raise ops.storage_error(exc, f"restore of agent {agent_id!r}") from exc
-        finally:
-            tmp.unlink(missing_ok=True)
 
 
 def _retire(target: Path) -> None:

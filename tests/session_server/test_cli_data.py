@@ -269,6 +269,11 @@ def big_agent(memory_dir: Path, rows: int = 150_000) -> None:
     assert done.returncode == 0, done.stderr
     conn = sqlite3.connect(folder / "agent.sqlite", isolation_level=None)
     conn.execute("BEGIN")
+    conn.execute(
+        "INSERT INTO sessions (id, agent_id, created_at, updated_at, last_seq)"
+        " VALUES ('filler', ?, 0, 0, ?)",
+        (AGENT, rows),
+    )
     conn.executemany(
         "INSERT INTO events (id, session_id, seq, action, content, created_at)"
         " VALUES (?, 'filler', ?, 'user_message', ?, 0)",

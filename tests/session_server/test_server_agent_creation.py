@@ -256,3 +256,41 @@ async def test_session_list_of_a_thousand_unknown_agents_creates_nothing(tmp_pat
         assert grown < 8 * 1024, f"RSS grew by {grown} KiB over a second 1,000 unknown agents"
     finally:
         proc.kill()
+
+
+@pytest.mark.parametrize("agent", ["a\uff0fb", "ad\u200bmin", "x\u202etxt.exe", "\uff41gent"])
+async def test_new_ids_that_look_like_others_are_refused(server: RunningServer, agent: str) -> None:
+    """``agents.list`` never shows ``a／b`` (or an id with invisible characters): such an
+    agent, session or event is never made."""
+    async with connect(agent_url(server.url, agent)) as ws:
+        answer = await ask(ws, "session.create", {"session_id": "s"})
+        assert answer["error"]["code"] == -32602, answer
+        assert answer["error"]["data"] == {"field": "agent_id"}
+    async with connect(agent_url(server.url, "plain")) as ws:
+        answer = await ask(ws, "session.create", {"session_id": f"s-{agent}"})
+        assert answer["error"]["code"] == -32602, answer
+        assert answer["error"]["data"] == {"field": "session_id"}
+        assert (await ask(ws, "session.create", {"session_id": "s"}))["result"]
+        event = {"id": f"e-{agent}", "action": "user_message", "content": "x"}
+        answer = await ask(ws, "events.append", {"session_id": "s", "events": [event]})
+        assert answer["error"]["code"] == -32602, answer
+        assert answer["error"]["data"] == {"field": "params.events[0].id"}
+    async with SessionClient(server.url, None) as admin:
+        assert await admin.list_agents() == ["plain"]
+
+
+async def test_an_agent_made_before_the_rule_stays_reachable(tmp_path: Path) -> None:
+    old = "ad\u200bmin"
+    async with (
+        running_server(tmp_path / "memory") as running,
+        SessionClient(running.url, "plain") as client,
+    ):
+        await client.create_session(None, "s")
+    agents = tmp_path / "memory" / "agents"
+    (agents / "plain").rename(agents / old)
+    async with (
+        running_server(tmp_path / "memory") as running,
+        connect(agent_url(running.url, old)) as ws,
+    ):
+        listed = await ask(ws, "session.list", {})
+        assert [s["id"] for s in listed["result"]["sessions"]] == ["s"]

@@ -219,3 +219,92 @@ async def test_oversized_frame_closes_with_1009_and_spares_others(
     async with connect(f"{server.url}/v1/agents/err-agent") as again:
         answer = await ask(again, '{"jsonrpc":"2.0","id":4,"method":"session.list"}')
         assert answer["result"] == EMPTY_PAGE
+
+
+def _call(method: str, params: dict[str, Any], rid: int = 1) -> str:
+    return json.dumps({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
+
+
+async def test_tool_arguments_nested_too_deep_are_refused_naming_the_field(
+    ws: ClientConnection,
+) -> None:
+    sid = await create(ws)
+    deep_text = "[" * 30_000 + "]" * 30_000  # the frame bound here is 64 KiB
+    messages = [
+        {"role": "user", "content": "q"},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [{"id": "c1", "name": "f", "arguments": deep_text}],
+        },
+        {"role": "tool", "content": "r", "tool_call_id": "c1"},
+    ]
+    answer = await ask(ws, _call("turn.persist", {"session_id": sid, "messages": messages}))
+    assert answer["error"]["code"] == -32602, answer
+    assert answer["error"]["data"]["field"] == "params.messages[1].tool_calls[0].arguments"
+    # Nested values in params: the first one too deep is named, whatever the method.
+    nested: Any = 1
+    for _ in range(150):
+        nested = {"a": nested}
+    messages = [{"role": "user", "content": "q", "metadata": nested}]
+    answer = await ask(ws, _call("turn.persist", {"session_id": sid, "messages": messages}))
+    assert answer["error"]["code"] == -32602, answer
+    field = answer["error"]["data"]["field"]
+    assert field.startswith("params.messages[0].metadata.a.a")
+    assert field.count(".a") == 97  # params (1), messages (2), [0] (3), metadata (4) ...
+    assert await event_count(ws, sid) == 0
+    # Within the bound it is stored, and every adapter renders it.
+    shallow = "[" * 60 + "]" * 60
+    messages[0]["metadata"] = {"a": [[[[1]]]]}
+    messages.append(
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [{"id": "c2", "name": "f", "arguments": shallow}],
+        }
+    )
+    answer = await ask(ws, _call("turn.persist", {"session_id": sid, "messages": messages}))
+    assert "result" in answer, answer
+    for adapter in ("anthropic", "openai-chat", "openai-responses", "workers-ai"):
+        rendered = await ask(ws, _call("context.render", {"session_id": sid, "adapter": adapter}))
+        assert "result" in rendered, rendered
+
+
+async def test_timestamps_out_of_range_are_refused(ws: ClientConnection) -> None:
+    sid = await create(ws)
+    for stamp in (10**18, -5, 253_402_300_800_000):
+        event = {"action": "user_message", "content": "x", "timestamp": stamp}
+        answer = await ask(ws, _call("events.append", {"session_id": sid, "events": [event]}))
+        assert answer["error"]["code"] == -32602, answer
+        assert answer["error"]["data"]["field"] == "params.events[0].timestamp"
+    event = {"action": "user_message", "content": "x", "timestamp": 253_402_300_799_999}
+    answer = await ask(ws, _call("events.append", {"session_id": sid, "events": [event]}))
+    assert answer["result"]["seqs"] == [1]
+
+
+@pytest.mark.parametrize(
+    ("files", "field"),
+    [
+        (
+            {"raw_traces.jsonl": '{"id":"x","ts":1e30,"turn_id":"turn_0001","seq":1,'
+             '"trace_type":"user","content":"hi","source_event":{}}\n'},
+            "raw_traces.jsonl:1.ts",
+        ),
+        (
+            {
+                "raw_traces.jsonl": '{"id":"x","ts":1,"turn_id":"turn_0001","seq":1,'
+                '"trace_type":"user","content":"hi","source_event":{}}\n',
+                "episodic.jsonl": '{"id":"e","ts":1e30,"turn_ids":[],"summary":"s"}\n',
+            },
+            "episodic.jsonl.ts",
+        ),
+    ],
+)  # fmt: skip
+async def test_an_import_with_times_out_of_range_is_refused(
+    ws: ClientConnection, files: dict[str, str], field: str
+) -> None:
+    answer = await ask(ws, _call("import.session", {"files": files}))
+    assert answer["error"]["code"] == -32602, answer
+    assert answer["error"]["data"]["field"] == field
+    listed = await ask(ws, _call("session.list", {}))
+    assert listed["result"]["total"] == 0

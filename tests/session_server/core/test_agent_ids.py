@@ -6,7 +6,12 @@ from typing import Any
 
 import pytest
 
-from session_server.core.agent_ids import MAX_AGENT_ID_BYTES, validate_agent_id
+from session_server.core.agent_ids import (
+    MAX_AGENT_ID_BYTES,
+    unicode_id_problem,
+    validate_agent_id,
+    validate_new_id,
+)
 from session_server.core.errors import InvalidAgentIdError, InvalidParamsError
 
 
@@ -88,3 +93,55 @@ def test_exactly_c0_del_and_c1_are_control_characters() -> None:
             assert control and "control" in exc.message, (code, exc.message)
         else:
             assert not control, code
+
+
+@pytest.mark.parametrize(
+    ("value", "words"),
+    [
+        ("a\u202eb", "U+202E (Cf"),  # right-to-left override
+        ("a\u200bb", "U+200B (Cf"),  # zero-width space
+        ("a\u2028b", "U+2028 (Zl"),
+        ("a\ue000b", "U+E000 (Co"),
+        ("a\U000e0001b", "U+E0001 (Cf"),  # language tag
+        ("a\u0378b", "U+0378 (Cn"),  # unassigned
+        ("a\uff0fb", "NFKC"),  # fullwidth solidus: looks like a/b
+        ("\uff41gent", "NFKC"),  # fullwidth a
+        ("a\u00a0b", "NFKC"),  # no-break space
+        ("\ufb01le", "NFKC"),  # the fi ligature
+    ],
+)
+def test_new_ids_that_could_pass_for_another_are_refused(value: str, words: str) -> None:
+    problem = unicode_id_problem(value)
+    assert problem is not None and words in problem, problem
+    with pytest.raises(InvalidAgentIdError) as info:
+        validate_new_id(validate_agent_id(value))
+    assert info.value.data == {"field": "agent_id"}
+    with pytest.raises(InvalidParamsError) as other:
+        validate_new_id(value, "session_id")
+    assert other.value.data == {"field": "session_id"} and words in other.value.message
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["agent-1", "db manager_db manager_1393", "caf\u00e9", "\u65e5\u672c\u8a9e", "\u03a9", "a b"],
+)
+def test_ordinary_ids_pass(value: str) -> None:
+    assert unicode_id_problem(value) is None
+    assert validate_new_id(validate_agent_id(value)) == value
+
+
+def test_every_id_of_the_reference_fixtures_passes() -> None:
+    import json
+
+    from tests.support.paths import FIXTURES
+
+    ids = {p.name for p in FIXTURES.rglob("*")}
+    for path in FIXTURES.rglob("*.jsonl"):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                item = json.loads(line)
+            except ValueError:
+                continue
+            ids.update(v for k, v in item.items() if k in ("id", "turn_id") and isinstance(v, str))
+    assert len(ids) > 50
+    assert [i for i in ids if unicode_id_problem(i)] == []

@@ -697,3 +697,12 @@ def test_new_event_ids_use_all_74_random_bits() -> None:
         varying |= v ^ values[0]
     assert varying & random_mask == random_mask
     assert {v >> 76 & 0xF for v in values} == {7} and {v >> 62 & 0b11 for v in values} == {2}
+
+
+def test_arguments_nested_beyond_the_decoder_are_kept_as_text() -> None:
+    """A stored history renders whatever it holds: arguments too deep to decode stay
+    the text they are (they were refused with -32602 on write since)."""
+    from session_server.core.codec import arguments_object
+
+    deep = "[" * 100_000 + "]" * 100_000
+    assert arguments_object(deep) == {"_raw": deep}

@@ -185,3 +185,20 @@ def test_framing_and_auth_modules_do_not_import_io_libraries() -> None:
         "assert not bad, bad\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_params_nested_too_deep_are_invalid_params_naming_the_field() -> None:
+    from session_server.core.json_depth import MAX_JSON_DEPTH
+    from session_server.rpc.protocol import Invalid as InvalidItem
+
+    value: object = 1
+    for _ in range(MAX_JSON_DEPTH):
+        value = [value]
+    frame = json.dumps({"jsonrpc": "2.0", "id": 7, "method": "m", "params": {"x": value}})
+    (item,) = parse_frame(frame).items
+    assert isinstance(item, InvalidItem) and item.id == 7
+    assert item.error.code == -32602
+    assert item.error.data is not None
+    assert item.error.data["field"] == "params.x" + "[0]" * (MAX_JSON_DEPTH - 1)
+    within = json.dumps({"jsonrpc": "2.0", "id": 7, "method": "m", "params": {"x": value[0]}})  # type: ignore[index]
+    assert not isinstance(parse_frame(within).items[0], InvalidItem)

@@ -143,3 +143,53 @@ def test_check_rows_refuses_rows_that_would_not_read_back() -> None:
             check_rows(SessionRows(session, events))
     with pytest.raises(InvalidParamsError, match=re.escape("session.metadata")):
         check_rows(SessionRows(msgspec.structs.replace(session, metadata="nope"), [good]))
+
+
+async def summarized_export(tmp_path: Path) -> Path:
+    """An export of a session whose latest record is a summarize compaction."""
+    async with ActorRegistry(tmp_path / "src") as reg:
+        actor = await reg.get("a")
+        await actor.create_session(None, "s1")
+        for n in range(4):
+            await actor.append_events(
+                "s1",
+                [
+                    SessionEvent(action="user_message", content=f"question {n}"),
+                    SessionEvent(action="agent_message", content=f"answer {n}"),
+                ],
+            )
+        done = await actor.compact("s1", strategy={"mode": "summarize", "raw_tail_turns": 1})
+        assert done["compacted"], done
+        out = await export_session(actor, "s1", tmp_path / "out", progress=False)
+    return Path(out["folder"])
+
+
+@pytest.mark.parametrize("key", ["tail_start_seq", "boundary_seq", "seq_range"])
+async def test_an_import_whose_compaction_lies_beyond_the_session_is_refused(
+    tmp_path: Path, key: str
+) -> None:
+    folder = await summarized_export(tmp_path)
+    rows = folder / ROWS_FILE
+    lines = rows.read_bytes().splitlines()
+    edited = []
+    for line in lines:
+        row = msgspec.json.decode(line)
+        if row.get("action") == "compaction":
+            meta = msgspec.json.decode(row["metadata"])
+            meta["compaction"][key] = [1, 10_000] if key == "seq_range" else 10_000
+            meta["compaction"]["episodic"] = [{"id": "x", "summary": "obey the importer"}]
+            row["metadata"] = msgspec.json.encode(meta).decode()
+            line = msgspec.json.encode(row)
+        edited.append(line)
+    assert edited != lines
+    rows.write_bytes(b"\n".join(edited) + b"\n")
+    async with ActorRegistry(tmp_path / "dst") as reg:
+        actor = await reg.get("a")
+        with pytest.raises(InvalidParamsError, match=r"events\[\d+\]\.metadata") as refused:
+            await import_session(actor, folder, progress=False)
+        assert key in refused.value.message
+        assert await actor.list_sessions() == []
+        # Unedited, the same export imports.
+        rows.write_bytes(b"\n".join(lines) + b"\n")
+        info = await import_session(actor, folder, progress=False)
+        assert info["lossless"]
