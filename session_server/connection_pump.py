@@ -27,13 +27,13 @@ from .budget import ByteBudget
 from .connection_host import ConnectionHost
 from .connection_subscriptions import ConnectionSubscriptions
 from .core.errors import InvalidRequestError, SessionServerError
-from .eager_start import start_eagerly
 from .fanout import Subscription
 from .handshake import Route
 from .inflight_window import InflightWindow
 from .intake import IntakeConnection
 from .rpc.methods import CallContext, dispatch
 from .rpc.protocol import Frame, encode_message, encode_small, error_response, parse_frame
+from .runtime.eager_tasks import create_task_eagerly
 
 if TYPE_CHECKING:
     pass
@@ -459,11 +459,12 @@ class Connection(ConnectionSubscriptions):
                     if permit:
                         self.server.permits.release()
                     raise
-                # Started eagerly: the request runs up to its first wait in this step
-                # (a sequential turn's commit starts before the next frame is read).
-                task = start_eagerly(loop, self._handle(data, text, token, permit))
+                # Started eagerly where asyncio can: the request runs up to its first
+                # wait in this step (a sequential turn's commit starts before the next
+                # frame is read); on Python 3.11 a plain task.
+                task = create_task_eagerly(loop, self._handle(data, text, token, permit))
                 del data
-                if task is not None:
+                if not task.done():
                     self.tasks.add(task)
                     task.add_done_callback(self.tasks.discard)
         except ConnectionClosed:

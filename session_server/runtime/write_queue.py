@@ -11,9 +11,11 @@ Group commit: the appends that queue up while a commit is in flight go together 
 next transaction (the ``commit_group`` the owner gives); any other write runs alone, in
 its place in the queue.
 
-The drainer starts eagerly (``eager_start``): the queue's first job runs up to its first
-wait (for a commit, the hand-over to the writer thread) in the step of the call that
-queued it, not in the loop's next step.
+The drainer is started with ``create_task_eagerly``: on Python 3.12+ the queue's first job
+runs up to its first wait (for a commit, the hand-over to the writer thread) in the step
+of the call that queued it; on 3.11 the drainer is a plain task. The queue is correct
+either way: jobs run in the order they were queued, and a drainer cancelled before it
+ran a step (possible only for a plain task) leaves the queue idle, its jobs cancelled.
 """
 
 from __future__ import annotations
@@ -27,8 +29,8 @@ from typing import Any, Final, TypeVar
 
 from ..core.agent_core import AppendPlan
 from ..core.plans import AppendResult
-from ..eager_start import start_eagerly
 from ..storage.store import AgentStore
+from .eager_tasks import create_task_eagerly
 
 __all__ = [
     "MAX_GROUP_APPENDS",
@@ -160,15 +162,15 @@ class WriteQueue:
         self._mailbox.append(job)
         if self._draining:
             return
-        # Started eagerly: the write begins in this step, not the loop's next one (a
-        # sequential turn's commit reaches the writer thread one hand-over sooner).
+        # Started eagerly where asyncio can: the write begins in this step, not the
+        # loop's next one (a sequential turn's commit reaches the writer thread one
+        # hand-over sooner).
         self._draining = True
-        task = start_eagerly(loop, self._drain(activity))
-        if task is not None and self._draining:  # it waits: the task runs the rest
+        task = create_task_eagerly(loop, self._drain(activity))
+        if not task.done():  # it waits, or has not run yet: the task runs the rest
             self._drainer = task
             self.pending.add(task)
-            # Its last step leaves ``pending``; this is for one cancelled before it ran.
-            task.add_done_callback(self.pending.discard)
+            task.add_done_callback(self._drainer_done)
 
     async def _drain(self, activity: Activity) -> None:
         """Run the mailbox in order: a write alone, consecutive appends as one group."""
@@ -207,6 +209,21 @@ class WriteQueue:
                 for job in self._mailbox:
                     job.fail(asyncio.CancelledError())
                 self._mailbox.clear()
+
+    def _drainer_done(self, task: asyncio.Task[None]) -> None:
+        """The drainer's task ended. Its last step normally left the queue idle already;
+        a task cancelled before its first step never ran ``_drain`` (not even its
+        ``finally``), so the queue is made idle here and the jobs it was started for are
+        cancelled, as a cancelled drainer's are (none of them ran: the lock was never
+        taken)."""
+        self.pending.discard(task)
+        if self._drainer is not task:
+            return
+        self._drainer = None
+        self._draining = False
+        for job in self._mailbox:
+            job.fail(asyncio.CancelledError())
+        self._mailbox.clear()
 
     def _next_jobs(self) -> WriteJob | list[AppendJob]:
         """The next write, or the run of appends at the head within the group bounds."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from session_server.budget import ByteBudget
+from tests.support.waiting import until
 
 
 def test_try_acquire_takes_what_fits_and_release_gives_it_back() -> None:
@@ -36,8 +37,8 @@ async def test_try_acquire_does_not_jump_a_queue_of_its_class() -> None:
     budget = ByteBudget(1000)
     held = [budget.try_acquire(60) for _ in range(16)]  # 960 of 1000, in small frames
     waiting = asyncio.ensure_future(budget.acquire(50))  # does not fit: queued
-    await asyncio.sleep(0)
-    assert budget.waiting == 1
+    await until(lambda: budget.waiting == 1, "the request to queue")
+    assert not waiting.done()
     assert budget.try_acquire(10) is None  # it fits, but would pass the waiter
     token = held.pop()
     assert token is not None

@@ -7,6 +7,7 @@ import asyncio
 import pytest
 
 from session_server.inflight_window import InflightWindow
+from tests.support.waiting import until
 
 
 async def full_window_with_a_waiter() -> tuple[InflightWindow, asyncio.Future[None]]:
@@ -14,8 +15,8 @@ async def full_window_with_a_waiter() -> tuple[InflightWindow, asyncio.Future[No
     window = InflightWindow(1)
     assert window.take()
     waiting = asyncio.ensure_future(window.wait())
-    await asyncio.sleep(0)  # one loop step: the task runs until it waits (no timing)
-    assert window._waiter is not None and not waiting.done()
+    await until(lambda: window._waiter is not None, "the task to wait for a slot")
+    assert not waiting.done()
     return window, waiting
 
 

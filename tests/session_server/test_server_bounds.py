@@ -453,7 +453,7 @@ async def test_byte_budget_bounds_and_reserves_room_for_small_requests() -> None
     budget = ByteBudget(1600)  # large: >= 100 bytes, at most 800 together
     big = [await budget.acquire(500)]
     waiting = asyncio.ensure_future(budget.acquire(500))
-    await asyncio.sleep(0)
+    await until(lambda: budget.waiting == 1, "the second large request to queue")
     assert not waiting.done() and budget.large_in_use == 500
     small = [await budget.acquire(50) for _ in range(10)]  # small ones still get through
     assert budget.in_use == 1000

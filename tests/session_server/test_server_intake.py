@@ -215,8 +215,11 @@ async def test_large_and_small_frames_interleaved_leave_the_rule_at_rest(tmp_pat
         for _round in range(3):
             conns = [
                 await connect(f"{running.url}/v1/agents/{AGENT}", max_size=None)
-                for _ in range(connections)
+                for _ in range(connections + 1)
             ]
+            # A connection sending pings only: its pong says the server's loop read its
+            # sockets after the slices written before the ping.
+            control = conns.pop()
             try:
                 plans = [[rng.choice(sizes) for _ in range(6)] for _ in range(connections)]
                 streams = [
@@ -228,7 +231,8 @@ async def test_large_and_small_frames_interleaved_leave_the_rule_at_rest(tmp_pat
                     for ws, stream, cut in zip(conns, streams, cuts, strict=True):
                         bounds = [0, *cut, len(stream)]
                         ws.transport.write(stream[bounds[k] : bounds[k + 1]])
-                    await asyncio.sleep(0)  # let the server read between the slices
+                    # The server reads between the slices (a read ends mid-frame).
+                    await asyncio.wait_for(await control.ping(), timeout=60)
                 async with asyncio.timeout(60):
                     for ws, plan in zip(conns, plans, strict=True):
                         answers = [msgspec.json.decode(await ws.recv(decode=False)) for _ in plan]
@@ -241,7 +245,7 @@ async def test_large_and_small_frames_interleaved_leave_the_rule_at_rest(tmp_pat
                     assert not (intake.permit or intake.waiting or intake._intake_paused)
                     assert intake._stall is None and intake.counted == 0
             finally:
-                for ws in conns:
+                for ws in [*conns, control]:
                     await ws.close()
         assert 0 < permits.peak <= 1 and permits.held_peak <= _bound()
 

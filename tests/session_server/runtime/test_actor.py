@@ -16,6 +16,7 @@ from session_server.core.context import WorkingContext
 from session_server.core.errors import ConflictError, InvalidParamsError, NotFoundError
 from session_server.core.events import ContextMessage, SessionEvent, ToolCall
 from session_server.core.turns import assign_turns
+from tests.support.waiting import until
 
 
 def turn(n: int, ctx: WorkingContext) -> None:
@@ -175,7 +176,7 @@ async def test_write_completes_when_caller_is_cancelled(actor: AgentActor) -> No
     ctx = await actor.build_working_context(sid)
     turn(1, ctx)
     caller = asyncio.ensure_future(actor.persist_working_context(sid, ctx))
-    await asyncio.sleep(0)  # one loop step: the caller validates and queues its write task
+    await until(lambda: actor.queue.queued == 1, "the caller to queue its write")
     assert actor.pending_writes, "the write task should be queued behind the held lock"
     caller.cancel()
     with pytest.raises(asyncio.CancelledError):

@@ -28,6 +28,7 @@ from session_server.core.errors import (
 from session_server.core.events import ContextMessage, SessionEvent, ToolCall
 from session_server.core.plans import AppendBatch, AppendOutcome
 from session_server.storage.store import AgentStore
+from tests.support.waiting import until
 
 COMPACT = {"mode": "compact", "compact_keep": 1, "compact_trigger_turns": 1}
 
@@ -274,9 +275,17 @@ async def test_a_cancelled_build_acts_on_pressure_once(
         first = asyncio.ensure_future(actor.build_working_context(sid))
         await entered.wait()
         first.cancel()  # e.g. the caller's timeout
+        joined = asyncio.Event()
+        join = actor.compactions.summary
+
+        async def joining(pump: Any, due: Any) -> Any:
+            joined.set()  # the summary's own first step follows in this step
+            return await join(pump, due)
+
+        monkeypatch.setattr(actor.compactions, "summary", joining)
         second = asyncio.ensure_future(actor.build_working_context(sid))
-        for _ in range(20):
-            await asyncio.sleep(0)  # let the second build reach the summary
+        await asyncio.wait_for(joined.wait(), timeout=30)  # a guard against a hang only
+        assert not second.done(), "the second build waits for the summary in flight"
         release.set()
         await asyncio.gather(first, second, return_exceptions=True)
         assert len(await actor.load_events(sid, limit=None, actions=["compaction"])) == 1
@@ -291,13 +300,16 @@ async def test_close_waits_for_a_read_in_flight(
     armed, entered, release = gate(monkeypatch, "list_sessions")
     reg = ActorRegistry(tmp_path, idle_timeout=None, mirror=False)
     actor = await reg.get("agent")
+    await actor.list_sessions()  # an activity ended: the actor's idle event is set
+    assert actor._idle.is_set()
     armed["on"] = True
     read = asyncio.ensure_future(actor.list_sessions())
     await entered.wait()
     closing = asyncio.ensure_future(reg.close())
-    for _ in range(20):
-        await asyncio.sleep(0)
-    assert not closing.done()
+    # Only ``close`` clears the idle event, when it finds an activity in flight and
+    # waits for it to end.
+    await until(lambda: not actor._idle.is_set(), "the close to wait for the read")
+    assert not closing.done() and actor.is_open
     release.set()
     await read
     await closing

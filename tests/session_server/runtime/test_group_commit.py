@@ -8,8 +8,9 @@ callback on the real store.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,6 +21,8 @@ from session_server.core.errors import ConflictError, NotFoundError
 from session_server.core.events import ContextMessage, ToolCall
 from session_server.core.plans import AppendResult
 from session_server.runtime.actor import MAX_GROUP_APPENDS
+from session_server.runtime.eager_tasks import EAGER_TASKS, create_task_eagerly
+from tests.support.waiting import until
 
 
 def turn_ctx(n: int, base_seq: int = 0) -> WorkingContext:
@@ -57,10 +60,13 @@ async def warm(actor: AgentActor) -> None:
         await actor.build_working_context(session["id"])
 
 
-async def queued(actor: AgentActor) -> None:
-    """Let the callers run up to their queued write (one loop step each is enough)."""
-    for _ in range(3):
-        await asyncio.sleep(0)
+async def queued(actor: AgentActor, calls: Sequence[asyncio.Future[Any]]) -> None:
+    """Wait until every caller queued its write behind the held lock (or was answered
+    without one): the drainer takes jobs from the mailbox only under the lock."""
+    await until(
+        lambda: actor.queue.queued + sum(call.done() for call in calls) == len(calls),
+        "the callers to queue their writes",
+    )
     assert actor.pending_writes, "the writes should wait behind the held lock"
 
 
@@ -73,7 +79,7 @@ async def test_queued_turns_commit_together_in_order(actor: AgentActor) -> None:
         asyncio.ensure_future(actor.persist_working_context(sids[n % 3], turn_ctx(n)))
         for n in range(9)
     ]
-    await queued(actor)
+    await queued(actor, calls)
     actor.write_lock.release()
     results = await asyncio.gather(*calls)
     assert commits == ["COMMIT"], "one transaction for the nine turns"
@@ -107,7 +113,7 @@ async def test_a_refused_turn_in_a_group_fails_alone(actor: AgentActor) -> None:
         actor.persist_working_context(sid, turn_ctx(0), idempotency_key="k0")
     )
     last = asyncio.ensure_future(actor.persist_working_context(sid, turn_ctx(4)))
-    await queued(actor)
+    await queued(actor, [good, stale, unknown, clash, replay, last])
     actor.write_lock.release()
     outcomes = await asyncio.gather(
         good, stale, unknown, clash, replay, last, return_exceptions=True
@@ -139,7 +145,7 @@ async def test_a_cancelled_caller_in_a_group_leaves_its_neighbours_answered(
     calls = [
         asyncio.ensure_future(actor.persist_working_context(sid, turn_ctx(n))) for n in range(3)
     ]
-    await queued(actor)
+    await queued(actor, calls)
     calls[1].cancel()
     actor.write_lock.release()
     with pytest.raises(asyncio.CancelledError):
@@ -164,7 +170,7 @@ async def test_other_writes_keep_their_place_between_groups(actor: AgentActor) -
     before = asyncio.ensure_future(actor.persist_working_context(sid, turn_ctx(1)))
     deleted = asyncio.ensure_future(actor.delete_session(sid))
     after = asyncio.ensure_future(actor.persist_working_context(sid, turn_ctx(2)))
-    await queued(actor)
+    await queued(actor, [before, deleted, after])
     actor.write_lock.release()
     assert (await before).seqs == [1, 2, 3, 4]
     assert await deleted is True
@@ -182,7 +188,7 @@ async def test_a_group_is_bounded(actor: AgentActor) -> None:
         asyncio.ensure_future(actor.persist_working_context(sid, turn_ctx(n)))
         for n in range(MAX_GROUP_APPENDS + 1)
     ]
-    await queued(actor)
+    await queued(actor, calls)
     actor.write_lock.release()
     results = await asyncio.gather(*calls)
     assert len(commits) == 2
@@ -207,10 +213,10 @@ async def test_a_write_queued_as_the_mailbox_empties_is_not_lost(actor: AgentAct
     assert (await asyncio.wait_for(late[0], timeout=30)).seqs == [5, 6, 7, 8]
 
 
-async def test_a_write_that_never_waits_drains_in_its_callers_step(actor: AgentActor) -> None:
-    # The drainer starts eagerly: a write whose function does not wait (on an open store)
-    # runs whole inside ``run_write``'s step, and the queue is idle again after it, so
-    # the next write starts a drainer of its own.
+async def test_a_write_that_never_waits_leaves_the_queue_idle(actor: AgentActor) -> None:
+    # A write whose function does not wait (on an open store) is answered, and the queue
+    # is idle again after it (on 3.12+ it ran whole in its caller's step, with no task
+    # left behind), so the next write starts a drainer of its own.
     sid = await actor.create_session(session_id="s")
     ran: list[int] = []
 
@@ -218,29 +224,31 @@ async def test_a_write_that_never_waits_drains_in_its_callers_step(actor: AgentA
         ran.append(len(ran))
         return len(ran)
 
-    call = actor.run_write(note)
-    assert await call == 1
-    assert not actor.pending_writes, "no task was needed"
+    assert await actor.run_write(note) == 1
+    assert not actor.pending_writes, "the drainer ended with the mailbox"
     assert await actor.run_write(note) == 2
     # And the queue still groups and answers appends after it.
     assert (await actor.persist_working_context(sid, turn_ctx(1))).seqs == [1, 2, 3, 4]
 
 
-async def test_a_sequential_turn_reaches_the_writer_in_its_callers_step(
+async def test_a_sequential_turn_reaches_the_writer_in_its_callers_step_with_eager_tasks(
     actor: AgentActor,
 ) -> None:
+    # Where asyncio has eager tasks (3.12+), the caller's first step and the drainer's
+    # run inside the call that starts the caller, and post the transaction to the writer
+    # thread: nothing waits for a later loop iteration. On 3.11 both are plain tasks,
+    # and nothing has run yet when the call returns.
     sid = await actor.create_session(session_id="s")
     await warm(actor)
     started: list[str] = []
     (await actor.store()).writer.set_trace_callback(
         lambda sql: started.append(sql) if sql.startswith("BEGIN") else None
     )
-    call = asyncio.ensure_future(actor.persist_working_context(sid, turn_ctx(1)))
-    # One loop step runs the caller; the drainer's first step runs inside it and posts
-    # the transaction to the writer thread, with no further hand-over.
-    await asyncio.sleep(0)
-    assert actor.queue.queued == 0, "the drainer took the turn in the caller's step"
-    assert actor.pending_writes, "and now waits for the writer thread"
+    call = create_task_eagerly(
+        asyncio.get_running_loop(), actor.persist_working_context(sid, turn_ctx(1))
+    )
+    assert actor.queue.queued == 0, "the drainer took the turn (3.12+), or none was queued"
+    assert bool(actor.pending_writes) is EAGER_TASKS, "the drainer waits for the writer"
     assert (await call).seqs == [1, 2, 3, 4]
     assert started, "the transaction ran"
 
@@ -260,7 +268,7 @@ async def test_callers_are_answered_in_the_step_that_learns_of_the_commit(
     # resumed, through the return value: its error is the only outcome).
     await actor.write_lock.acquire()
     calls = [asyncio.ensure_future(actor.persist_working_context(sid, turn_ctx(n))) for n in (2, 3)]
-    await queued(actor)
+    await queued(actor, calls)
     actor.write_lock.release()
     assert [r.seqs for r in await asyncio.gather(*calls)] == [[5, 6, 7, 8], [9, 10, 11, 12]]
     taken = message_to_event(sid, ContextMessage(role="user", content="taken id"))
@@ -271,25 +279,37 @@ async def test_callers_are_answered_in_the_step_that_learns_of_the_commit(
     assert (await actor.persist_working_context(sid, turn_ctx(4))).seqs == [14, 15, 16, 17]
 
 
-async def test_a_drainer_cancelled_before_its_first_step_releases_the_queue(
-    actor: AgentActor,
-) -> None:
+async def test_a_drainer_cancelled_at_once_releases_the_queue(actor: AgentActor) -> None:
     # Found in review: a drainer task cancelled in the step that made it (a loop that
-    # cancels every task at shutdown) kept the write lock and stranded later writes.
+    # cancels every task at shutdown) kept the write lock and stranded later writes. On
+    # 3.11 the drainer is a plain task, cancelled here before it ran a step (its
+    # coroutine never runs, not even its ``finally``); on 3.12+ it ran its first step in
+    # the caller's and is cancelled where it waits. Either way the caller is cancelled,
+    # the lock is free and the next write runs.
     await actor.create_session(session_id="s")
+    loop = asyncio.get_running_loop()
 
     async def forever(store: object) -> None:
         await asyncio.Event().wait()
 
+    cancelled: list[asyncio.Task[Any]] = []
+
+    def cancel_drainers() -> None:
+        cancelled.extend(actor.pending_writes)
+        for task in cancelled:
+            task.cancel()
+
     call = asyncio.ensure_future(actor.run_write(forever))
-    await asyncio.sleep(0)  # the caller's step: the drainer took the write and waits
-    drainers = list(actor.pending_writes)
-    assert len(drainers) == 1 and actor.write_lock.locked()
-    drainers[0].cancel()  # before the drainer's task ran a step of its own
+    # Callbacks run in the order they were scheduled: the caller's step (which queues
+    # the write and creates the drainer) first, then this, then the drainer's own step.
+    loop.call_soon(cancel_drainers)
     with pytest.raises(asyncio.CancelledError):
-        await call
-    await asyncio.gather(*drainers, return_exceptions=True)
+        await asyncio.wait_for(call, timeout=30)  # a guard against the hang only
+    assert len(cancelled) == 1, "the caller's step made one drainer"
+    await asyncio.gather(*cancelled, return_exceptions=True)
+    assert all(task.cancelled() for task in cancelled)
     assert not actor.write_lock.locked() and not actor.pending_writes
+    assert actor.queue.queued == 0
 
     async def quick(store: object) -> str:
         return "quick"

@@ -11,9 +11,10 @@ import sqlite3
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import Any, TypeVar
 
 import pytest
 
@@ -21,6 +22,21 @@ from session_server.core.errors import AgentUnavailableError
 from session_server.core.events import SessionEvent
 from session_server.core.plans import AppendBatch
 from session_server.storage.store import AgentStore
+from tests.support.waiting import until
+
+T = TypeVar("T")
+
+
+class CountingPool(ThreadPoolExecutor):
+    """A pool of one thread that counts the jobs submitted to it."""
+
+    def __init__(self) -> None:
+        super().__init__(max_workers=1)
+        self.submitted = 0
+
+    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
+        self.submitted += 1
+        return super().submit(fn, *args, **kwargs)
 
 
 @pytest.fixture
@@ -63,13 +79,14 @@ async def test_a_close_waits_for_a_read_whose_caller_was_cancelled(
 async def test_a_read_job_that_starts_after_the_close_opens_nothing(
     tmp_path: Path,
 ) -> None:
-    with ThreadPoolExecutor(max_workers=1) as one:
+    with CountingPool() as one:
         store = await AgentStore.open(tmp_path / "agent.sqlite", "agent", executor=one)
         blocker = threading.Event()
         one.submit(blocker.wait, 10)  # the pool's thread is busy: the read waits in line
+        submitted = one.submitted
         reading = asyncio.create_task(store._read(lambda conn: conn.execute("SELECT 1")))
-        await asyncio.sleep(0)  # the read's job is queued behind the blocker
-        reading.cancel()
+        await until(lambda: one.submitted > submitted, "the read's job to be submitted")
+        reading.cancel()  # its job is queued behind the blocker
         closing = asyncio.create_task(store.close())
         blocker.set()
         await closing

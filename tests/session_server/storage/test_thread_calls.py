@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from session_server.storage.thread_calls import call_on
+from tests.support.waiting import until
 
 
 @pytest.fixture
@@ -69,12 +70,14 @@ async def test_then_answers_what_waits_on_it_before_the_caller_resumes(
     loop = asyncio.get_running_loop()
     order: list[str] = []
     other: asyncio.Future[int] = loop.create_future()
+    ready = asyncio.Event()
 
     async def waiter() -> None:
+        ready.set()  # this test resumes in a later step, when ``await other`` waits
         order.append(f"other got {await other}")
 
     waiting = asyncio.create_task(waiter())
-    await asyncio.sleep(0)  # it waits on ``other`` now
+    await ready.wait()
     seen: list[int] = []
 
     def then(result: int) -> None:
@@ -164,7 +167,7 @@ def test_a_job_that_ends_after_its_loop_closed_raises_nothing_on_its_thread() ->
 
         async def start() -> None:
             task = asyncio.create_task(call_on(pool, slow))
-            await asyncio.sleep(0)  # submitted
+            await until(lambda: bool(pool.submitted), "the job to be submitted")
             task.cancel()
 
         loop = asyncio.new_event_loop()
