@@ -45,11 +45,11 @@ def test_wheel_contains_schema_and_type_markers(tmp_path: Path) -> None:
         for required in (
             "session_server/schema.sql",
             "session_server/py.typed",
-            "adapters/py.typed",
+            "session_server/adapters/py.typed",
             "session_server/__init__.py",
             "session_server/codec.py",
-            "adapters/__init__.py",
-            "adapters/workers_ai.py",
+            "session_server/adapters/__init__.py",
+            "session_server/adapters/workers_ai.py",
             "session_server/http_routes.py",
             "session_server/inspector/__init__.py",
             "session_server/inspector/static/index.html",
@@ -64,6 +64,11 @@ def test_wheel_contains_schema_and_type_markers(tmp_path: Path) -> None:
     assert packaged == (ROOT / "schema.sql").read_text(encoding="utf-8")
     assert CREATE_EVENTS.search(packaged)
     assert not any(n.startswith("tests/") for n in names)
+    # One top-level package: the adapters install as session_server.adapters, never as a
+    # top-level ``adapters`` (the import name of an unrelated PyPI package).
+    assert {n.split("/", 1)[0] for n in names if "/" in n} - {"session_server"} == {
+        n.split("/", 1)[0] for n in names if ".dist-info/" in n
+    }
 
 
 def _requirements() -> list[str]:
