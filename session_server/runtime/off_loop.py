@@ -21,7 +21,14 @@ from typing import Final, Protocol, TypeVar
 
 from ..core.tokens import TokenCounter, loaded_counter
 
-__all__ = ["LARGE_CONTENT_CHARS", "ExecutorHost", "instructions_counted", "off_loop_if_large"]
+__all__ = [
+    "LARGE_CONTENT_CHARS",
+    "OFF_LOOP_EVENTS",
+    "ExecutorHost",
+    "instructions_counted",
+    "off_loop_if_large",
+    "on_worker",
+]
 
 T = TypeVar("T")
 
@@ -29,6 +36,18 @@ T = TypeVar("T")
 # counting 32 Ki characters of text takes about 3 ms here (25-30 ms for 256 Ki), and a
 # persist under a compacting strategy counts its turn before the commit.
 LARGE_CONTENT_CHARS: Final = 32 * 1024
+
+
+OFF_LOOP_EVENTS: Final = 1000
+"""A context built from, or a compaction planned over, at least this many events runs on
+a worker thread: that work is linear in the events (a summary of 200k events held the
+event loop for seconds, a build of 100k events for hundreds of milliseconds), and the
+common small window is not worth a worker round trip."""
+
+
+async def on_worker(executor: Executor, fn: Callable[[], T]) -> T:
+    """``fn()`` on a worker thread of ``executor``; its result, or its exception here."""
+    return await asyncio.get_running_loop().run_in_executor(executor, fn)
 
 
 class ExecutorHost(Protocol):
