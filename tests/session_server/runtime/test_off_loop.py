@@ -536,9 +536,11 @@ class RecordingSummarizer(ExtractiveSummarizer):
     def __init__(self) -> None:
         super().__init__()
         self.threads: list[str] = []
+        self.requests: list[SummaryRequest] = []
 
     def summarize_sync(self, request: SummaryRequest) -> SummaryResult:
         self.threads.append(threading.current_thread().name)
+        self.requests.append(request)
         return super().summarize_sync(request)
 
     async def summarize(self, request: SummaryRequest) -> SummaryResult:
@@ -639,11 +641,14 @@ async def test_the_pure_steps_of_a_compaction_go_through_offload() -> None:
         return fn()
 
     events = qa_events(8)
+    summarizer = RecordingSummarizer()
     summary = await compaction_run.run_compaction(
         events, StrategyConfig(mode="summarize", raw_tail_turns=2), previous_record=None,
-        force=True, offload=offload,
+        summarizer=summarizer, force=True, offload=offload,
     )  # fmt: skip
     assert summary.record is not None and len(steps) == 3
+    # The request's turns were freed inside the last step, not left to the caller's loop.
+    assert summarizer.requests and summarizer.requests[0].turns == []
     steps.clear()
     compact = await compaction_run.run_compaction(
         events, StrategyConfig(mode="compact"), previous_record=None, force=True, offload=offload
