@@ -107,6 +107,9 @@ class ContextBuilds(CoreState):
             view.last_seq,
             config,
             omitted,
+            # Read from the store for this build (not the cache's memoised window): the
+            # draft may free its events once built.
+            owned=known.views.get((session_id, window)) is view,
         )
         # A large window is built by the shell, off the event loop.
         return draft if len(view.events) >= LARGE_WINDOW_EVENTS else draft.build()

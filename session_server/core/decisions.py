@@ -33,6 +33,7 @@ __all__ = [
     "PreparedTurn",
     "SnapshotParts",
     "StrategyWrite",
+    "free_in_steps",
 ]
 
 SnapshotParts = tuple[list[ContextMessage], list[str], int]
@@ -84,8 +85,13 @@ class ContextDraft(msgspec.Struct, frozen=True):
     base_seq: int
     config: StrategyConfig
     omitted: int
+    owned: bool = False
+    """``events`` is a store read's list that nothing else keeps (not a cached window)."""
 
     def build(self) -> WorkingContext:
+        """The context; an ``owned`` list of events is emptied afterwards, a slice at a
+        time (``free_in_steps``), so that its events are freed where this runs: dropped
+        at once by the caller, 100k events are one long deallocation holding the GIL."""
         ctx = build_compacted_context(
             self.events,
             record=self.record,
@@ -96,7 +102,20 @@ class ContextDraft(msgspec.Struct, frozen=True):
             count_tokens=True,
         )
         ctx.omitted_events = self.omitted
+        if self.owned:
+            free_in_steps(self.events)
         return ctx
+
+
+FREE_STEP: Final = 4096
+"""Items of a large list freed at once by ``free_in_steps``."""
+
+
+def free_in_steps(items: list[Any]) -> None:
+    """Empty ``items`` from the end, ``FREE_STEP`` at a time: each slice's objects are
+    freed in one C call that holds the GIL; between two, other threads may run."""
+    while items:
+        del items[-FREE_STEP:]
 
 
 class PlaceholderFallback(msgspec.Struct, frozen=True):

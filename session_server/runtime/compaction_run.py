@@ -19,7 +19,7 @@ Mode ``none`` never compacts.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import Any, Final, TypeVar, cast
+from typing import Any, TypeVar, cast
 
 from ..compaction.builder import build_parts
 from ..compaction.compact import plan_compact
@@ -32,6 +32,7 @@ from ..compaction.summarize import (
     make_summary_record,
     plan_summarize,
 )
+from ..core.decisions import free_in_steps
 from ..core.errors import SummarizerError
 from ..core.events import SessionEvent
 from .summarizers import ExtractiveSummarizer, Summarizer
@@ -205,16 +206,5 @@ def _summary_plan(
     # The request's turns (one object and list per turn) are freed here, a slice at a
     # time, not by the caller: dropped at once, on the event loop, 100k turns held it
     # (and the GIL) in one deallocation.
-    _free_in_steps(request.turns)
+    free_in_steps(request.turns)
     return done
-
-
-FREE_STEP: Final = 4096
-"""Items of a large list freed at once by ``_free_in_steps``."""
-
-
-def _free_in_steps(items: list[Any]) -> None:
-    """Empty ``items`` from the end, ``FREE_STEP`` at a time: each slice's objects are
-    freed in one C call that holds the GIL; between two, other threads may run."""
-    while items:
-        del items[-FREE_STEP:]
