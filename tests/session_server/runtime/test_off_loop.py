@@ -35,6 +35,7 @@ from session_server.rpc import memory_methods
 from session_server.runtime import (
     compaction_run,
     mirror_link,
+    off_loop,
     session_edits,
     session_writes,
     transfer,
@@ -654,3 +655,36 @@ async def test_the_pure_steps_of_a_compaction_go_through_offload() -> None:
         events, StrategyConfig(mode="compact"), previous_record=None, force=True, offload=offload
     )
     assert compact.strategy == "compact" and len(steps) == 1
+
+
+def test_release_in_steps_empties_containers_and_only_lets_go_of_the_rest() -> None:
+    message = ContextMessage(role="user", content="kept", metadata={"k": "v"})
+    inner = {"b": [1, 2, [3]], "m": message}
+    listed = [inner, "s", {"c": {}}]
+    value = {"a": listed, "n": 5}
+    off_loop.release_in_steps(value)
+    assert value == {} and listed == [] and inner == {}
+    assert message.content == "kept" and message.metadata == {"k": "v"}  # a struct: let go
+
+
+async def test_large_answers_are_freed_on_a_worker_once_sent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, threads: dict[str, list[str]]
+) -> None:
+    """The answer of a memory view, and of a build of a large window, is freed on a
+    worker after it was sent (dropped at once on the loop, a view of 100k events held it
+    for a second): once each, and the answers are whole."""
+    recording(monkeypatch, off_loop, "release_in_steps", threads)
+    count = LARGE_WINDOW_EVENTS + 10
+    async with (
+        running_server(tmp_path / "memory") as server,
+        SessionClient(server.url, "agent") as client,
+    ):
+        sid = await client.create_session()
+        await client.append_events(sid, [msgspec.to_builtins(e) for e in qa_events(count // 2)])
+        small = await client.call("context.build", {"session_id": sid, "limit": 10})
+        view = await client.call("memory.view", {"session_id": sid})
+        built = await client.call("context.build", {"session_id": sid, "limit": count})
+    assert len(built["messages"]) == count and built["messages"][-10:] == small["messages"]
+    assert len(view["raw_traces"]) == count, sorted(view)
+    # One release per large answer (the view, the large build), none for the small build.
+    assert len(threads["release_in_steps"]) == 2 and on_workers(threads["release_in_steps"])
