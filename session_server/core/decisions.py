@@ -67,6 +67,9 @@ class CompactionInput(msgspec.Struct, frozen=True):
     events: list[SessionEvent]
     record: CompactionRecord | None
     pressure: bool
+    owned: bool = False
+    """``events`` is a store read for this compaction that nothing else keeps (the
+    caller may empty it when done: ``free_in_steps``)."""
 
     @property
     def record_data(self) -> dict[str, Any] | None:

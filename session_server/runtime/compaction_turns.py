@@ -21,7 +21,7 @@ from ..compaction.fallback import FallbackCause
 from ..compaction.records import CompactionPlan
 from ..core.agent_core import AgentCore, AppendPlan, CompactionDue, Known, Need
 from ..core.context import WorkingContext
-from ..core.decisions import ContextDraft
+from ..core.decisions import ContextDraft, free_in_steps
 from ..core.errors import ConflictError, SummarizerError
 from ..core.plans import AppendResult
 from .compaction_run import Offload, run_compaction
@@ -299,6 +299,10 @@ class CompactionTurns:
                 self.host.operations.summarizer_failures.inc()
                 raise
             append = self.core.after_compaction(due, given, plan)
+            if given.owned and len(given.events) >= OFF_LOOP_EVENTS:
+                # Freed a slice at a time on a worker: dropped with ``given`` on the loop,
+                # the events of a long session were one long deallocation there.
+                await on_worker(self.host.executor, functools.partial(free_in_steps, given.events))
             if append is not None:
                 await pump.commit(append)
             if append is not None and append.batch.events:

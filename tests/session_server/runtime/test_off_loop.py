@@ -34,6 +34,7 @@ from session_server.mirror_io.writer import MirrorWriter
 from session_server.rpc import memory_methods
 from session_server.runtime import (
     compaction_run,
+    compaction_turns,
     mirror_link,
     off_loop,
     session_edits,
@@ -574,10 +575,11 @@ async def test_a_summary_of_a_long_session_is_planned_and_made_off_the_loop(
 ) -> None:
     """A summarize compaction is linear in the session (a summary of 200k events held
     the event loop for seconds): past ``OFF_LOOP_EVENTS`` events its plan, the summary
-    of a summarizer that offers ``summarize_sync`` and the record's token counts run on
-    the registry's workers."""
+    of a summarizer that offers ``summarize_sync``, the record's token counts and the
+    freeing of the events it read run on the registry's workers."""
     recording(monkeypatch, compaction_run, "plan_summarize", threads)
     recording(monkeypatch, compaction_run, "build_parts", threads)
+    recording(monkeypatch, compaction_turns, "free_in_steps", threads)
     summarizer = RecordingSummarizer()
     async with ActorRegistry(
         tmp_path, idle_timeout=None, mirror=False, summarizer=summarizer
@@ -590,6 +592,8 @@ async def test_a_summary_of_a_long_session_is_planned_and_made_off_the_loop(
     assert on_workers(threads["plan_summarize"]), threads
     assert on_workers(threads["build_parts"]) and len(threads["build_parts"]) == 2, threads
     assert on_workers(summarizer.threads), summarizer.threads
+    # The session's events read for it are freed on a worker too, a slice at a time.
+    assert on_workers(threads["free_in_steps"]), threads
 
 
 async def test_a_summarizer_overriding_summarize_alone_is_awaited_as_it_is(
