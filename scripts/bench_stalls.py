@@ -52,7 +52,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT)]
 
-from session_server.client import SessionClient  # noqa: E402
+from session_server.client import ConnectionLostError, SessionClient  # noqa: E402
 from session_server.core.errors import SessionServerError  # noqa: E402
 from session_server.core.events import SessionEvent  # noqa: E402
 from session_server.runtime.registry import ActorRegistry  # noqa: E402
@@ -179,6 +179,8 @@ async def idle(_: int = 0) -> str:
 async def answer(client: SessionClient, method: str, params: dict[str, Any]) -> str:
     try:
         result = await client.call(method, params)
+    except ConnectionLostError as exc:  # e.g. the server missed the client's keepalive
+        return f"connection lost ({exc})"
     except SessionServerError as exc:
         field = (exc.data or {}).get("field") if isinstance(exc.data, dict) else None
         return f"refused {exc.code}" + (f" (field {field})" if field else "")
@@ -411,47 +413,51 @@ async def heavy_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
         try:
             async with SessionClient(url, AGENT, max_size=MAX) as client:
                 exported = await client.call("export.session", {"session_id": "import-source"})
-                files = exported["files"]
-                size = len(json.dumps(files))
-                print(f"import payload: {size / 1e6:.1f} MB", flush=True)
-                summarize = {"mode": "summarize"}
-                calls: list[tuple[str, Callable[[int], Awaitable[str]]]] = [
-                    (
-                        f"memory.compact summarize, {n_sum} events",
-                        lambda i: answer(
-                            client,
-                            "memory.compact",
-                            {"session_id": f"sum-{i}", "strategy": summarize},
-                        ),
+
+            async def call_alone(method: str, params: dict[str, Any]) -> str:
+                """Each call on a client of its own: one whose connection is lost (the
+                server missed its keepalive) costs that call only."""
+                async with SessionClient(url, AGENT, max_size=MAX) as alone:
+                    return await answer(alone, method, params)
+
+            files = exported["files"]
+            size = len(json.dumps(files))
+            print(f"import payload: {size / 1e6:.1f} MB", flush=True)
+            summarize = {"mode": "summarize"}
+            calls: list[tuple[str, Callable[[int], Awaitable[str]]]] = [
+                (
+                    f"memory.compact summarize, {n_sum} events",
+                    lambda i: call_alone(
+                        "memory.compact",
+                        {"session_id": f"sum-{i}", "strategy": summarize},
                     ),
-                    (
-                        f"context.build limit {n_build}, {n_build} events (cold cache)",
-                        lambda i: answer(
-                            client, "context.build", {"session_id": f"build-{i}", "limit": n_build}
-                        ),
+                ),
+                (
+                    f"context.build limit {n_build}, {n_build} events (cold cache)",
+                    lambda i: call_alone(
+                        "context.build", {"session_id": f"build-{i}", "limit": n_build}
                     ),
-                    (
-                        f"import.session of {size / 1e6:.1f} MB ({args.import_events} events)",
-                        lambda i: answer(
-                            client, "import.session", {"files": files, "new_ids": True}
-                        ),
-                    ),
-                    (
-                        f"memory.view no limit, {n_build} events",
-                        lambda i: answer(client, "memory.view", {"session_id": "view"}),
-                    ),
-                    (
-                        f"export.session, {n_build} events",
-                        lambda i: answer(client, "export.session", {"session_id": "view"}),
-                    ),
-                ]
-                rows.append(await measure(url, "nothing (the probe alone, 2 s)", idle, 1))
-                for name, call in calls:
-                    if args.only and not any(o in name for o in args.only):
-                        continue
-                    row = await measure(url, name, call, repeat, profile)
-                    row["bound"] = HEAVY_BOUND_MS
-                    rows.append(row)
+                ),
+                (
+                    f"import.session of {size / 1e6:.1f} MB ({args.import_events} events)",
+                    lambda i: call_alone("import.session", {"files": files, "new_ids": True}),
+                ),
+                (
+                    f"memory.view no limit, {n_build} events",
+                    lambda i: call_alone("memory.view", {"session_id": "view"}),
+                ),
+                (
+                    f"export.session, {n_build} events",
+                    lambda i: call_alone("export.session", {"session_id": "view"}),
+                ),
+            ]
+            rows.append(await measure(url, "nothing (the probe alone, 2 s)", idle, 1))
+            for name, call in calls:
+                if args.only and not any(o in name for o in args.only):
+                    continue
+                row = await measure(url, name, call, repeat, profile)
+                row["bound"] = HEAVY_BOUND_MS
+                rows.append(row)
             code = await asyncio.to_thread(proc.terminate, 30.0)
             assert code == 0, proc.stderr_text
         finally:
