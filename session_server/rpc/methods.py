@@ -30,7 +30,6 @@ from typing import TYPE_CHECKING, Any
 from ..core.context import WorkingContext
 from ..core.decisions import LARGE_WINDOW_EVENTS
 from ..core.errors import ConflictError, InvalidParamsError, NotFoundError, TooLargeError
-from ..runtime.off_loop import release_after_response
 from .dispatch import dispatch
 from .method_spec import (
     AGENT,
@@ -220,6 +219,9 @@ async def context_build(ctx: CallContext, p: BuildParams) -> dict[str, Any]:
         may_compact=ctx.may_write,
     )
     if len(wc.messages) >= LARGE_WINDOW_EVENTS:  # freed on a worker once answered
+        # Imported here: the runtime uses asyncio, which this module does not import.
+        from ..runtime.off_loop import release_after_response
+
         release_after_response(ctx.registry.executor, ctx.after_response, wc.messages)
     return {
         "system_instructions": wc.system_instructions,
