@@ -55,14 +55,14 @@ class CompactionDecisions(CoreState):
         view = self.view(due.session_id, due.limit, known)
         if isinstance(view, Need):
             return view
-        events = view.events
         if due.config.mode == "summarize":
             # Summaries cover every turn not yet summarised, not only the current window.
             full = known.full.get(due.session_id)
             if full is None:
                 return NeedWindow(due.session_id, None, self._recent.version(due.session_id))
-            events = full.events
-        return CompactionInput(events, view.record, view.compaction_required)
+            # The whole session, read for this compaction alone (never cached).
+            return CompactionInput(full.events, view.record, view.compaction_required, True)
+        return CompactionInput(view.events, view.record, view.compaction_required)
 
     def placeholder_fallback(
         self, due: CompactionDue, cause: FallbackCause, known: Known

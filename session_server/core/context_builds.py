@@ -13,7 +13,7 @@ from typing import Any
 from ..compaction.builder import BuiltContext, build_compacted_context
 from .context import WorkingContext
 from .core_state import CoreState
-from .decisions import CompactionDue, SnapshotParts
+from .decisions import LARGE_WINDOW_EVENTS, CompactionDue, ContextDraft, SnapshotParts
 from .errors import InvalidParamsError
 from .needs import Known, Need, NeedCount, NeedSnapshot, known_state
 from .plans import SessionState, SnapshotDue
@@ -61,9 +61,11 @@ class ContextBuilds(CoreState):
         limit: int | None,
         strategy: Mapping[str, Any] | None,
         may_compact: bool = True,
-    ) -> WorkingContext | CompactionDue | Need:
+    ) -> WorkingContext | ContextDraft | CompactionDue | Need:
         """The working context under the session's strategy, or the compaction to run
         first (never with ``may_compact=False``: a read-only build, e.g. for an export).
+        A window of ``LARGE_WINDOW_EVENTS`` or more gives a ``ContextDraft`` instead of
+        the context: the caller builds it (``draft.build()``) where it chooses.
 
         The first build of an activation, with the defaults, may come from the snapshot
         file when it is current (its ``last_seq`` is the session's) and no compaction can
@@ -95,19 +97,22 @@ class ContextBuilds(CoreState):
         omitted = self._omitted_events(session_id, view, known)
         if isinstance(omitted, Need):
             return omitted
-        ctx = build_compacted_context(
-            view.events,
-            record=None if view.record is None else view.record.data,
-            messages=view.messages,
-            system_instructions=instructions,
-            base_seq=view.last_seq,
-            config=config,
-            count_tokens=True,
-        )
-        ctx.omitted_events = omitted
         if may_compact:
             self._built.add(session_id)
-        return ctx
+        draft = ContextDraft(
+            view.events,
+            None if view.record is None else view.record.data,
+            view.messages,
+            instructions,
+            view.last_seq,
+            config,
+            omitted,
+            # Read from the store for this build (not the cache's memoised window): the
+            # draft may free its events once built.
+            owned=known.views.get((session_id, window)) is view,
+        )
+        # A large window is built by the shell, off the event loop.
+        return draft if len(view.events) >= LARGE_WINDOW_EVENTS else draft.build()
 
     def _omitted_events(self, session_id: str, view: SessionView, known: Known) -> int | Need:
         """Events a context of ``view`` neither shows nor summarises: those before its

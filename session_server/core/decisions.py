@@ -1,7 +1,8 @@
 """What ``AgentCore`` decides: the values its answers carry to the actor (pure).
 
 ``AppendPlan`` (one store transaction and the snapshot after it), ``CompactionDue`` and
-``CompactionInput`` (a compaction to run and what it plans from), ``PlaceholderFallback``,
+``CompactionInput`` (a compaction to run and what it plans from), ``ContextDraft`` (a
+large context to build where the shell chooses), ``PlaceholderFallback``,
 ``StrategyWrite``, ``PreparedTurn`` (a validated persist request) and ``SnapshotParts``.
 The values the store also sees are in ``core.plans``.
 """
@@ -9,27 +10,38 @@ The values the store also sees are in ``core.plans``.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import msgspec
 
+from ..compaction.builder import build_compacted_context
 from ..compaction.config import StrategyConfig
 from ..compaction.records import CompactionPlan
+from .context import WorkingContext
 from .events import ContextMessage, SessionEvent
 from .plans import AppendBatch, SnapshotDue
+from .recent import ViewMessages
 from .records import CompactionRecord
 
 __all__ = [
+    "LARGE_WINDOW_EVENTS",
     "AppendPlan",
     "CompactionDue",
     "CompactionInput",
+    "ContextDraft",
     "PlaceholderFallback",
     "PreparedTurn",
     "SnapshotParts",
     "StrategyWrite",
+    "free_in_steps",
 ]
 
 SnapshotParts = tuple[list[ContextMessage], list[str], int]
+
+LARGE_WINDOW_EVENTS: Final = 1000
+"""A build whose window holds at least this many events answers with a ``ContextDraft``
+(the shell builds it off the event loop: that work is linear in the events); smaller
+windows are built at once."""
 
 
 class AppendPlan(msgspec.Struct, frozen=True):
@@ -61,10 +73,58 @@ class CompactionInput(msgspec.Struct, frozen=True):
     events: list[SessionEvent]
     record: CompactionRecord | None
     pressure: bool
+    owned: bool = False
+    """``events`` is a store read for this compaction that nothing else keeps (the
+    caller may empty it when done: ``free_in_steps``)."""
 
     @property
     def record_data(self) -> dict[str, Any] | None:
         return None if self.record is None else self.record.data
+
+
+class ContextDraft(msgspec.Struct, frozen=True):
+    """A working context decided but not built yet: ``build()`` makes it (pure, linear in
+    ``events``; nothing here is shared with the core's state that the core changes, so
+    it may run on any thread)."""
+
+    events: list[SessionEvent]
+    record: dict[str, Any] | None
+    messages: ViewMessages | None
+    instructions: list[str]
+    base_seq: int
+    config: StrategyConfig
+    omitted: int
+    owned: bool = False
+    """``events`` is a store read's list that nothing else keeps (not a cached window)."""
+
+    def build(self) -> WorkingContext:
+        """The context; an ``owned`` list of events is emptied afterwards, a slice at a
+        time (``free_in_steps``), so that its events are freed where this runs: dropped
+        at once by the caller, 100k events are one long deallocation holding the GIL."""
+        ctx = build_compacted_context(
+            self.events,
+            record=self.record,
+            messages=self.messages,
+            system_instructions=self.instructions,
+            base_seq=self.base_seq,
+            config=self.config,
+            count_tokens=True,
+        )
+        ctx.omitted_events = self.omitted
+        if self.owned:
+            free_in_steps(self.events)
+        return ctx
+
+
+FREE_STEP: Final = 4096
+"""Items of a large list freed at once by ``free_in_steps``."""
+
+
+def free_in_steps(items: list[Any]) -> None:
+    """Empty ``items`` from the end, ``FREE_STEP`` at a time: each slice's objects are
+    freed in one C call that holds the GIL; between two, other threads may run."""
+    while items:
+        del items[-FREE_STEP:]
 
 
 class PlaceholderFallback(msgspec.Struct, frozen=True):

@@ -20,6 +20,7 @@ from session_server import adapters
 from ..mirror.view import MemoryViewOptions, group_by_agent, page_snapshots
 from ..mirror_io.view_files import list_snapshot_summaries, read_memory_view
 from ..runtime import backups, transfer
+from ..runtime.off_loop import release_after_response
 from ..storage.sqlite_ops import SKIPPED_RECORDS
 from .methods import (
     CallContext,
@@ -169,7 +170,7 @@ async def memory_view(ctx: CallContext, p: ViewParams) -> dict[str, Any]:
     actor = await ctx.actor()
     await actor.mirror_settled()  # the files reflect every commit answered so far
     options = MemoryViewOptions(**p.model_dump(exclude={"session_id"}))
-    return await _off_loop(
+    view = await _off_loop(
         ctx,
         functools.partial(
             read_memory_view,
@@ -180,6 +181,9 @@ async def memory_view(ctx: CallContext, p: ViewParams) -> dict[str, Any]:
             max_bytes=ctx.max_answer_bytes,
         ),
     )
+    # Freed on a worker once answered: a view of many events is millions of objects.
+    release_after_response(ctx.registry.executor, ctx.after_response, view)
+    return view
 
 
 async def memory_list_snapshots(ctx: CallContext, p: SnapshotsParams) -> dict[str, Any]:

@@ -28,6 +28,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..core.context import WorkingContext
+from ..core.decisions import LARGE_WINDOW_EVENTS
 from ..core.errors import ConflictError, InvalidParamsError, NotFoundError, TooLargeError
 from .dispatch import dispatch
 from .method_spec import (
@@ -217,6 +218,11 @@ async def context_build(ctx: CallContext, p: BuildParams) -> dict[str, Any]:
         strategy=p.strategy,
         may_compact=ctx.may_write,
     )
+    if len(wc.messages) >= LARGE_WINDOW_EVENTS:  # freed on a worker once answered
+        # Imported here: the runtime uses asyncio, which this module does not import.
+        from ..runtime.off_loop import release_after_response
+
+        release_after_response(ctx.registry.executor, ctx.after_response, wc.messages)
     return {
         "system_instructions": wc.system_instructions,
         "messages": wc.messages,

@@ -252,6 +252,10 @@ def encode_message(message: dict[str, Any] | Sequence[dict[str, Any]]) -> bytes:
 ENCODE_CHUNK: Final = 256
 """Items of a list encoded in one call by ``encode_pieces``."""
 
+STRING_CHUNK: Final = 256 * 1024
+"""Characters of a long string encoded in one call by ``encode_pieces`` (an export's
+file is one string of tens of MB)."""
+
 
 def _small(value: Any, depth: int = 0) -> bool:
     """True for a value that one encoding call handles in well under a millisecond: few
@@ -301,11 +305,12 @@ def encode_small(message: Any) -> bytes | None:
 def encode_pieces(message: Any) -> Iterator[bytes]:
     """``encode_message(message)`` in pieces whose concatenation is exactly its bytes.
 
-    An object's values and every ``ENCODE_CHUNK`` items of a list are encoded by
-    separate calls, so no single call encodes a whole 16 MiB answer: the encoder holds
-    the GIL for the length of one call, and a caller that yields between pieces keeps
-    other work (the event loop) running. Anything but a plain object or list (a
-    struct, a string) is one piece.
+    An object's values, every ``ENCODE_CHUNK`` items of a list and every
+    ``STRING_CHUNK`` characters of a string are encoded by separate calls, so no single
+    call encodes a whole 16 MiB answer: the encoder holds the GIL for the length of one
+    call, and a caller that yields between pieces keeps other work (the event loop)
+    running. Anything else (a struct) is one piece. A string's escapes are per
+    character, so its slices' encodings joined are its encoding.
     """
     if _small(message):  # most answers: one call, no walk of pieces
         yield _ENCODER.encode(message)
@@ -321,6 +326,11 @@ def encode_pieces(message: Any) -> Iterator[bytes]:
             piece = _ENCODER.encode(message[start : start + ENCODE_CHUNK])
             yield (b"," if start else b"") + piece[1:-1]
         yield b"]"
+    elif type(message) is str and len(message) > STRING_CHUNK:
+        yield b'"'
+        for start in range(0, len(message), STRING_CHUNK):
+            yield _ENCODER.encode(message[start : start + STRING_CHUNK])[1:-1]
+        yield b'"'
     else:
         yield _ENCODER.encode(message)
 

@@ -11,6 +11,7 @@ compactions the core finds due on its way.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
@@ -20,11 +21,12 @@ from ..compaction.fallback import FallbackCause
 from ..compaction.records import CompactionPlan
 from ..core.agent_core import AgentCore, AppendPlan, CompactionDue, Known, Need
 from ..core.context import WorkingContext
+from ..core.decisions import ContextDraft, free_in_steps
 from ..core.errors import ConflictError, SummarizerError
 from ..core.plans import AppendResult
-from .compaction_run import run_compaction
+from .compaction_run import Offload, run_compaction
 from .metrics import CompactionMetrics
-from .off_loop import instructions_counted
+from .off_loop import OFF_LOOP_EVENTS, instructions_counted, on_worker
 from .ops_metrics import OperationsMetrics
 from .summarizers import Summarizer
 from .summary_backoffs import SUMMARY_BACKOFF_MAX, SummaryBackoffs
@@ -135,7 +137,7 @@ class CompactionTurns:
         async with instructions_counted(self.host.executor, instructions):
             known = Known()
             while True:
-                step: WorkingContext | CompactionDue = await pump.decide(
+                step: WorkingContext | ContextDraft | CompactionDue = await pump.decide(
                     lambda k: self.core.build(
                         session_id,
                         k,
@@ -148,6 +150,8 @@ class CompactionTurns:
                 )
                 if isinstance(step, WorkingContext):
                     return step
+                if isinstance(step, ContextDraft):
+                    return await on_worker(self.host.executor, step.build)  # a large window
                 if step.config.mode == "summarize" and not step.force:
                     # Off the critical path: the build waits a bounded time, then answers with
                     # the previous record (and placeholders, if the strategy has them) while
@@ -291,11 +295,16 @@ class CompactionTurns:
                         force=due.force,
                         pressure=given.pressure,
                         system_instructions=due.instructions,
+                        offload=self._offload(len(given.events)),
                     )
             except SummarizerError:
                 self.host.operations.summarizer_failures.inc()
                 raise
             append = self.core.after_compaction(due, given, plan, removals=removals)
+            if given.owned and len(given.events) >= OFF_LOOP_EVENTS:
+                # Freed a slice at a time on a worker: dropped with ``given`` on the loop,
+                # the events of a long session were one long deallocation there.
+                await on_worker(self.host.executor, functools.partial(free_in_steps, given.events))
             if append is not None:
                 try:
                     await pump.commit(append)
@@ -313,6 +322,13 @@ class CompactionTurns:
             self.core.end_compaction(sid)
             async with self._compactions:
                 self._compactions.notify_all()
+
+    def _offload(self, events: int) -> Offload | None:
+        """Where the pure work over ``events`` events runs: on a worker thread when they
+        are many (``OFF_LOOP_EVENTS``), else here (``None``)."""
+        if events < OFF_LOOP_EVENTS:
+            return None
+        return functools.partial(on_worker, self.host.executor)
 
     def report_futile(self, session_id: str) -> None:
         """Log and count, once per reason, why a compaction would gain nothing."""

@@ -37,7 +37,12 @@ __all__ = [
 
 @runtime_checkable
 class Summarizer(Protocol):
-    """Turns a ``SummaryRequest`` into a ``SummaryResult``; raises ``SummarizerError``."""
+    """Turns a ``SummaryRequest`` into a ``SummaryResult``; raises ``SummarizerError``.
+
+    A summarizer that only computes (no I/O) may also define ``summarize_sync(request)``
+    beside ``summarize``, with the same result: the server then runs it on a worker
+    thread instead of awaiting ``summarize`` on the event loop (``ExtractiveSummarizer``
+    does; see ``compaction_run``)."""
 
     @property
     def name(self) -> str: ...

@@ -29,8 +29,10 @@ from session_server.core.agent_core import (
     compaction_report,
     trusted_snapshot_digest,
 )
+from session_server.core.cache_budget import CacheBudget
 from session_server.core.codec import message_to_event
 from session_server.core.context import WorkingContext
+from session_server.core.decisions import LARGE_WINDOW_EVENTS, ContextDraft
 from session_server.core.errors import InvalidParamsError, NotFoundError
 from session_server.core.events import ContextMessage, SessionEvent, ToolCall
 from session_server.core.plans import (
@@ -476,3 +478,26 @@ def test_a_plan_derived_before_a_removal_is_refused_after_it() -> None:
     assert core.removal_conflict(again) is None
     core.session_deleted(SID)
     assert core.removal_conflict(again) is not None
+
+
+def test_a_large_window_is_a_draft_and_a_store_read_is_freed_by_its_build() -> None:
+    """A window of ``LARGE_WINDOW_EVENTS`` or more is answered with a ``ContextDraft``
+    (the shell builds it off the event loop) that builds what a small window would. A
+    window read from the store for this build, which the cache did not keep, is the
+    draft's own: its build empties it, so its events are freed where the build runs."""
+    pairs = LARGE_WINDOW_EVENTS // 2 + 1
+    log = stored(chat(pairs))
+    for budget, owned in ((CacheBudget(1024), True), (CacheBudget(1 << 30), False)):
+        core, known = new_core(context_limit=2 * pairs, cache_budget=budget), Known()
+        step = core.build(SID, known, instructions=["sys"], limit=None, strategy=None)
+        answer(core, step, known, window_of(log))
+        answer(core, core.build(SID, known, instructions=["sys"], limit=None, strategy=None),
+               known, None)  # fmt: skip
+        draft = core.build(SID, known, instructions=["sys"], limit=None, strategy=None)
+        assert isinstance(draft, ContextDraft) and draft.owned is owned
+        events = draft.events
+        ctx = draft.build()
+        assert [m.content for m in ctx.messages] == [e.content for e in log]
+        assert ctx.base_seq == 2 * pairs and ctx.system_instructions == ["sys"]
+        assert ctx.token_count is not None and ctx.token_count > 3 * len(log)
+        assert (events == []) is owned

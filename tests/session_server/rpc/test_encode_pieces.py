@@ -6,7 +6,13 @@ import random
 from typing import Any
 
 from session_server.core.events import SessionEvent
-from session_server.rpc.protocol import ENCODE_CHUNK, encode_message, encode_pieces, encode_small
+from session_server.rpc.protocol import (
+    ENCODE_CHUNK,
+    STRING_CHUNK,
+    encode_message,
+    encode_pieces,
+    encode_small,
+)
 
 
 def value(rng: random.Random, depth: int = 0) -> Any:
@@ -52,3 +58,16 @@ def test_a_small_answer_is_encoded_in_one_call_and_a_large_one_left_to_the_piece
     assert encode_small(answer) == encode_message(answer)
     assert encode_small({"result": ["x" * 70_000]}) is None  # a long string
     assert encode_small({"result": list(range(17))}) is None  # a long list
+
+
+def test_a_long_string_is_cut_in_chunks_that_join_to_its_encoding() -> None:
+    """An export's file is one string of tens of MB: encoded a slice at a time, never in
+    one call, and the slices' encodings (escapes, non-ASCII and astral characters cut
+    anywhere) join to the string's."""
+    rng = random.Random(11)
+    alphabet = ["a", '"', "\\", "\n", "\t", "\x01", "é", "€", "😀", "\u2028", "/"]
+    text = "".join(rng.choice(alphabet) for _ in range(3 * STRING_CHUNK + 17))
+    message = {"jsonrpc": "2.0", "id": 1, "result": {"files": {"raw_traces.jsonl": text}}}
+    pieces = list(encode_pieces(message))
+    assert b"".join(pieces) == encode_message(message)
+    assert len(pieces) >= 3 and max(len(p) for p in pieces) < len(encode_message(text)) / 2

@@ -21,17 +21,31 @@ from websockets.asyncio.client import connect as ws_connect
 
 from session_server import ActorRegistry, AgentActor
 from session_server.client import SessionClient
+from session_server.compaction.config import StrategyConfig
 from session_server.compaction.summarize import SummaryRequest, SummaryResult
-from session_server.core import tokens
+from session_server.core import decisions, tokens
 from session_server.core.agent_core import AgentCore
+from session_server.core.decisions import LARGE_WINDOW_EVENTS
 from session_server.core.events import ContextMessage, SessionEvent, ToolCall
 from session_server.core.tokens import TokenCounter, get_counter
 from session_server.mirror.rows_file import ROWS_FILE
 from session_server.mirror_io.snapshot_index import SnapshotIndex
 from session_server.mirror_io.writer import MirrorWriter
 from session_server.rpc import memory_methods
-from session_server.runtime import mirror_link, session_edits, session_writes, transfer
-from session_server.runtime.off_loop import LARGE_CONTENT_CHARS, instructions_counted
+from session_server.runtime import (
+    compaction_run,
+    compaction_turns,
+    mirror_link,
+    off_loop,
+    session_edits,
+    session_writes,
+    transfer,
+)
+from session_server.runtime.off_loop import (
+    LARGE_CONTENT_CHARS,
+    OFF_LOOP_EVENTS,
+    instructions_counted,
+)
 from session_server.runtime.session_writes import ITEM_CHARS
 from session_server.runtime.summarizers import ExtractiveSummarizer
 from tests.support.server import running_server
@@ -516,3 +530,165 @@ async def test_a_large_turn_in_a_batch_is_counted_off_the_loop(
             answers = json.loads(await ws.recv())
     assert [a.get("error") for a in answers] == [None, None], answers
     assert len(threads["count_event"]) == 1 and on_workers(threads["count_event"]), threads
+
+
+class RecordingSummarizer(ExtractiveSummarizer):
+    """The extractive summary, recording the thread each ``summarize_sync`` ran on."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.threads: list[str] = []
+        self.requests: list[SummaryRequest] = []
+
+    def summarize_sync(self, request: SummaryRequest) -> SummaryResult:
+        self.threads.append(threading.current_thread().name)
+        self.requests.append(request)
+        return super().summarize_sync(request)
+
+    async def summarize(self, request: SummaryRequest) -> SummaryResult:
+        return self.summarize_sync(request)
+
+
+class EnteredGate(GatedSummarizer):
+    """``GatedSummarizer`` that says when its ``summarize`` was entered."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered = asyncio.Event()
+
+    async def summarize(self, request: SummaryRequest) -> SummaryResult:
+        self.entered.set()
+        return await super().summarize(request)
+
+
+def qa_events(pairs: int) -> list[SessionEvent]:
+    """``pairs`` turns of a user question and an agent answer."""
+    return [
+        SessionEvent(action=action, content=f"{action} {i}")
+        for i in range(pairs)
+        for action in ("user_message", "agent_message")
+    ]
+
+
+async def test_a_summary_of_a_long_session_is_planned_and_made_off_the_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, threads: dict[str, list[str]]
+) -> None:
+    """A summarize compaction is linear in the session (a summary of 200k events held
+    the event loop for seconds): past ``OFF_LOOP_EVENTS`` events its plan, the summary
+    of a summarizer that offers ``summarize_sync``, the record's token counts and the
+    freeing of the events it read run on the registry's workers."""
+    recording(monkeypatch, compaction_run, "plan_summarize", threads)
+    recording(monkeypatch, compaction_run, "build_parts", threads)
+    recording(monkeypatch, compaction_turns, "free_in_steps", threads)
+    summarizer = RecordingSummarizer()
+    async with ActorRegistry(
+        tmp_path, idle_timeout=None, mirror=False, summarizer=summarizer
+    ) as reg:
+        actor = await reg.get("agent")
+        sid = await actor.create_session()
+        await actor.append_events(sid, qa_events(OFF_LOOP_EVENTS // 2 + 1))
+        out = await actor.compact(sid, strategy={"mode": "summarize"})
+    assert out["compacted"] is True, out
+    assert on_workers(threads["plan_summarize"]), threads
+    assert on_workers(threads["build_parts"]) and len(threads["build_parts"]) == 2, threads
+    assert on_workers(summarizer.threads), summarizer.threads
+    # The session's events read for it are freed on a worker too, a slice at a time.
+    assert on_workers(threads["free_in_steps"]), threads
+
+
+async def test_a_summarizer_overriding_summarize_alone_is_awaited_as_it_is(
+    tmp_path: Path,
+) -> None:
+    """A subclass that overrides ``summarize`` only (here a gate) is awaited: its
+    inherited ``summarize_sync`` would skip what it added."""
+    summarizer = EnteredGate()
+    async with ActorRegistry(
+        tmp_path, idle_timeout=None, mirror=False, summarizer=summarizer
+    ) as reg:
+        actor = await reg.get("agent")
+        sid = await actor.create_session()
+        await actor.append_events(sid, qa_events(OFF_LOOP_EVENTS // 2 + 1))
+        compaction = asyncio.ensure_future(actor.compact(sid, strategy={"mode": "summarize"}))
+        await asyncio.wait_for(summarizer.entered.wait(), 60)  # its ``summarize`` ran
+        assert not compaction.done()  # and waits at its gate
+        summarizer.gate.set()
+        assert (await compaction)["compacted"] is True
+
+
+async def test_a_context_of_a_large_window_is_built_off_the_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, threads: dict[str, list[str]]
+) -> None:
+    """A build of ``LARGE_WINDOW_EVENTS`` events or more (the core's ``ContextDraft``) is
+    made on a worker (100k events held the loop for hundreds of milliseconds); a small
+    window is still built at once, on the loop. The two give the same context."""
+    recording(monkeypatch, decisions, "build_compacted_context", threads)
+    count = LARGE_WINDOW_EVENTS + 10
+    async with ActorRegistry(tmp_path, idle_timeout=None, mirror=False) as reg:
+        actor = await reg.get("agent")
+        sid = await actor.create_session()
+        await actor.append_events(sid, qa_events(count // 2))
+        large = await actor.build_working_context(sid, limit=count)
+        assert on_workers(threads["build_compacted_context"]), threads
+        threads.clear()
+        small = await actor.build_working_context(sid, limit=10)
+    assert threads["build_compacted_context"] == [threading.current_thread().name]
+    assert len(large.messages) == count and large.messages[-10:] == small.messages
+    assert large.base_seq == small.base_seq == count and large.token_count
+
+
+async def test_the_pure_steps_of_a_compaction_go_through_offload() -> None:
+    """``run_compaction(offload=...)`` hands each pure step to ``offload``: the plan, the
+    summary (``summarize_sync``) and the record for summarize; the plan for compact."""
+    steps: list[str] = []
+
+    async def offload(fn: Callable[[], Any]) -> Any:
+        steps.append(threading.current_thread().name)
+        return fn()
+
+    events = qa_events(8)
+    summarizer = RecordingSummarizer()
+    summary = await compaction_run.run_compaction(
+        events, StrategyConfig(mode="summarize", raw_tail_turns=2), previous_record=None,
+        summarizer=summarizer, force=True, offload=offload,
+    )  # fmt: skip
+    assert summary.record is not None and len(steps) == 3
+    # The request's turns were freed inside the last step, not left to the caller's loop.
+    assert summarizer.requests and summarizer.requests[0].turns == []
+    steps.clear()
+    compact = await compaction_run.run_compaction(
+        events, StrategyConfig(mode="compact"), previous_record=None, force=True, offload=offload
+    )
+    assert compact.strategy == "compact" and len(steps) == 1
+
+
+def test_release_in_steps_empties_containers_and_only_lets_go_of_the_rest() -> None:
+    message = ContextMessage(role="user", content="kept", metadata={"k": "v"})
+    inner = {"b": [1, 2, [3]], "m": message}
+    listed = [inner, "s", {"c": {}}]
+    value = {"a": listed, "n": 5}
+    off_loop.release_in_steps(value)
+    assert value == {} and listed == [] and inner == {}
+    assert message.content == "kept" and message.metadata == {"k": "v"}  # a struct: let go
+
+
+async def test_large_answers_are_freed_on_a_worker_once_sent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, threads: dict[str, list[str]]
+) -> None:
+    """The answer of a memory view, and of a build of a large window, is freed on a
+    worker after it was sent (dropped at once on the loop, a view of 100k events held it
+    for a second): once each, and the answers are whole."""
+    recording(monkeypatch, off_loop, "release_in_steps", threads)
+    count = LARGE_WINDOW_EVENTS + 10
+    async with (
+        running_server(tmp_path / "memory") as server,
+        SessionClient(server.url, "agent") as client,
+    ):
+        sid = await client.create_session()
+        await client.append_events(sid, [msgspec.to_builtins(e) for e in qa_events(count // 2)])
+        small = await client.call("context.build", {"session_id": sid, "limit": 10})
+        view = await client.call("memory.view", {"session_id": sid})
+        built = await client.call("context.build", {"session_id": sid, "limit": count})
+    assert len(built["messages"]) == count and built["messages"][-10:] == small["messages"]
+    assert len(view["raw_traces"]) == count, sorted(view)
+    # One release per large answer (the view, the large build), none for the small build.
+    assert len(threads["release_in_steps"]) == 2 and on_workers(threads["release_in_steps"])
