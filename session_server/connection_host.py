@@ -6,9 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Protocol
 
-from .budget import ByteBudget
 from .fanout import SubscriberLimits, Topic
-from .intake import FramePermits
+from .flow import ByteBudget, Permits
 from .rpc.methods import MethodSpec
 
 if TYPE_CHECKING:
@@ -47,7 +46,7 @@ class ConnectionHost(SubscriberLimits, Protocol):
     @property
     def write_timeout(self) -> float | None: ...
     @property
-    def permits(self) -> FramePermits: ...
+    def permits(self) -> Permits: ...
     @property
     def stopping(self) -> bool: ...
 

@@ -23,13 +23,12 @@ from websockets.exceptions import ConnectionClosed
 
 from .answers import answer_reservation, encode_bounded, is_utf8
 from .auth import REASON_EXPIRED, Grant, TokenRejectedError
-from .budget import ByteBudget
 from .connection_host import ConnectionHost
 from .connection_subscriptions import ConnectionSubscriptions
 from .core.errors import InvalidRequestError, SessionServerError
 from .fanout import Subscription
+from .flow import ByteBudget, Permits, WouldBlock
 from .handshake import Route
-from .inflight_window import InflightWindow
 from .intake import IntakeConnection
 from .rpc.methods import CallContext, dispatch
 from .rpc.protocol import Frame, encode_message, encode_small, error_response, parse_frame
@@ -121,7 +120,7 @@ class Connection(ConnectionSubscriptions):
         self.tasks: set[asyncio.Task[None]] = set()
         self.subscriptions: dict[str, Subscription] = {}
         self.observe = server.registry.operations.observe_request
-        self.slots = InflightWindow(server.max_inflight)
+        self.slots = Permits(server.max_inflight)
         self.reader: asyncio.Task[None] | None = None
         self.stop_requested = False
         self.closed = False
@@ -147,8 +146,9 @@ class Connection(ConnectionSubscriptions):
         budget (always in that order), waiting for room; reading pauses meanwhile when
         the share is full."""
         room = self.answer_room
-        mine = room.try_acquire(size)
-        if mine is None:
+        try:
+            mine = room.acquire_nowait(size)
+        except WouldBlock:
             self.writable.clear()  # the reader waits with the request
             try:
                 mine = await room.acquire(size)
@@ -157,8 +157,9 @@ class Connection(ConnectionSubscriptions):
         self._room_changed()
         try:
             budget = self.server.answer_budget
-            shared = budget.try_acquire(size)
-            if shared is None:
+            try:
+                shared = budget.acquire_nowait(size)
+            except WouldBlock:
                 shared = await budget.acquire(size)
         except BaseException:
             self._give_back((mine, 0))
@@ -202,7 +203,7 @@ class Connection(ConnectionSubscriptions):
         ``on_written`` runs (also when the connection closed and it was dropped). A small
         message is written at once when nothing is queued and the socket is writable.
         ``held``: what it already holds of the unread-answer budgets (its reservation);
-        otherwise its size is counted now (``ByteBudget.take``); either is given back
+        otherwise its size is counted now (``ByteBudget.acquire_forced``); either is given back
         once the socket took it."""
         if self.closed:
             self._give_back(held)
@@ -221,7 +222,10 @@ class Connection(ConnectionSubscriptions):
             return
         if held is None:
             size = len(data)
-            held = (self.answer_room.take(size), self.server.answer_budget.take(size))
+            held = (
+                self.answer_room.acquire_forced(size),
+                self.server.answer_budget.acquire_forced(size),
+            )
             self._room_changed()
         self.outgoing.append((data, on_written, held))
         self.outgoing_bytes += len(data)
@@ -431,8 +435,10 @@ class Connection(ConnectionSubscriptions):
             while True:
                 # Each step waits only when it must: a frame of the sequential path
                 # costs no coroutine here besides ``recv``.
-                if not self.slots.take():
-                    await self.slots.wait()
+                try:
+                    self.slots.acquire_nowait()
+                except WouldBlock:
+                    await self.slots.acquire()
                 if not self.writable.is_set():
                     await self.writable.wait()
                 self.ws.ready(True)
@@ -451,14 +457,15 @@ class Connection(ConnectionSubscriptions):
                     raise
                 finally:
                     self.ws.ready(False)
-                token = budget.try_acquire(len(data))
                 try:
-                    if token is None:
+                    token = budget.acquire_nowait(len(data))
+                except WouldBlock:
+                    try:
                         token = await budget.acquire(len(data))
-                except BaseException:
-                    if permit:
-                        self.server.permits.release()
-                    raise
+                    except BaseException:
+                        if permit:
+                            self.server.permits.release()
+                        raise
                 # Started eagerly where asyncio can: the request runs up to its first
                 # wait in this step (a sequential turn's commit starts before the next
                 # frame is read); on Python 3.11 a plain task.

@@ -2,7 +2,7 @@
 
 ``websockets`` buffers a whole message before ``recv`` returns it (the frame reader's
 buffer, then a copy per step: the frame, the unmasked payload), so the server-wide
-request budget (``budget.ByteBudget``), which applies once a message is read, cannot
+request budget (``flow.ByteBudget``), which applies once a message is read, cannot
 bound the bytes clients are still sending: twelve clients sending a 15 MiB frame each at
 once made the server hold twelve frames, several copies each (+574 MiB).
 
@@ -12,7 +12,7 @@ queued), and applies one rule (what this needs of ``websockets``' internals goes
 ``ws_compat``, the one module that reaches past its public API):
 
 - up to ``threshold`` bytes a connection needs nothing;
-- above it, it needs a large-frame permit from the server-wide ``FramePermits`` pool,
+- above it, it needs a large-frame permit from the server-wide ``flow.Permits`` pool,
   asked for only while the connection's reader is waiting for a message (a reader blocked
   by its own unwritten answers would keep a permit it cannot use); when none is free, the
   transport stops being read until one is granted (first come, first served);
@@ -24,7 +24,7 @@ queued), and applies one rule (what this needs of ``websockets``' internals goes
 Holders always complete and release, waiters are served in order: no deadlock, whatever
 the number of connections mid-frame. Bytes held by the intake are at most
 ``permits x (max_frame + threshold) + connections x (threshold + one socket read)``
-(``FramePermits.held``, ``held_peak``). ``websockets``' own flow control (the frame
+(``HeldBytes.total``, ``peak``). ``websockets``' own flow control (the frame
 queue's high and low water marks) shares the transport: reading is paused while either
 asks for it.
 """
@@ -33,13 +33,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
 from typing import Any, ClassVar
 
 from websockets.asyncio.server import ServerConnection
 from websockets.frames import DATA_OPCODES, Frame, Opcode
 from websockets.protocol import Event
 
+from .flow import Permits, WouldBlock
 from .ws_compat import (
     HANDOVER_BYTES,
     install_handover_reader,
@@ -48,62 +48,25 @@ from .ws_compat import (
     write_text_now,
 )
 
-__all__ = ["HANDOVER_BYTES", "FramePermits", "IntakeConnection", "intake_connection"]
+__all__ = ["HANDOVER_BYTES", "HeldBytes", "IntakeConnection", "intake_connection"]
 
 log = logging.getLogger("session_server.intake")
 
 
-class FramePermits:
-    """``count`` permits, each for one message over the intake threshold, being received
-    or handled; waiters are granted in arrival order. Also the server-wide count of bytes
-    the intake holds (``held``) and the peaks of both (figures for tests and /metrics)."""
+class HeldBytes:
+    """The bytes the intake holds, server-wide (``total``), and the most it held at once
+    (``peak``): figures for tests and /metrics."""
 
-    def __init__(self, count: int) -> None:
-        if count < 1:
-            raise ValueError("count: must be at least 1")
-        self.count = count
-        self.in_use = 0
+    __slots__ = ("peak", "total")
+
+    def __init__(self) -> None:
+        self.total = 0
         self.peak = 0
-        self.held = 0
-        self.held_peak = 0
-        self.waits = 0  # how many times a connection queued for a permit
-        self._waiters: dict[object, Callable[[], None]] = {}  # insertion order: FIFO
 
-    def try_take(self) -> bool:
-        """Take a permit now if one is free and nobody waits for one."""
-        if self._waiters or self.in_use >= self.count:
-            return False
-        self._take()
-        return True
-
-    def wait(self, key: object, granted: Callable[[], None]) -> None:
-        """Queue ``key``; ``granted()`` runs once a permit has been taken for it."""
-        self._waiters[key] = granted
-        self.waits += 1
-
-    def withdraw(self, key: object) -> None:
-        self._waiters.pop(key, None)
-
-    def release(self) -> None:
-        """Give a permit back; the first waiters get the free permits."""
-        self.in_use -= 1
-        while self._waiters and self.in_use < self.count:
-            key = next(iter(self._waiters))
-            granted = self._waiters.pop(key)
-            self._take()
-            granted()
-
-    def add_held(self, delta: int) -> None:
-        self.held += delta
-        self.held_peak = max(self.held_peak, self.held)
-
-    @property
-    def waiting(self) -> int:
-        return len(self._waiters)
-
-    def _take(self) -> None:
-        self.in_use += 1
-        self.peak = max(self.peak, self.in_use)
+    def add(self, delta: int) -> None:
+        self.total += delta
+        if self.total > self.peak:
+            self.peak = self.total
 
 
 class IntakeConnection(ServerConnection):
@@ -116,7 +79,8 @@ class IntakeConnection(ServerConnection):
     as a text frame (the reader pops it with ``claim``).
     """
 
-    pool: ClassVar[FramePermits]
+    pool: ClassVar[Permits]
+    held: ClassVar[HeldBytes]
     threshold: ClassVar[int]
     holder_limit: ClassVar[int]
     hold_timeout: ClassVar[float | None]
@@ -125,7 +89,7 @@ class IntakeConnection(ServerConnection):
         super().__init__(*args, **kwargs)
         install_handover_reader(self)
         self.queued = 0  # payload bytes of data frames parsed, not yet claimed
-        self.counted = 0  # this connection's share of pool.held
+        self.counted = 0  # this connection's share of held.total
         self.permit = False
         self.waiting = False
         self.receiving = False
@@ -190,7 +154,7 @@ class IntakeConnection(ServerConnection):
             return small, False
         text = self.texts.pop(0) if self.texts else True
         if not self.permit:
-            if not self.waiting and self.pool.try_take():
+            if not self.waiting and self._take_permit():
                 self.permit = True
             else:
                 self._queue_for_permit()
@@ -217,7 +181,7 @@ class IntakeConnection(ServerConnection):
         if self.permit:
             self.permit = False
             self.pool.release()
-        self.pool.add_held(-self.counted)
+        self.held.add(-self.counted)
         self.counted = 0
         self._set_intake_paused(False)
 
@@ -237,10 +201,10 @@ class IntakeConnection(ServerConnection):
             # The common case (runs 4 times per message): small, and nothing to withdraw,
             # release, resume or disarm; what the full rule below would do, and no more.
             if held != self.counted:
-                self.pool.add_held(held - self.counted)
+                self.held.add(held - self.counted)
                 self.counted = held
             return
-        self.pool.add_held(held - self.counted)
+        self.held.add(held - self.counted)
         self.counted = held
         if held <= self.threshold:
             self._withdraw()
@@ -252,7 +216,7 @@ class IntakeConnection(ServerConnection):
             pause = held > self.holder_limit
         else:
             if self.receiving and not self.waiting:
-                if self.pool.try_take():
+                if self._take_permit():
                     self.permit = True
                 else:
                     self._queue_for_permit()
@@ -286,15 +250,23 @@ class IntakeConnection(ServerConnection):
         )
         self.transport.abort()
 
+    def _take_permit(self) -> bool:
+        """Take a permit now if one is free and nobody waits for one."""
+        try:
+            self.pool.acquire_nowait()
+        except WouldBlock:
+            return False
+        return True
+
     def _queue_for_permit(self) -> None:
         if not self.waiting:
             self.waiting = True
-            self.pool.wait(self, self._granted)
+            self.pool.acquire_later(self, self._granted)
 
     def _withdraw(self) -> None:
         if self.waiting:
             self.waiting = False
-            self.pool.withdraw(self)
+            self.pool.cancel_acquire(self)
 
     def _granted(self) -> None:
         self.waiting = False
@@ -326,15 +298,21 @@ class IntakeConnection(ServerConnection):
 
 
 def intake_connection(
-    pool: FramePermits, *, threshold: int, max_frame: int, hold_timeout: float | None = None
+    pool: Permits,
+    held: HeldBytes,
+    *,
+    threshold: int,
+    max_frame: int,
+    hold_timeout: float | None = None,
 ) -> type[IntakeConnection]:
-    """An ``IntakeConnection`` class bound to ``pool`` (pass it to ``serve`` as
-    ``create_connection``)."""
+    """An ``IntakeConnection`` class bound to ``pool`` and counting into ``held`` (pass it
+    to ``serve`` as ``create_connection``)."""
 
     class BoundIntakeConnection(IntakeConnection):
         pass
 
     BoundIntakeConnection.pool = pool
+    BoundIntakeConnection.held = held
     BoundIntakeConnection.threshold = threshold
     BoundIntakeConnection.holder_limit = max_frame + threshold
     BoundIntakeConnection.hold_timeout = hold_timeout

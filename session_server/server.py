@@ -50,13 +50,13 @@ from .auth import (
     TokenSet,
     token_from_headers,
 )
-from .budget import ByteBudget
 from .connection_pump import Connection
 from .core.agent_ids import validate_agent_id
 from .core.errors import InvalidAgentIdError, MemoryDirInUseError
 from .fanout import FANOUT_SLICE as FANOUT_SLICE
 from .fanout import REPLAY_BATCH as REPLAY_BATCH
 from .fanout import Topic
+from .flow import ByteBudget, Permits
 from .handshake import (
     AGENT_PREFIX,
     JSONRPC_SUBPROTOCOL,
@@ -74,7 +74,7 @@ from .handshake_guard import (
     quiet_client_handshake_failures,
 )
 from .http_routes import HttpRoutes
-from .intake import FramePermits, IntakeConnection, intake_connection
+from .intake import HeldBytes, IntakeConnection, intake_connection
 from .limits import derive_limits
 from .log_redact import redacting_logger
 from .origins import OriginPolicy
@@ -209,12 +209,13 @@ class SessionServer:
         # waits for the large share.
         self.large_frame_threshold = max(1, min(large_frame_threshold, max_frame_bytes))
         self.large_frame_hold_timeout = large_frame_hold_timeout
-        self.permits = FramePermits(
+        self.permits = Permits(
             large_frame_permits or max(1, self.budget.large_limit // max(1, max_frame_bytes))
         )
+        self.intake_held = HeldBytes()
         ops = registry.operations
-        ops.intake_bytes.set_function(lambda: self.permits.held)
-        ops.intake_bytes_peak.set_function(lambda: self.permits.held_peak)
+        ops.intake_bytes.set_function(lambda: self.intake_held.total)
+        ops.intake_bytes_peak.set_function(lambda: self.intake_held.peak)
         ops.frame_permits.set_function(lambda: self.permits.count)
         ops.frame_permits_in_use.set_function(lambda: self.permits.in_use)
         ops.frame_permits_peak.set_function(lambda: self.permits.peak)
@@ -312,6 +313,7 @@ class SessionServer:
             create_connection=guarded(
                 intake_connection(
                     self.permits,
+                    self.intake_held,
                     threshold=self.large_frame_threshold,
                     max_frame=self.max_frame_bytes,
                     hold_timeout=self.large_frame_hold_timeout,

@@ -145,10 +145,7 @@ async def _call(
 
 
 def _params(spec: MethodSpec, raw: dict[str, Any]) -> Any:
-    """The validated params model (the row's fast path first, when it has one)."""
-    params = None if spec.fast is None else spec.fast(raw)
-    if params is not None:
-        return params
+    """The validated params model."""
     try:
         return spec.params.model_validate(raw)
     except pydantic.ValidationError as exc:

@@ -151,11 +151,6 @@ class MethodSpec:
     scope: Scope = field(kw_only=True)
     sessions: SessionRule = field(default="deny", kw_only=True)
     creates_agent: bool = field(default=False, kw_only=True)
-    # A shortcut for the hot path: the params of a request that is plainly valid, or
-    # ``None`` (the model then decides, and words any refusal). It must accept nothing
-    # the model refuses and give what the model would: the same fields and values, in a
-    # value the handler takes as well (a light struct rather than the model, say).
-    fast: Callable[[dict[str, Any]], object | None] | None = field(default=None, kw_only=True)
 
     def __post_init__(self) -> None:
         has_session = "session_id" in self.params.model_fields

@@ -25,6 +25,8 @@ This module does no I/O itself; it never imports ``asyncio`` or ``websockets``.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from ..core.context import WorkingContext
@@ -58,14 +60,13 @@ from .params import (
     Messages,
     NoParams,
     PersistParams,
-    PersistRequest,
     SessionId,
     SessionParams,
     SubscribeParams,
-    persist_params_fast,
 )
 
 if TYPE_CHECKING:
+    from ..core.plans import AppendResult
     from ..runtime.actor import AgentActor
 
 __all__ = [
@@ -90,7 +91,6 @@ __all__ = [
     "NoParams",
     "Observer",
     "PersistParams",
-    "PersistRequest",
     "RpcParams",
     "SessionId",
     "SessionParams",
@@ -105,7 +105,6 @@ __all__ = [
     "events_subscribe",
     "events_unsubscribe",
     "method_table",
-    "persist_params_fast",
     "session_create",
     "session_delete",
     "session_get",
@@ -232,19 +231,29 @@ async def context_build(ctx: CallContext, p: BuildParams) -> dict[str, Any]:
     }
 
 
-async def turn_persist(ctx: CallContext, p: PersistParams | PersistRequest) -> dict[str, Any]:
+@functools.cache
+def _persist_from_wire() -> Callable[..., Coroutine[Any, Any, AppendResult]]:
+    """The actor's wire entry for a turn (``runtime.session_writes.persist_from_wire``),
+    imported on first use: importing this module loads no event loop (the client
+    imports the framing without the runtime)."""
+    from ..runtime.session_writes import persist_from_wire
+
+    return persist_from_wire
+
+
+async def turn_persist(ctx: CallContext, p: PersistParams) -> dict[str, Any]:
     """Persist the messages of one turn atomically. With ``base_seq`` the session must not
     have moved past it (conflict otherwise); without it the turn is appended."""
     wc = WorkingContext(base_seq=p.base_seq or 0)
     wc.add_messages(p.messages)
     try:
-        result = await (await ctx.actor()).persist_working_context(
+        result = await _persist_from_wire()(
+            await ctx.actor(),
             p.session_id,
             wc,
             idempotency_key=p.idempotency_key,
             usage=p.usage,
             on_conflict="reject" if p.base_seq is not None else "append",
-            validated=True,  # the params' validator ran parse_messages
             strategy=p.strategy,
             content_bound=ctx.frame_bytes,
         )

@@ -2,10 +2,8 @@
 methods share (``SessionId``, ``Events``, ``Messages``, ``JsonObject``, ``Instructions``).
 
 Each model refuses unknown fields and does not coerce across JSON types (``RpcParams``);
-events and messages are checked by ``core.validation`` as they are validated.
-``persist_params_fast`` is the hot path's shortcut for a plainly valid ``turn.persist``:
-it gives a ``PersistRequest``, the same fields and values as the ``PersistParams`` the
-model would give.
+events and messages are checked by ``core.validation`` as they are validated. One
+model per method: the hot path (``turn.persist``) too is validated by its model.
 """
 
 from __future__ import annotations
@@ -38,12 +36,10 @@ __all__ = [
     "Messages",
     "NoParams",
     "PersistParams",
-    "PersistRequest",
     "SessionId",
     "SessionMetadata",
     "SessionParams",
     "SubscribeParams",
-    "persist_params_fast",
 ]
 
 SessionId = Annotated[str, Field(min_length=1, max_length=256)]
@@ -185,59 +181,6 @@ class PersistParams(RpcParams):
     idempotency_key: Annotated[str, Field(min_length=1, max_length=256)] | None = None
     usage: JsonObject | None = None
     strategy: JsonObject | None = None
-
-
-class PersistRequest(msgspec.Struct, frozen=True, gc=False):
-    """The params of a plainly valid ``turn.persist``, as ``persist_params_fast`` gives
-    them: the fields of ``PersistParams``, with the values its model would hold.
-
-    A struct, not the model: ``model_construct`` took 4.5 to 8.6 us of the event loop
-    per request here (its field defaults, fields-set bookkeeping and private state),
-    this one 0.2 us."""
-
-    session_id: str
-    messages: list[ContextMessage]
-    base_seq: int | None = None
-    idempotency_key: str | None = None
-    usage: dict[str, Any] | None = None
-    strategy: dict[str, Any] | None = None
-
-
-def _short_str(value: Any) -> bool:
-    return type(value) is str and 1 <= len(value) <= 256
-
-
-def persist_params_fast(raw: dict[str, Any]) -> PersistRequest | None:
-    """The params of a plainly valid ``turn.persist`` without the model's pass (the hot
-    path); ``None`` for anything else, which the model then checks and words.
-
-    The messages are checked by ``parse_messages``, as the model's validator does, but
-    only when every other field is plainly valid (so errors keep the model's order).
-    """
-    if not raw.keys() <= _PERSIST_FIELDS or not _short_str(raw.get("session_id")):
-        return None
-    if raw.get("strategy") is not None:
-        return None  # a request strategy is validated (and kept) by the model
-    base_seq = raw.get("base_seq")
-    key = raw.get("idempotency_key")
-    usage = raw.get("usage")
-    if base_seq is not None and not (type(base_seq) is int and base_seq >= 0):
-        return None
-    if key is not None and not _short_str(key):
-        return None
-    if usage is not None and type(usage) is not dict:
-        return None
-    messages = raw.get("messages")
-    if type(messages) is not list or len(messages) > MAX_WRITE_ITEMS:
-        return None
-    try:
-        checked = parse_client_messages(messages, "params.messages")
-    except InvalidParamsError:
-        return None
-    return PersistRequest(raw["session_id"], checked, base_seq, key, usage)
-
-
-_PERSIST_FIELDS: Final = frozenset(PersistParams.model_fields)
 
 
 MAX_AGENTS_PAGE = 1000

@@ -43,13 +43,7 @@ ROWS: Final[tuple[MethodSpec, ...]] = (
     MethodSpec("events.load", session.LoadParams, session.events_load, scope="read"),
     MethodSpec("events.delete", session.DeleteEventsParams, session.events_delete, scope="admin"),
     MethodSpec("context.build", session.BuildParams, session.context_build, scope="read"),
-    MethodSpec(
-        "turn.persist",
-        session.PersistParams,
-        session.turn_persist,
-        scope="write",
-        fast=session.persist_params_fast,
-    ),
+    MethodSpec("turn.persist", session.PersistParams, session.turn_persist, scope="write"),
     MethodSpec("events.subscribe", session.SubscribeParams, session.events_subscribe, scope="read"),
     MethodSpec(
         "events.unsubscribe", session.SessionParams, session.events_unsubscribe, scope="read"

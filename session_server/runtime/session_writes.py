@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from typing import Any, Final, Literal, Protocol, TypeVar
 
 import msgspec
@@ -32,7 +32,13 @@ from .off_loop import (
     off_loop_if_large,
 )
 
-__all__ = ["LARGE_CONTENT_CHARS", "SessionWrites", "WriteRunner", "off_loop_if_large"]
+__all__ = [
+    "LARGE_CONTENT_CHARS",
+    "SessionWrites",
+    "WriteRunner",
+    "off_loop_if_large",
+    "persist_from_wire",
+]
 
 T = TypeVar("T")
 
@@ -227,9 +233,7 @@ class SessionWrites:
         idempotency_key: str | None = None,
         usage: dict[str, Any] | None = None,
         on_conflict: Literal["append", "reject"] = "append",
-        validated: bool = False,
         strategy: Mapping[str, Any] | None = None,
-        content_bound: int | None = None,
     ) -> AppendResult:
         """Write exactly ``ctx.get_new_messages()`` as events, in one transaction.
 
@@ -240,50 +244,83 @@ class SessionWrites:
         reports in any provider shape, or the server's own count of the context. A flag
         set under ``summarize`` starts the summary in the background at once. The end of
         the turn writes ``working_context_snapshot.json`` (with the mirror on).
-        ``validated=True`` says the new messages come straight from
-        ``core.validation.parse_messages`` (as the RPC layer's do): they are not checked
-        again. ``content_bound``: the size of the text the new messages were decoded from
-        (the RPC layer passes its frame's), so a small turn is known to be small without
-        a walk of its text (``_plan_size``).
         """
+        return await _persist(
+            self, session_id, ctx, idempotency_key, usage, on_conflict, strategy, False, None
+        )
 
-        size = _plan_size(ctx.get_new_messages(), content_bound)
 
-        def prepare() -> PreparedTurn:
-            return self.core.prepare_turn(
-                session_id,
-                ctx,
-                usage=usage,
-                on_conflict=on_conflict,
-                idempotency_key=idempotency_key,
-                validated=validated,
-                strategy=strategy,
-                count=size >= LARGE_CONTENT_CHARS,  # off the loop, then
-            )
+def persist_from_wire(
+    actor: WriteRunner,
+    session_id: str,
+    ctx: WorkingContext,
+    *,
+    idempotency_key: str | None = None,
+    usage: dict[str, Any] | None = None,
+    on_conflict: Literal["append", "reject"] = "append",
+    strategy: Mapping[str, Any] | None = None,
+    content_bound: int | None = None,
+) -> Coroutine[Any, Any, AppendResult]:
+    """``actor.persist_working_context`` for the RPC layer (``turn.persist``): the new
+    messages come straight from ``core.validation.parse_messages`` (the params model
+    ran it), so they are not checked again; ``content_bound`` is the size of the frame
+    they were decoded from, so a small turn is known to be small without a walk of its
+    text (``_plan_size``). Wire concerns, kept out of the actor's public method."""
+    return _persist(
+        actor, session_id, ctx, idempotency_key, usage, on_conflict, strategy, True, content_bound
+    )
 
-        # The small turn (the sequential path) is prepared, planned and queued without
-        # a coroutine or a context manager of its own: each step awaits only what it must.
-        if size < LARGE_CONTENT_CHARS:
-            turn = prepare()
+
+async def _persist(
+    actor: WriteRunner,
+    session_id: str,
+    ctx: WorkingContext,
+    idempotency_key: str | None,
+    usage: dict[str, Any] | None,
+    on_conflict: Literal["append", "reject"],
+    strategy: Mapping[str, Any] | None,
+    validated: bool,
+    content_bound: int | None,
+) -> AppendResult:
+    """The end of a turn (``persist_working_context``); ``validated``: the new messages
+    are ``parse_messages``' own (not checked again)."""
+    size = _plan_size(ctx.get_new_messages(), content_bound)
+
+    def prepare() -> PreparedTurn:
+        return actor.core.prepare_turn(
+            session_id,
+            ctx,
+            usage=usage,
+            on_conflict=on_conflict,
+            idempotency_key=idempotency_key,
+            validated=validated,
+            strategy=strategy,
+            count=size >= LARGE_CONTENT_CHARS,  # off the loop, then
+        )
+
+    # The small turn (the sequential path) is prepared, planned and queued without
+    # a coroutine or a context manager of its own: each step awaits only what it must.
+    if size < LARGE_CONTENT_CHARS:
+        turn = prepare()
+    else:
+        turn = await off_loop_if_large(actor.host.executor, size, prepare)
+    # The pressure check counts the instructions, unless the caller reported a size.
+    counted = turn.instructions if _no_prompt_size(usage) else ()
+    step: AppendPlan | AppendResult
+    if not counted:
+        known = Known()
+        first = actor.core.plan_turn(turn, known)
+        if isinstance(first, Need):  # a read first (a cold cache): the pump
+            step = await actor.decide(lambda k: actor.core.plan_turn(turn, k), known, first)
         else:
-            turn = await off_loop_if_large(self.host.executor, size, prepare)
-        # The pressure check counts the instructions, unless the caller reported a size.
-        counted = turn.instructions if _no_prompt_size(usage) else ()
-        step: AppendPlan | AppendResult
-        if not counted:
-            known = Known()
-            first = self.core.plan_turn(turn, known)
-            if isinstance(first, Need):  # a read first (a cold cache): the pump
-                step = await self.decide(lambda k: self.core.plan_turn(turn, k), known, first)
-            else:
-                step = first
-        else:
-            async with instructions_counted(self.host.executor, counted):
-                step = await self.decide(lambda known: self.core.plan_turn(turn, known))
-        if isinstance(step, AppendResult):
-            return step
-        result = await self.commit(step)
-        if step.batch.compaction_required:
-            self.compactions.prime(self, session_id, list(ctx.system_instructions), strategy)
-        self.compactions.report_futile(session_id)
-        return result
+            step = first
+    else:
+        async with instructions_counted(actor.host.executor, counted):
+            step = await actor.decide(lambda known: actor.core.plan_turn(turn, known))
+    if isinstance(step, AppendResult):
+        return step
+    result = await actor.commit(step)
+    if step.batch.compaction_required:
+        actor.compactions.prime(actor, session_id, list(ctx.system_instructions), strategy)
+    actor.compactions.report_futile(session_id)
+    return result

@@ -23,7 +23,6 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import InvalidStatus
 
 from session_server import connection_pump
-from session_server.budget import ByteBudget
 from session_server.client import SessionClient
 from session_server.core.errors import InvalidParamsError, NotFoundError, UnavailableError
 from session_server.server import SessionServer
@@ -447,22 +446,6 @@ async def test_events_load_of_unknown_session_is_not_found(server: RunningServer
         with pytest.raises(NotFoundError):
             await client.load_events("no-such-session")
         assert await client.load_events("s", actions=["tool_result"]) == []
-
-
-async def test_byte_budget_bounds_and_reserves_room_for_small_requests() -> None:
-    budget = ByteBudget(1600)  # large: >= 100 bytes, at most 800 together
-    big = [await budget.acquire(500)]
-    waiting = asyncio.ensure_future(budget.acquire(500))
-    await until(lambda: budget.waiting == 1, "the second large request to queue")
-    assert not waiting.done() and budget.large_in_use == 500
-    small = [await budget.acquire(50) for _ in range(10)]  # small ones still get through
-    assert budget.in_use == 1000
-    budget.release(big[0])
-    assert await waiting < 0 and budget.large_in_use == 500
-    for token in small:
-        budget.release(token)
-    budget.release(await waiting)
-    assert budget.in_use == 0 and budget.large_in_use == 0
 
 
 async def test_unread_answers_written_at_once_still_hold_the_share(server: RunningServer) -> None:

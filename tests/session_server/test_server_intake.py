@@ -91,6 +91,7 @@ async def test_connections_mid_frame_wait_for_permits_and_all_complete(tmp_path:
         large_frame_permits=PERMITS,
     ) as running:
         permits = running.server.permits
+        held = running.server.intake_held
         assert permits.count == PERMITS
         async with SessionClient(running.url, AGENT) as setup:
             for i in range(CONNECTIONS):
@@ -108,7 +109,7 @@ async def test_connections_mid_frame_wait_for_permits_and_all_complete(tmp_path:
             await _until(
                 lambda: permits.in_use == PERMITS and permits.waiting == CONNECTIONS - PERMITS
             )
-            assert permits.held <= _bound()
+            assert held.total <= _bound()
             # Then the rest: holders complete and hand their permits on, in turn.
             for ws, frame in zip(conns, frames, strict=True):
                 ws.transport.write(frame[len(frame) // 2 :])
@@ -124,7 +125,7 @@ async def test_connections_mid_frame_wait_for_permits_and_all_complete(tmp_path:
         assert _metric(scraped, "session_server_frame_permits_peak") == PERMITS
         assert _metric(scraped, "session_server_intake_bytes_peak") <= _bound()
         assert _metric(scraped, "session_server_intake_bytes_peak") > PERMITS * 900_000
-        await _until(lambda: permits.in_use == 0 and permits.held == 0)
+        await _until(lambda: permits.in_use == 0 and held.total == 0)
         async with SessionClient(running.url, AGENT) as check:
             for i in range(CONNECTIONS):
                 events = await check.load_events(f"s{i}")
@@ -134,6 +135,7 @@ async def test_connections_mid_frame_wait_for_permits_and_all_complete(tmp_path:
 async def test_a_connection_that_leaves_mid_frame_gives_its_permit_back(tmp_path: Path) -> None:
     async with _one_permit_server(tmp_path) as running:
         permits = running.server.permits
+        held = running.server.intake_held
         frame = _append_frame("s0", 900_000)
         quitter = await connect(f"{running.url}/v1/agents/{AGENT}", max_size=None)
         quitter.transport.write(frame[: len(frame) // 2])
@@ -147,7 +149,7 @@ async def test_a_connection_that_leaves_mid_frame_gives_its_permit_back(tmp_path
             answer = msgspec.json.decode(await waiter.recv(decode=False))
         await waiter.close()
         assert "result" in answer, answer
-        await _until(lambda: permits.in_use == 0 and permits.held == 0 and not permits.waiting)
+        await _until(lambda: permits.in_use == 0 and held.total == 0 and not permits.waiting)
 
 
 async def test_small_frames_need_no_permit(tmp_path: Path) -> None:
@@ -169,6 +171,7 @@ async def test_a_permit_holder_whose_reader_takes_nothing_is_dropped(tmp_path: P
     the permit for good: it is dropped after ``large_frame_hold_timeout``."""
     async with _one_permit_server(tmp_path, large_frame_hold_timeout=0.2) as running:
         permits = running.server.permits
+        held = running.server.intake_held
         frame = _append_frame("s0", 900_000)
         holder = await connect(f"{running.url}/v1/agents/{AGENT}", max_size=None)
         holder.transport.write(frame[: len(frame) // 2])
@@ -178,7 +181,7 @@ async def test_a_permit_holder_whose_reader_takes_nothing_is_dropped(tmp_path: P
         holding.ws.ready(False)
         async with asyncio.timeout(10):
             await holder.wait_closed()
-        await _until(lambda: permits.in_use == 0 and permits.held == 0)
+        await _until(lambda: permits.in_use == 0 and held.total == 0)
         other = await connect(f"{running.url}/v1/agents/{AGENT}", max_size=None)
         other.transport.write(frame)
         async with asyncio.timeout(30):
@@ -212,6 +215,7 @@ async def test_large_and_small_frames_interleaved_leave_the_rule_at_rest(tmp_pat
     connections = 4
     async with _one_permit_server(tmp_path, sessions=connections) as running:
         permits = running.server.permits
+        held = running.server.intake_held
         for _round in range(3):
             conns = [
                 await connect(f"{running.url}/v1/agents/{AGENT}", max_size=None)
@@ -238,7 +242,7 @@ async def test_large_and_small_frames_interleaved_leave_the_rule_at_rest(tmp_pat
                         answers = [msgspec.json.decode(await ws.recv(decode=False)) for _ in plan]
                         assert all("result" in a for a in answers), answers
                         assert sorted(a["id"] for a in answers) == list(range(len(plan)))
-                await _until(lambda: permits.in_use == 0 and permits.held == 0)
+                await _until(lambda: permits.in_use == 0 and held.total == 0)
                 assert not permits.waiting
                 for conn in running.server._connections:
                     intake = conn.ws
@@ -247,7 +251,7 @@ async def test_large_and_small_frames_interleaved_leave_the_rule_at_rest(tmp_pat
             finally:
                 for ws in [*conns, control]:
                     await ws.close()
-        assert 0 < permits.peak <= 1 and permits.held_peak <= _bound()
+        assert 0 < permits.peak <= 1 and held.peak <= _bound()
 
 
 async def test_a_permit_taken_for_small_frames_is_given_back_once_they_are_claimed(
@@ -260,6 +264,7 @@ async def test_a_permit_taken_for_small_frames_is_given_back_once_they_are_claim
     frame is served while the first stays open and idle."""
     async with _one_permit_server(tmp_path) as running:
         permits = running.server.permits
+        held = running.server.intake_held
         frames = 10
         async with (
             connect(f"{running.url}/v1/agents/{AGENT}", max_size=None) as idle,
@@ -273,7 +278,7 @@ async def test_a_permit_taken_for_small_frames_is_given_back_once_they_are_claim
                 ]
             assert sorted(a["id"] for a in answers) == list(range(frames)), answers
             assert permits.peak == 1  # the frames together took the permit
-            await _until(lambda: permits.in_use == 0 and permits.held == 0)
+            await _until(lambda: permits.in_use == 0 and held.total == 0)
             large.transport.write(_append_request(frames, "s0", 3 * THRESHOLD))
             async with asyncio.timeout(30):
                 answer = msgspec.json.decode(await large.recv(decode=False))

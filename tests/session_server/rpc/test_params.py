@@ -1,8 +1,9 @@
-"""``persist_params_fast``: the hot path's params of a plainly valid ``turn.persist``
-(``rpc/params``) hold what the model would, and anything else is left to the model."""
+"""``turn.persist`` has one params schema, the model ``PersistParams`` (``rpc/params``),
+as every other method: no shortcut beside it."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import msgspec
@@ -10,10 +11,17 @@ import pydantic
 import pytest
 
 from session_server.core.errors import InvalidParamsError
-from session_server.rpc.params import PersistParams, PersistRequest, persist_params_fast
+from session_server.rpc.method_spec import MethodSpec
+from session_server.rpc.params import PersistParams
+from session_server.rpc.table import BUILTIN_METHODS
 from tests.support.server import turn_messages
 
 MESSAGES = msgspec.to_builtins(turn_messages(3))
+
+
+def test_every_method_has_one_params_schema() -> None:
+    assert "fast" not in {field.name for field in dataclasses.fields(MethodSpec)}
+    assert BUILTIN_METHODS["turn.persist"].params is PersistParams
 
 
 @pytest.mark.parametrize(
@@ -26,13 +34,12 @@ MESSAGES = msgspec.to_builtins(turn_messages(3))
         {"session_id": "s", "messages": MESSAGES, "idempotency_key": None, "usage": None},
     ],
 )
-def test_a_plainly_valid_request_gets_the_models_fields(raw: dict[str, Any]) -> None:
-    fast = persist_params_fast(raw)
+def test_a_valid_request_gets_its_fields(raw: dict[str, Any]) -> None:
     model = PersistParams.model_validate(raw)
-    assert isinstance(fast, PersistRequest)
-    fields = list(PersistParams.model_fields)
-    assert fields == list(PersistRequest.__struct_fields__)
-    assert [getattr(fast, f) for f in fields] == [getattr(model, f) for f in fields]
+    assert model.session_id == raw["session_id"]
+    assert msgspec.to_builtins(model.messages) == raw["messages"]
+    for name in ("base_seq", "idempotency_key", "usage", "strategy"):
+        assert getattr(model, name) == raw.get(name)
 
 
 @pytest.mark.parametrize(
@@ -51,14 +58,12 @@ def test_a_plainly_valid_request_gets_the_models_fields(raw: dict[str, Any]) -> 
         {"messages": MESSAGES},
     ],
 )
-def test_anything_else_is_left_to_the_model_which_refuses_it(raw: dict[str, Any]) -> None:
-    assert persist_params_fast(raw) is None
-    # The model words the refusal: pydantic's, or the messages' own check.
+def test_anything_else_is_refused(raw: dict[str, Any]) -> None:
+    # pydantic's wording (dispatch turns it into -32602), or the messages' own check.
     with pytest.raises((pydantic.ValidationError, InvalidParamsError)):
         PersistParams.model_validate(raw)
 
 
-def test_a_request_strategy_is_left_to_the_model_which_keeps_it() -> None:
+def test_a_request_strategy_is_kept() -> None:
     raw = {"session_id": "s", "messages": MESSAGES, "strategy": {"mode": "none"}}
-    assert persist_params_fast(raw) is None
     assert PersistParams.model_validate(raw).strategy == {"mode": "none"}
