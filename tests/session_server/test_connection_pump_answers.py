@@ -10,18 +10,15 @@ its socket, as a stalled peer does). The heavy RSS check is in
 from __future__ import annotations
 
 import asyncio
-import os
-import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import msgspec
-from websockets.asyncio.client import ClientConnection, connect
 
 from session_server.client import SessionClient
 from session_server.server import SessionServer
+from tests.support.hardening import noise, request, stalled
 from tests.support.server import running_server
+from tests.support.waiting import until
 
 AGENT = "answers-agent"
 DEADLINE_S = 20.0  # guards against a hung server; never used to synchronise
@@ -31,27 +28,6 @@ TOTAL = 400 * KIB  # about two shares' worth: a third stalled connection finds n
 
 _ENC = msgspec.json.Encoder()
 _DEC = msgspec.json.Decoder()
-
-
-async def until(predicate: Callable[[], Any], what: str) -> None:
-    """Wait (polling the loop) until ``predicate()`` holds; fail after ``DEADLINE_S``."""
-    deadline = time.monotonic() + DEADLINE_S
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.01)
-
-
-def noise(n: int) -> str:
-    return os.urandom(n // 2).hex()
-
-
-def request(rid: int, method: str, **params: Any) -> bytes:
-    return _ENC.encode({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
-
-
-async def stalled(url: str) -> ClientConnection:
-    return await connect(f"{url}/v1/agents/{AGENT}", max_queue=1, max_size=None, compression=None)
 
 
 def shares_add_up(server: SessionServer) -> bool:
@@ -76,7 +52,7 @@ async def test_stalled_readers_share_one_server_wide_bound(tmp_path: Path) -> No
         async with SessionClient(running.url, AGENT) as client:
             await client.create_session(session_id="s")
             await client.append_events("s", [{"content": noise(20_000)} for _ in range(10)])
-            readers = [await stalled(running.url) for _ in range(3)]
+            readers = [await stalled(running.url, AGENT) for _ in range(3)]
             for ws in readers:
                 for i in range(200):
                     await ws.send(request(i, "events.load", session_id="s", limit=5), text=True)
@@ -110,7 +86,7 @@ async def test_notifications_of_stalled_subscribers_count_toward_the_bound(
         server = running.server
         async with SessionClient(running.url, AGENT) as writer:
             await writer.create_session(session_id="sub")
-            subscribers = [await stalled(running.url) for _ in range(3)]
+            subscribers = [await stalled(running.url, AGENT) for _ in range(3)]
             for ws in subscribers:
                 await ws.send(request(1, "events.subscribe", session_id="sub"), text=True)
             await until(
@@ -151,7 +127,7 @@ async def test_a_socket_that_takes_nothing_is_dropped_after_the_write_timeout(
         async with SessionClient(running.url, AGENT) as client:
             await client.create_session(session_id="s")
             await client.append_events("s", [{"content": noise(1_500_000)}])
-            ws = await stalled(running.url)
+            ws = await stalled(running.url, AGENT)
             for i in range(8):
                 await ws.send(request(i, "events.load", session_id="s"), text=True)
             await until(lambda: len(server._connections) == 1, "the stalled client dropped")

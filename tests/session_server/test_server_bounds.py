@@ -11,9 +11,8 @@ import asyncio
 import contextlib
 import http
 import logging
-import os
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -26,36 +25,15 @@ from session_server import connection_pump
 from session_server.client import SessionClient
 from session_server.core.errors import InvalidParamsError, NotFoundError, UnavailableError
 from session_server.server import SessionServer
+from tests.support.hardening import noise, request, stalled
 from tests.support.server import RunningServer, running_server
+from tests.support.waiting import until
 
 AGENT = "bounds-agent"
 DEADLINE_S = 20.0  # guards against a hung server; never used to synchronise
 
 _ENC = msgspec.json.Encoder()
 _DEC = msgspec.json.Decoder()
-
-
-async def until(predicate: Callable[[], bool], what: str) -> None:
-    """Wait (polling the loop) until ``predicate()`` holds; fail after ``DEADLINE_S``."""
-    deadline = time.monotonic() + DEADLINE_S
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.01)
-
-
-def noise(n: int) -> str:
-    """Text that deflate cannot shrink (answers must be big on the wire too)."""
-    return os.urandom(n // 2).hex()
-
-
-def request(rid: int, method: str, **params: Any) -> bytes:
-    return _ENC.encode({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
-
-
-async def stalled(url: str) -> ClientConnection:
-    """A connection that buffers at most one frame and is then never read."""
-    return await connect(f"{url}/v1/agents/{AGENT}", max_queue=1, max_size=None, compression=None)
 
 
 @pytest.fixture
@@ -88,7 +66,7 @@ async def test_unread_answers_hold_the_share(server: RunningServer) -> None:
     ``max_answer_bytes`` before it runs: the next one waits, and the reader with it),
     holds no more than that share, and once the client reads, every request is
     answered, in full."""
-    ws = await stalled(server.url)
+    ws = await stalled(server.url, AGENT)
     try:
         n = 400
         for i in range(n):
@@ -161,7 +139,7 @@ async def test_non_reading_subscriber_gets_a_gap_and_writers_are_not_slowed(
     try:
         sub = await sub_client.subscribe("s")
         # Stall the subscriber's socket: its reader task is paused by filling the queue.
-        stalled_ws = await stalled(server.url)
+        stalled_ws = await stalled(server.url, AGENT)
         await stalled_ws.send(request(1, "events.subscribe", session_id="s"), text=True)
         async with SessionClient(server.url, AGENT) as writer:
             for i in range(60):
@@ -263,7 +241,7 @@ async def test_a_connection_subscribed_to_many_sessions_holds_one_bound(
     async with SessionClient(server.url, AGENT) as writer:
         for sid in sessions:
             await writer.create_session(session_id=sid)
-        stalled_ws = await stalled(server.url)
+        stalled_ws = await stalled(server.url, AGENT)
         try:
             for i, sid in enumerate(sessions):
                 await stalled_ws.send(request(i, "events.subscribe", session_id=sid), text=True)
@@ -282,7 +260,7 @@ async def test_a_connection_subscribed_to_many_sessions_holds_one_bound(
             assert peaks[id(conn)] <= bound, (peaks[id(conn)], bound)
         finally:
             await stalled_ws.close()
-        replaying = await stalled(server.url)
+        replaying = await stalled(server.url, AGENT)
         try:
             for i, sid in enumerate(sessions):
                 params = {"session_id": sid, "after_seq": 0}
@@ -389,7 +367,7 @@ async def test_a_connection_sending_more_often_than_the_idle_timeout_stays_open(
 
 
 async def test_stop_is_bounded_with_a_client_that_never_reads(server: RunningServer) -> None:
-    ws = await stalled(server.url)
+    ws = await stalled(server.url, AGENT)
     for i in range(200):
         await ws.send(request(i, "events.load", session_id="s", limit=5), text=True)
     conn = only_connection(server.server)
@@ -459,7 +437,7 @@ async def test_unread_answers_written_at_once_still_hold_the_share(server: Runni
     async with SessionClient(server.url, AGENT) as client:
         await client.create_session(session_id="near")
         await client.append_events("near", [{"content": noise(size)}])
-    ws = await stalled(server.url)
+    ws = await stalled(server.url, AGENT)
     try:
         n = 600
         for i in range(n):

@@ -61,6 +61,11 @@ def noise(n: int) -> str:
     return os.urandom(n // 2 + 1).hex()[:n]
 
 
+def request(rid: int, method: str, **params: Any) -> bytes:
+    """One JSON-RPC request frame."""
+    return _ENC.encode({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
+
+
 def percentile(values: list[float], q: float) -> float:
     if not values:
         return 0.0
