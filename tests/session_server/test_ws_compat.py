@@ -5,7 +5,7 @@ release that changes one of them fails this file (CI runs it on 15.x, 16.x and 1
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +25,7 @@ from session_server.ws_compat import (
     websockets_major,
     write_text_now,
 )
+from tests.support.waiting import until
 
 
 class Probe(ServerConnection):
@@ -55,14 +56,6 @@ class Pair:
     done: asyncio.Event = field(default_factory=asyncio.Event)
 
 
-async def until(condition: Callable[[], bool]) -> None:
-    """Wait for a condition of the connection's state, polled for at most 10 s: websockets
-    signals no event when bytes arrive or the queue pauses."""
-    async with asyncio.timeout(10):
-        while not condition():  # noqa: ASYNC110
-            await asyncio.sleep(0.005)
-
-
 @pytest.fixture
 async def pair() -> AsyncIterator[Pair]:
     accepted: asyncio.Queue[Probe] = asyncio.Queue()
@@ -89,7 +82,7 @@ async def test_pending_bytes_counts_a_partial_frame(pair: Pair) -> None:
     raw = Frame(Opcode.TEXT, b"x" * 1000).serialize(mask=True, extensions=[])
     head = len(raw) - 1000  # parsed as soon as it arrives; the payload waits whole
     pair.client.transport.write(raw[:500])
-    await until(lambda: pending_bytes(pair.server) == 500 - head)
+    await until(lambda: pending_bytes(pair.server) == 500 - head, "the bytes to arrive")
     pair.client.transport.write(raw[500:])
     assert await asyncio.wait_for(pair.server.recv(decode=False), 10) == b"x" * 1000
     assert pending_bytes(pair.server) == 0
@@ -107,7 +100,7 @@ async def test_the_handover_reader_reads_large_payloads_whole(pair: Pair) -> Non
 async def test_the_frame_queue_pauses_and_resumes_through_the_routed_calls(pair: Pair) -> None:
     for i in range(4):  # max_queue=1: the queue asks for a pause past one frame
         await pair.client.send(f"m{i}")
-    await until(lambda: "pause" in pair.server.flow)
+    await until(lambda: "pause" in pair.server.flow, "the frame queue to pause")
     for i in range(4):
         assert await asyncio.wait_for(pair.server.recv(), 10) == f"m{i}"
     assert pair.server.flow[-1] == "resume"
