@@ -47,8 +47,8 @@ def _status(key: str) -> int:
 
 
 async def build(memory: Path, events: int) -> None:
-    from session_server.core.events import SessionEvent
     from session_server.runtime.registry import ActorRegistry
+    from session_server.values.events import SessionEvent
 
     async with ActorRegistry(memory, idle_timeout=None, synchronous="NORMAL") as reg:
         actor = await reg.get(AGENT)
@@ -66,7 +66,7 @@ async def build(memory: Path, events: int) -> None:
 
 def measure(memory: Path) -> dict[str, Any]:
     import session_server.runtime.registry  # noqa: F401 - imports are not activation
-    from session_server.core.tokens import count_text
+    from session_server.values.tokens import count_text
 
     count_text("warm")  # nor is loading the token encoding (about 70 MiB, once a process)
     Path("/proc/self/clear_refs").write_text("5")  # reset the peak RSS (VmHWM)
@@ -77,8 +77,8 @@ def measure(memory: Path) -> dict[str, Any]:
 
 
 async def first_write(memory: Path) -> dict[str, Any]:
-    from session_server.core.events import SessionEvent
     from session_server.runtime.registry import ActorRegistry
+    from session_server.values.events import SessionEvent
 
     started = time.perf_counter()
     async with ActorRegistry(memory, idle_timeout=None, synchronous="NORMAL") as reg:

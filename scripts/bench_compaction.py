@@ -2,7 +2,7 @@
 """Compaction benchmark (pure; not part of the tests).
 
 1. Tokens of the built context for each strategy on a generated 200-turn, tool-heavy
-   session (``session_server.core.tokens``, o200k_base), against no compaction.
+   session (``session_server.values.tokens``, o200k_base), against no compaction.
 2. Pure build time (``build_compacted_context``) and planning time (``plan_compact``)
    at 1k and 100k events. The store-backed timing is measured elsewhere.
 
@@ -28,9 +28,9 @@ from session_server.compaction import (
     load_from_seq,
     plan_compact,
 )
-from session_server.core.events import SessionEvent, ToolCall
-from session_server.core.tokens import count_messages
 from session_server.runtime.compaction_run import run_compaction
+from session_server.values.events import SessionEvent, ToolCall
+from session_server.values.tokens import count_messages
 from tests.support.bench_env import token_mode, use_shared_tiktoken
 
 use_shared_tiktoken()

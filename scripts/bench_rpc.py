@@ -73,14 +73,15 @@ from websockets.asyncio.server import ServerConnection, serve
 
 from session_server.cli.serve import _loop_factory
 from session_server.client import SessionClient
-from session_server.core.codec import dehydrate_event, message_to_event
-from session_server.core.context import WorkingContext
-from session_server.core.events import ContextMessage, SessionEvent, ToolCall
-from session_server.core.tokens import get_counter
-from session_server.rpc.methods import CallContext, MethodSpec, PersistParams, method_table
+from session_server.rpc.method_spec import CallContext, MethodSpec, method_table
+from session_server.rpc.params import PersistParams
 from session_server.rpc.table import ROWS
 from session_server.runtime.registry import ActorRegistry
 from session_server.server import SessionServer
+from session_server.values.codec import dehydrate_event, message_to_event
+from session_server.values.context import WorkingContext
+from session_server.values.events import ContextMessage, SessionEvent, ToolCall
+from session_server.values.tokens import get_counter
 from tests.support.bench_env import token_mode, use_shared_tiktoken
 
 use_shared_tiktoken()

@@ -31,7 +31,7 @@ import minimal_server  # noqa: E402
 import websockets.asyncio.connection as ws_connection  # noqa: E402
 import websockets.asyncio.server as ws_server  # noqa: E402
 
-import session_server.connection_pump as pump  # noqa: E402
+import session_server.server.connection_pump as pump  # noqa: E402
 import session_server.storage.sqlite_ops as ops  # noqa: E402
 from tests.support.bench_env import use_shared_tiktoken  # noqa: E402
 

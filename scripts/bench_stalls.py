@@ -53,9 +53,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT)]
 
 from session_server.client import ConnectionLostError, SessionClient  # noqa: E402
-from session_server.core.errors import SessionServerError  # noqa: E402
-from session_server.core.events import SessionEvent  # noqa: E402
 from session_server.runtime.registry import ActorRegistry  # noqa: E402
+from session_server.values.errors import SessionServerError  # noqa: E402
+from session_server.values.events import SessionEvent  # noqa: E402
 from tests.support.bench_env import use_shared_tiktoken  # noqa: E402
 from tests.support.hardening import Probe, noise  # noqa: E402
 from tests.support.report import markers, write_section  # noqa: E402

@@ -64,12 +64,12 @@ from typing import Any, TypeVar
 from bench_rpc import run_with_loop
 from tqdm import tqdm
 
-from session_server.core.codec import message_to_event, new_event_ids
-from session_server.core.events import ContextMessage, SessionEvent, ToolCall
-from session_server.core.tokens import count_events
 from session_server.runtime.registry import ActorRegistry
 from session_server.storage.schema import SCHEMA_VERSION, schema_sql
 from session_server.storage.sqlite_open import wal_autocheckpoint_pages
+from session_server.values.codec import message_to_event, new_event_ids
+from session_server.values.events import ContextMessage, SessionEvent, ToolCall
+from session_server.values.tokens import count_events
 from tests.support.bench_env import token_mode, use_shared_tiktoken
 from tests.support.flush_shim import (
     ShimUnavailable,
@@ -385,7 +385,7 @@ async def bench_floor(
     warmup: int, turns: int, events_of: Callable[[int], list[SessionEvent]] | None = None
 ) -> tuple[Timing, Timing]:
     """The two costs a turn of (b) has that (a) does not, and that (b) cannot drop: the
-    token count of the turn's 4 messages (``core.tokens.count_events``, tiktoken) and one
+    token count of the turn's 4 messages (``values.tokens.count_events``, tiktoken) and one
     round trip to a worker thread and back (the commit runs off the event loop:
     ``run_in_executor`` of a no-op on a pool like the registry's). Measured turn by turn
     in the same rounds as (a), (b) and (c). ``events_of(n)``: turn ``n`` as events (this

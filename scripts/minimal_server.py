@@ -45,9 +45,6 @@ from typing import Any
 import msgspec
 from websockets.asyncio.server import ServerConnection, serve
 
-from session_server.core.codec import dehydrate_event, message_to_event
-from session_server.core.events import ContextMessage, SessionEvent
-from session_server.core.tokens import get_counter
 from session_server.mirror_io.writer import MirrorWriter
 from session_server.storage.idempotency import (
     CLAIM_KEY,
@@ -60,6 +57,9 @@ from session_server.storage.idempotency import (
 from session_server.storage.schema import SCHEMA_VERSION, schema_sql
 from session_server.storage.sqlite_open import wal_autocheckpoint_pages
 from session_server.storage.sqlite_ops import UPSERT_TOOL_CALL
+from session_server.values.codec import dehydrate_event, message_to_event
+from session_server.values.events import ContextMessage, SessionEvent
+from session_server.values.tokens import get_counter
 
 __all__ = [
     "INSERT_EVENT",

@@ -19,7 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from session_server.client import SessionClient
-from tests.session_server.test_server_compaction_safety import SUMMARIZE, turn
+from tests.session_server.server.test_server_compaction_safety import SUMMARIZE, turn
 from tests.support.server import running_server
 
 MODES = ("none", "request", "session", "no-usage")

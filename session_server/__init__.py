@@ -1,6 +1,6 @@
 """session-server: durable per-agent session memory for LLM agents.
 
-Core names (pure) live in ``session_server.core.events``, ``.codec``, ``.context``, ``.turns``
+Core names (pure) live in ``session_server.values.events``, ``.codec``, ``.context``, ``.turns``
 and ``.tokens``. ``ActorRegistry`` and ``AgentActor`` (the I/O shell) are loaded lazily so
 that importing the core never imports ``asyncio`` or the SQLite store.
 """
@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .core.errors import SessionServerError
+from .values.errors import SessionServerError
 
 if TYPE_CHECKING:
     from .runtime.actor import AgentActor
     from .runtime.registry import ActorRegistry
-    from .storage.store import AppendResult
+    from .values.plans import AppendResult
 
 __all__ = ["ActorRegistry", "AgentActor", "AppendResult", "SessionServerError", "__version__"]
 
@@ -31,7 +31,7 @@ def __getattr__(name: str) -> Any:
 
         return AgentActor
     if name == "AppendResult":
-        from .storage.store import AppendResult
+        from .values.plans import AppendResult
 
         return AppendResult
     raise AttributeError(f"module 'session_server' has no attribute {name!r}")

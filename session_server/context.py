@@ -1,6 +1,6 @@
-"""Public import path of ``session_server.core.context`` (DESIGN §3); the code lives there."""
+"""Public import path of ``session_server.values.context`` (DESIGN §3); the code lives there."""
 
 from __future__ import annotations
 
-from .core.context import *  # noqa: F403
-from .core.context import __all__ as __all__
+from .values.context import *  # noqa: F403
+from .values.context import __all__ as __all__

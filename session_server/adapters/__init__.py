@@ -11,9 +11,9 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from session_server.core.errors import InvalidParamsError
-from session_server.core.events import ContextMessage
-from session_server.core.validation import parse_message
+from session_server.values.errors import InvalidParamsError
+from session_server.values.events import ContextMessage
+from session_server.values.validation import parse_message
 
 if __name__ == "adapters":
     # The repository's top-level ``adapters`` folder (a link to this package) imported by
@@ -70,7 +70,7 @@ def render_context(
 
     ``system_instructions`` is a list of strings (``None`` for none); ``messages`` are
     ``ContextMessage``s or JSON objects of that shape (validated with
-    ``session_server.core.validation.parse_message``, errors naming ``messages[i]``). Pure: the
+    ``session_server.values.validation.parse_message``, errors naming ``messages[i]``). Pure: the
     result is plain JSON-compatible data. Raises ``InvalidParamsError`` for an unknown
     adapter or invalid input, and its subclass ``RenderError`` for a context the format
     cannot express.

@@ -15,7 +15,7 @@ list of content blocks. (This module never imports the ``anthropic`` SDK.)
 - assistant messages: a ``text`` block (when non-empty) then one ``tool_use`` block per
   tool call (``id``, ``name``, ``input`` = the arguments object). ``input`` must be an
   object: arguments a model sent as anything else are wrapped
-  (``core.codec.arguments_object``): a string holding a JSON object is that object,
+  (``values.codec.arguments_object``): a string holding a JSON object is that object,
   an empty or blank string is ``{}``, any other string (malformed JSON) becomes
   ``{"_raw": "<the string>"}``, any other value ``{"_value": <the value>}``.
 - tool results: ``tool_result`` blocks (``tool_use_id``; ``content`` the text, or text
@@ -58,9 +58,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from session_server.core.codec import arguments_object
-from session_server.core.errors import InvalidParamsError, RenderError
-from session_server.core.events import ContextMessage, ToolCall
+from session_server.values.codec import arguments_object
+from session_server.values.errors import InvalidParamsError, RenderError
+from session_server.values.events import ContextMessage, ToolCall
 
 from .checks import check_images, check_tool_pairing, render_error
 from .ingest import (

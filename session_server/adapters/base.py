@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from session_server.core.events import ContextMessage
+from session_server.values.events import ContextMessage
 
 __all__ = ["ModelFormatAdapter"]
 
@@ -16,7 +16,7 @@ class ModelFormatAdapter(Protocol):
 
     Adapters are stateless and pure: the same input always gives the same output, and the
     result is plain JSON-compatible data (keys that do not apply are absent, never null).
-    An input the format cannot express raises ``session_server.core.errors.RenderError``
+    An input the format cannot express raises ``session_server.values.errors.RenderError``
     naming the message index.
     """
 

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 
-from session_server.core.errors import RenderError
-from session_server.core.events import ContextMessage
+from session_server.values.errors import RenderError
+from session_server.values.events import ContextMessage
 
 __all__ = ["call_groups", "check_images", "check_tool_pairing", "render_error"]
 

@@ -26,8 +26,8 @@ from typing import Any, Final, cast
 
 import msgspec
 
-from session_server.core.errors import InvalidParamsError
-from session_server.core.events import ContextMessage, ToolArguments
+from session_server.values.errors import InvalidParamsError
+from session_server.values.events import ContextMessage, ToolArguments
 
 __all__ = [
     "PROVIDER_FORMAT",
@@ -68,7 +68,7 @@ def require_mapping(value: Any, where: str) -> dict[str, Any]:
 
 
 def parse_arguments(raw: Any) -> ToolArguments:
-    """Tool-call arguments as the project stores them (``core.events.ToolArguments``): a
+    """Tool-call arguments as the project stores them (``values.events.ToolArguments``): a
     string holding a JSON object becomes that object (its exact text, when not compact,
     stays in the message's provider items); any other string (malformed JSON, JSON that is
     not an object) stays exactly as the model sent it; ``None`` is ``{}``; other values

@@ -47,9 +47,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from session_server.core.codec import arguments_text
-from session_server.core.errors import InvalidParamsError
-from session_server.core.events import ContextMessage, ToolCall
+from session_server.values.codec import arguments_text
+from session_server.values.errors import InvalidParamsError
+from session_server.values.events import ContextMessage, ToolCall
 
 from .checks import call_groups, check_images, check_tool_pairing
 from .ingest import (

@@ -65,9 +65,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from session_server.core.codec import arguments_text, encode_json
-from session_server.core.errors import InvalidParamsError
-from session_server.core.events import ContextMessage, Role, ToolCall
+from session_server.values.codec import arguments_text, encode_json
+from session_server.values.errors import InvalidParamsError
+from session_server.values.events import ContextMessage, Role, ToolCall
 
 from .checks import check_images, check_tool_pairing
 from .ingest import as_json, keep_items, parse_arguments, provider_items, require_mapping

@@ -19,8 +19,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from session_server.core.codec import arguments_text, encode_json
-from session_server.core.events import ContextMessage, ToolCall
+from session_server.values.codec import arguments_text, encode_json
+from session_server.values.events import ContextMessage, ToolCall
 
 from . import openai_chat
 from .ingest import as_json, parse_arguments, require_mapping

@@ -131,10 +131,10 @@ def run_import(args: argparse.Namespace) -> int:
 
 
 def run_inspect(args: argparse.Namespace) -> int:
-    from ..core.codec import encode_json
     from ..mirror.view import MemoryViewOptions, format_memory_view
     from ..mirror_io.view_files import read_memory_view
     from ..storage.backup import agent_held
+    from ..values.codec import encode_json
 
     if args.url:
 

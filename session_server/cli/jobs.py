@@ -20,7 +20,7 @@ def _fail(args: argparse.Namespace, exc: Exception) -> int:
 
 def run_job(args: argparse.Namespace, job: Callable[[], Any]) -> int:
     """Run the coroutine ``job()``; project errors exit 1 with their message."""
-    from ..core.errors import SessionServerError
+    from ..values.errors import SessionServerError
 
     try:
         result = asyncio.run(job())
@@ -41,8 +41,8 @@ def run_offline(
     agent makes this fail with a clear message rather than write beside it.
     ``must_exist``: refuse an unknown agent instead of creating it.
     """
-    from ..core.errors import NotFoundError
     from ..runtime.registry import ActorRegistry
+    from ..values.errors import NotFoundError
 
     agent_id = args.agent_id if hasattr(args, "agent_id") else args.agent
 
@@ -60,7 +60,7 @@ def run_offline(
 
 def remote_client(args: argparse.Namespace, agent_id: str, *, max_size: int | None = None) -> Any:
     from ..client import SessionClient
-    from ..server import DEFAULT_MAX_FRAME_BYTES
+    from ..rpc.protocol import DEFAULT_MAX_FRAME_BYTES
 
     return SessionClient(
         args.url, agent_id, token=args.token, max_size=max_size or DEFAULT_MAX_FRAME_BYTES

@@ -11,10 +11,10 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from ..auth import Authenticator, parse_token_spec, split_env_specs
-from ..auth_files import AuthSources
-from ..core.cache_budget import DEFAULT_CACHE_BYTES
-from ..origins import parse_allowed_origin
+from ..auth.token_files import AuthSources
+from ..auth.tokens import Authenticator, parse_token_spec, split_env_specs
+from ..server.origins import parse_allowed_origin
+from ..values.cache_budget import DEFAULT_CACHE_BYTES
 from .options import (
     DEFAULT_HOST,
     DEFAULT_PORT,
@@ -323,14 +323,15 @@ GC_THRESHOLDS = (2_000, 10, 100)
 
 
 async def _serve(args: argparse.Namespace, sources: AuthSources, auth: Authenticator) -> int:
-    from ..auth_files import AuthReloader
-    from ..core.errors import MemoryDirInUseError
-    from ..limits import derive_limits, raise_nofile_limit
-    from ..process_memory import map_large_allocations
+    from ..auth.token_files import AuthReloader
+    from ..process.limits import derive_limits, raise_nofile_limit
+    from ..process.memory import map_large_allocations
     from ..rpc.table import BUILTIN_METHODS
     from ..runtime.registry import ActorRegistry
-    from ..server import SessionServer, quiet_accept_errors
-    from ..storage.sqlite_ops import IdempotencyRetention
+    from ..server.rate_limited_log import quiet_accept_errors
+    from ..server.server import SessionServer
+    from ..storage.idempotency import IdempotencyRetention
+    from ..values.errors import MemoryDirInUseError
 
     # Descriptors bound both open agents and connections: take what the system allows.
     limits = derive_limits(raise_nofile_limit())

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..auth import MAX_TTL_SECONDS, SCOPES, mint_token
-from ..auth_files import AuthSources
+from ..auth.token_files import AuthSources
+from ..auth.tokens import MAX_TTL_SECONDS, SCOPES, mint_token
 from .options import add_secret_file, env, positive_int
 
 __all__ = ["run_token", "token_arguments"]

@@ -22,7 +22,7 @@ connection when that is safe (``replay``: reads, keyed writes, replacing writes)
 others raise ``OutcomeUnknownError`` (may or may not have been applied). Subscriptions
 resume after the last seq they received.
 
-There is one method per RPC method (``tests/session_server/test_client_methods.py`` checks
+There is one method per RPC method (``tests/session_server/client/test_client_methods.py`` checks
 the table): sessions (``create_session`` with ``if_exists``, ``get_or_create_session``,
 ``get_session``, ``list_sessions``/``session_page``/``iter_sessions`` with paging and a
 metadata filter, ``update_session``, ``clear_session``, ``delete_session``), events
@@ -32,9 +32,9 @@ metadata filter, ``update_session``, ``clear_session``, ``delete_session``), eve
 ``import_session``), ``subscribe``, and on the server endpoint ``list_agents``,
 ``list_snapshots``, ``list_adapters``, ``get_metrics``.
 
-Helpers built on it: :class:`session_server.sync_client.SyncSessionClient` (blocking
+Helpers built on it: :class:`session_server.client.sync_client.SyncSessionClient` (blocking
 calls for scripts and ``Runner.run_sync``, reconnecting on its own) and
-:func:`session_server.follow.follow` (a session's events across reconnects, no gap, no
+:func:`session_server.client.follow.follow` (a session's events across reconnects, no gap, no
 duplicate). Importing this module imports neither the store nor the server.
 
 The package: ``connection`` (the WebSocket JSON-RPC connection: handshake, requests,

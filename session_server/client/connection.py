@@ -37,11 +37,11 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
 from websockets.protocol import State
 
-from ..core.agent_ids import validate_agent_id
-from ..core.errors import NotFoundError, UnavailableError
-from ..core.events import SessionEvent
-from ..log_redact import redacting_logger
+from ..process.log_redact import redacting_logger
 from ..rpc.protocol import DEFAULT_MAX_FRAME_BYTES
+from ..values.agent_ids import validate_agent_id
+from ..values.errors import NotFoundError, UnavailableError
+from ..values.events import SessionEvent
 from .backoff import Backoff
 from .errors import (
     ConnectionLostError,

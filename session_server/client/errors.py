@@ -12,7 +12,7 @@ from typing import Any, Final
 
 from websockets.exceptions import InvalidStatus
 
-from ..core.errors import (
+from ..values.errors import (
     ConflictError,
     ForbiddenError,
     InternalError,

@@ -10,10 +10,10 @@ from typing import Any, Literal, overload
 
 import msgspec
 
-from ..core.codec import new_event_id
-from ..core.context import WorkingContext
-from ..core.events import ContextMessage, SessionEvent
-from ..core.plans import AppendResult
+from ..values.codec import new_event_id
+from ..values.context import WorkingContext
+from ..values.events import ContextMessage, SessionEvent
+from ..values.plans import AppendResult
 from .connection import RpcConnection
 from .errors import ConnectionLostError
 from .subscription import Subscription
@@ -447,7 +447,7 @@ class SessionClient(RpcConnection):
         ``after_seq`` (say the last seq seen before a reconnect) the events after it come
         first, with no gap and no duplicate. When the connection is replaced (a server
         restart) the subscription resumes by itself after the last seq it received;
-        :func:`session_server.follow.follow` also outlives a spent reconnect budget."""
+        :func:`session_server.client.follow.follow` also outlives a spent reconnect budget."""
         sub = Subscription(self, session_id)
         self._subs.setdefault(session_id, []).append(sub)  # before the request: no gap
         try:

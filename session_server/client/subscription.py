@@ -8,7 +8,7 @@ from typing import Any, Final, Protocol
 
 import msgspec
 
-from ..core.events import SessionEvent
+from ..values.events import SessionEvent
 
 __all__ = ["Subscription", "SubscriptionOwner"]
 

@@ -20,6 +20,7 @@ and on persist: ``token_pressure(usage, config).required`` is the
 
 from __future__ import annotations
 
+from ..values.records import record_memory
 from .builder import BuiltContext, build_compacted_context, build_parts, load_from_seq
 from .compact import plan_compact
 from .config import (
@@ -35,13 +36,7 @@ from .config import (
 from .fallback import FallbackCause, plan_placeholder_fallback, sets_placeholders
 from .memory import SemanticFact, memory_block, merge_semantic, turn_id
 from .placeholders import input_placeholder, output_placeholder, tool_selected
-from .records import (
-    RECORD_VERSION,
-    CompactionPlan,
-    latest_record,
-    make_compaction_event,
-    record_memory,
-)
+from .records import RECORD_VERSION, CompactionPlan, latest_record, make_compaction_event
 from .summarize import (
     SummaryPlan,
     SummaryRequest,

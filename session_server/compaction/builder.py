@@ -12,7 +12,7 @@ memory block is appended to the system instructions; with a compact record, tool
 payloads of events with ``seq < boundary_seq`` become placeholders (see
 ``placeholders``). Tool results whose call is not in the window are dropped (no provider
 accepts them; they stay in storage), and the tool pairing is repaired
-(``core.repair.repair_tool_pairing``: synthetic results for calls that never got one,
+(``values.repair.repair_tool_pairing``: synthetic results for calls that never got one,
 late results moved to their call, reused call ids made unique), so every stored history
 builds a context every adapter renders. The output depends only on the events and the
 record, so the messages for a given prefix of events are identical from one request to
@@ -25,17 +25,17 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from ..core.codec import event_to_message
-from ..core.context import WorkingContext
-from ..core.events import ContextMessage, SessionEvent
-from ..core.recent import ViewMessages
-from ..core.repair import needs_repair, repair_tool_pairing
-from ..core.tokens import MESSAGE_OVERHEAD, count_messages, get_counter
-from ..core.turns import drop_orphan_results
+from ..values.codec import event_to_message
+from ..values.context import WorkingContext
+from ..values.events import ContextMessage, SessionEvent
+from ..values.recent import ViewMessages
+from ..values.records import record_memory
+from ..values.repair import needs_repair, repair_tool_pairing
+from ..values.tokens import MESSAGE_OVERHEAD, count_messages, get_counter
+from ..values.turns import drop_orphan_results
 from .config import StrategyConfig
 from .memory import memory_block
 from .placeholders import PlaceholderParams, call_name_index, compact_message
-from .records import record_memory
 
 __all__ = ["BuiltContext", "build_compacted_context", "build_parts", "load_from_seq"]
 

@@ -15,11 +15,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from ..core.codec import now_ms as _now_ms
-from ..core.events import SessionEvent
+from ..values.codec import now_ms as _now_ms
+from ..values.events import SessionEvent
+from ..values.records import record_memory
 from .builder import BuiltContext, build_parts
 from .config import COMPACT_PARAM_NAMES, StrategyConfig
-from .records import RECORD_VERSION, CompactionPlan, record_memory
+from .records import RECORD_VERSION, CompactionPlan
 from .triggers import check_compact_triggers, needs_token_count
 from .window import safe_cuts, uncompacted_turns
 

@@ -16,7 +16,7 @@ from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, model_validator
 
-from ..core.errors import InvalidParamsError
+from ..values.errors import InvalidParamsError
 
 __all__ = [
     "COMPACT_PARAM_NAMES",

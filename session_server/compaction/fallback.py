@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Literal
 
-from ..core.events import SessionEvent
+from ..values.events import SessionEvent
 from .compact import plan_compact
 from .config import COMPACT_PARAM_NAMES, StrategyConfig
 from .records import CompactionPlan

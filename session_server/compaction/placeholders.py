@@ -24,7 +24,7 @@ from typing import Any
 
 import msgspec
 
-from ..core.events import ContextMessage, SessionEvent, ToolCall
+from ..values.events import ContextMessage, SessionEvent, ToolCall
 
 __all__ = [
     "PlaceholderParams",

@@ -25,17 +25,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from ..core.codec import new_event_id, now_ms
-from ..core.events import SessionEvent
-from ..core.records import CompactionRecord, record_memory
+from ..values.codec import new_event_id, now_ms
+from ..values.events import SessionEvent
 
 __all__ = [
     "RECORD_VERSION",
     "CompactionPlan",
-    "CompactionRecord",
     "latest_record",
     "make_compaction_event",
-    "record_memory",
 ]
 
 RECORD_VERSION: Final = 1

@@ -19,13 +19,14 @@ from typing import Any
 
 import msgspec
 
-from ..core.codec import arguments_text, encode_json
-from ..core.codec import now_ms as _now_ms
-from ..core.errors import SummarizerError
-from ..core.events import SessionEvent
+from ..values.codec import arguments_text, encode_json
+from ..values.codec import now_ms as _now_ms
+from ..values.errors import SummarizerError
+from ..values.events import SessionEvent
+from ..values.records import record_memory
 from .config import StrategyConfig
 from .memory import SemanticFact, make_episodic_item, merge_semantic, turn_id
-from .records import RECORD_VERSION, record_memory
+from .records import RECORD_VERSION
 from .window import uncompacted_turns
 
 __all__ = [

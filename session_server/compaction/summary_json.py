@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..core.errors import SummarizerError
+from ..values.errors import SummarizerError
 from .memory import SemanticFact
 from .summarize import SummaryResult
 

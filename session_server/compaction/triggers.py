@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from ..core.errors import InvalidParamsError
+from ..values.errors import InvalidParamsError
 from .config import StrategyConfig, effective_remaining_pct
 
 __all__ = [

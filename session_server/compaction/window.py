@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..core.events import SessionEvent
-from ..core.turns import assign_turns, safe_cut_points
+from ..values.events import SessionEvent
+from ..values.turns import assign_turns, safe_cut_points
 
 __all__ = ["event_turns", "safe_cuts", "uncompacted_turns", "user_turn_starts"]
 
@@ -14,7 +14,7 @@ __all__ = ["event_turns", "safe_cuts", "uncompacted_turns", "user_turn_starts"]
 def event_turns(events: Sequence[SessionEvent], *, last_turn: int = 0) -> list[int]:
     """The turn of each event: the stored ``turn`` when every event has one, else computed.
 
-    Computed turns (``session_server.core.turns.assign_turns``) continue after ``last_turn``,
+    Computed turns (``session_server.values.turns.assign_turns``) continue after ``last_turn``,
     for a window that starts just before turn ``last_turn + 1``.
     """
     if all(e.turn is not None for e in events):

@@ -32,56 +32,29 @@ from typing import Any
 
 from ..compaction.config import validate_strategy
 from ..compaction.triggers import token_pressure, usage_prompt_tokens
-from .codec import message_to_event, new_event_ids, now_ms
-from .compaction_decisions import CompactionDecisions, compaction_report
-from .context import WorkingContext
-from .context_builds import ContextBuilds, trusted_snapshot_digest
-from .core_state import AGENT_STRATEGY_KEY
+from ..values.codec import message_to_event, new_event_ids, now_ms
+from ..values.context import WorkingContext
+from ..values.errors import InvalidParamsError
+from ..values.plans import AppendBatch, AppendOutcome, AppendResult, Effects, SnapshotDue
+from ..values.tokens import count_events
+from .compaction_decisions import CompactionDecisions
+from .context_builds import ContextBuilds
 from .decisions import (
     AppendPlan,
-    CompactionDue,
-    CompactionInput,
-    PlaceholderFallback,
     PreparedTurn,
-    SnapshotParts,
-    StrategyWrite,
 )
-from .errors import InvalidParamsError
 from .message_values import check_messages
 from .needs import (
     Known,
     Need,
-    NeedAgentStrategy,
-    NeedCount,
-    NeedSnapshot,
     NeedState,
-    NeedWindow,
     existing_state,
     known_state,
 )
-from .plans import AppendBatch, AppendOutcome, AppendResult, Effects, SnapshotDue
-from .tokens import count_events
 from .turn_pressure import context_tokens, highest_turn, summarizable
 
 __all__ = [
-    "AGENT_STRATEGY_KEY",
     "AgentCore",
-    "AppendPlan",
-    "CompactionDue",
-    "CompactionInput",
-    "Known",
-    "Need",
-    "NeedAgentStrategy",
-    "NeedCount",
-    "NeedSnapshot",
-    "NeedState",
-    "NeedWindow",
-    "PlaceholderFallback",
-    "PreparedTurn",
-    "SnapshotParts",
-    "StrategyWrite",
-    "compaction_report",
-    "trusted_snapshot_digest",
 ]
 
 

@@ -13,10 +13,10 @@ import msgspec
 
 from ..compaction.fallback import FallbackCause, plan_placeholder_fallback
 from ..compaction.records import CompactionPlan, make_compaction_event
+from ..values.plans import AppendBatch
 from .core_state import CoreState
 from .decisions import AppendPlan, CompactionDue, CompactionInput, PlaceholderFallback
 from .needs import Known, Need, NeedWindow
-from .plans import AppendBatch
 from .turn_pressure import highest_turn
 
 __all__ = ["CompactionDecisions", "compaction_report"]

@@ -11,13 +11,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..compaction.builder import BuiltContext, build_compacted_context
-from .context import WorkingContext
+from ..values.context import WorkingContext
+from ..values.errors import InvalidParamsError
+from ..values.plans import SessionState, SnapshotDue
+from ..values.recent import SessionView
 from .core_state import CoreState
 from .decisions import LARGE_WINDOW_EVENTS, CompactionDue, ContextDraft, SnapshotParts
-from .errors import InvalidParamsError
 from .needs import Known, Need, NeedCount, NeedSnapshot, known_state
-from .plans import SessionState, SnapshotDue
-from .recent import SessionView
 
 __all__ = ["ContextBuilds", "render_snapshot", "trusted_snapshot_digest"]
 

@@ -15,11 +15,14 @@ from typing import Any, Final
 import msgspec
 
 from ..compaction.config import StrategyConfig, resolve_strategy, validate_strategy
-from .cache_budget import CacheBudget
-from .codec import encode_json, new_event_id
+from ..values.cache_budget import CacheBudget
+from ..values.codec import encode_json, new_event_id
+from ..values.errors import ConflictError
+from ..values.events import SessionEvent
+from ..values.plans import AppendBatch, NewSession
+from ..values.recent import RecentCache, SessionView
+from ..values.validation import parse_event
 from .decisions import AppendPlan, StrategyWrite
-from .errors import ConflictError
-from .events import SessionEvent
 from .needs import (
     Known,
     Need,
@@ -30,9 +33,6 @@ from .needs import (
     NeedWindow,
     existing_state,
 )
-from .plans import AppendBatch, NewSession
-from .recent import RecentCache, SessionView
-from .validation import parse_event
 
 __all__ = ["AGENT_STRATEGY_KEY", "CoreState"]
 

@@ -4,7 +4,7 @@
 ``CompactionInput`` (a compaction to run and what it plans from), ``ContextDraft`` (a
 large context to build where the shell chooses), ``PlaceholderFallback``,
 ``StrategyWrite``, ``PreparedTurn`` (a validated persist request) and ``SnapshotParts``.
-The values the store also sees are in ``core.plans``.
+The values the store also sees are in ``values.plans``.
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ import msgspec
 from ..compaction.builder import build_compacted_context
 from ..compaction.config import StrategyConfig
 from ..compaction.records import CompactionPlan
-from .context import WorkingContext
-from .events import ContextMessage, SessionEvent
-from .plans import AppendBatch, SnapshotDue
-from .recent import ViewMessages
-from .records import CompactionRecord
+from ..values.context import WorkingContext
+from ..values.events import ContextMessage, SessionEvent
+from ..values.plans import AppendBatch, SnapshotDue
+from ..values.recent import ViewMessages
+from ..values.records import CompactionRecord
 
 __all__ = [
     "LARGE_WINDOW_EVENTS",

@@ -20,8 +20,8 @@ from typing import Any, Final
 
 import msgspec
 
-from .events import ROLES, ContextMessage, ToolCall
-from .validation import parse_message
+from ..values.events import ROLES, ContextMessage, ToolCall
+from ..values.validation import parse_message
 
 __all__ = ["check_messages"]
 

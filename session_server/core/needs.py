@@ -11,9 +11,9 @@ from __future__ import annotations
 import msgspec
 
 from ..mirror.snapshot import RestoredSnapshot
-from .errors import NotFoundError
-from .plans import ContextWindow, SessionState
-from .recent import SessionView
+from ..values.errors import NotFoundError
+from ..values.plans import ContextWindow, SessionState
+from ..values.recent import SessionView
 
 __all__ = [
     "Known",

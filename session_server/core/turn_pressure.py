@@ -13,12 +13,12 @@ from collections.abc import Sequence
 
 from ..compaction.config import StrategyConfig
 from ..compaction.memory import memory_block
+from ..values.events import SessionEvent
+from ..values.recent import SessionView
+from ..values.records import record_memory
+from ..values.tokens import MESSAGE_OVERHEAD, get_counter
 from .decisions import PreparedTurn
-from .events import SessionEvent
 from .needs import Known
-from .recent import SessionView
-from .records import record_memory
-from .tokens import MESSAGE_OVERHEAD, get_counter
 
 __all__ = ["context_tokens", "highest_turn", "summarizable", "turn_tokens"]
 

@@ -45,7 +45,7 @@ stay verbatim.
 fields (``{"limit": 20}``), normalised to ``SessionSettings``; an unknown key or another
 type is refused with the SDK's ``TypeError`` ("Unknown session settings: ...").
 
-Remote sessions talk over a :class:`session_server.sync_client.SyncSessionClient`, whose
+Remote sessions talk over a :class:`session_server.client.sync_client.SyncSessionClient`, whose
 connection lives on its own thread: the session works from ``Runner.run`` on any loop and
 from ``Runner.run_sync`` (a new loop per call). One session object holds one connection,
 whatever the concurrency (concurrent first calls share one connect); ``close()`` (or
@@ -72,18 +72,18 @@ from agents.items import ModelResponse, TResponseInputItem
 from agents.memory import SessionSettings
 
 from session_server.adapters.openai_responses import from_items, to_input_items
-from session_server.core.codec import event_to_message, message_to_event, new_event_id
-from session_server.core.context import WorkingContext
-from session_server.core.errors import ConflictError, InvalidParamsError, NotFoundError
-from session_server.core.events import ACTIONS, ContextMessage, SessionEvent
+from session_server.values.codec import event_to_message, message_to_event, new_event_id
+from session_server.values.context import WorkingContext
+from session_server.values.errors import ConflictError, InvalidParamsError, NotFoundError
+from session_server.values.events import ACTIONS, ContextMessage, SessionEvent
 
 if TYPE_CHECKING:
     from agents import Agent
     from agents.run_context import RunContextWrapper
 
+    from session_server.client.sync_client import SyncSessionClient
     from session_server.runtime.actor import AgentActor
     from session_server.runtime.registry import ActorRegistry
-    from session_server.sync_client import SyncSessionClient
 
 __all__ = ["SessionServerSession", "SessionUsageHooks"]
 
@@ -165,7 +165,7 @@ class _Backend(Protocol):
 
 class _Remote:
     def __init__(self, url: str, agent_id: str, token: str | None, budget: float) -> None:
-        from session_server.sync_client import SyncSessionClient
+        from session_server.client.sync_client import SyncSessionClient
 
         self.client: SyncSessionClient = SyncSessionClient(
             url, agent_id, token=token, reconnect_budget=budget

@@ -23,10 +23,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core.codec import encode_json, new_event_id
-from ..core.errors import InvalidParamsError
-from ..core.events import SessionEvent, ToolArguments, ToolCall
-from ..core.validation import MAX_TIMESTAMP_MS
+from ..values.codec import encode_json, new_event_id
+from ..values.errors import InvalidParamsError
+from ..values.events import SessionEvent, ToolArguments, ToolCall
+from ..values.validation import MAX_TIMESTAMP_MS
 from .traces import (
     ASSISTANT_TRACE_META,
     CALL_TRACES_META,

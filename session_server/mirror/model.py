@@ -22,7 +22,7 @@ from typing import Any, Final
 
 import msgspec
 
-from ..core.events import SessionEvent
+from ..values.events import SessionEvent
 from .traces import TraceState, event_to_traces, format_turn_id, ts_from_ms
 
 __all__ = [

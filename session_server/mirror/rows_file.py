@@ -4,7 +4,7 @@ The reference layout (``raw_traces.jsonl`` and friends) has no place for system 
 ``compact`` compaction records, reasoning, free-form event metadata, event ids and seqs,
 or the session's metadata and strategy. An export therefore writes, beside the reference
 files it always writes, ``session_rows.jsonl``: everything SQLite holds about the session
-(``core.session_rows``), one JSON object per line, so readers of the reference layout
+(``values.session_rows``), one JSON object per line, so readers of the reference layout
 ignore it and still read the folder.
 
 Line 1 is the header (``"kind": "session"``): ``format``, ``version``, the session row,
@@ -24,8 +24,8 @@ from typing import Final
 
 import msgspec
 
-from ..core.errors import InvalidParamsError
-from ..core.session_rows import EventRow, IdempotencyRow, SessionRow, SessionRows, ToolCallRow
+from ..values.errors import InvalidParamsError
+from ..values.session_rows import EventRow, IdempotencyRow, SessionRow, SessionRows, ToolCallRow
 
 __all__ = ["FORMAT", "ROWS_FILE", "VERSION", "RowsFile", "decode_rows", "encode_rows", "sha256"]
 

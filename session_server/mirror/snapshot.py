@@ -22,8 +22,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from ..core.codec import encode_json
-from ..core.events import ROLES, ContextMessage, Role, ToolCall
+from ..values.codec import encode_json
+from ..values.events import ROLES, ContextMessage, Role, ToolCall
 from .traces import parse_tool_result
 
 __all__ = [

@@ -10,7 +10,7 @@ its timer from that and does the rendering and the I/O.
 
 from __future__ import annotations
 
-from ..core.plans import SnapshotDue
+from ..values.plans import SnapshotDue
 
 __all__ = ["SnapshotSchedule"]
 

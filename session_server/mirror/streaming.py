@@ -25,7 +25,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core.events import SessionEvent
+from ..values.events import SessionEvent
 from .model import AppendItems, AppendTraces, MirrorModel, turn_ids_of
 
 __all__ = ["ArchivePlan", "StreamRender", "item_lines"]

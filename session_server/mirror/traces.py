@@ -38,8 +38,8 @@ from typing import Any, Final
 
 import msgspec
 
-from ..core.events import SessionEvent, ToolArguments
-from ..core.json_depth import json_text_too_deep
+from ..values.events import SessionEvent, ToolArguments
+from ..values.json_depth import json_text_too_deep
 
 __all__ = [
     "ASSISTANT_TRACE_META",

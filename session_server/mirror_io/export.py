@@ -17,17 +17,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..core.agent_ids import validate_agent_id
-from ..core.codec import event_to_message
-from ..core.events import ContextMessage, SessionEvent
-from ..core.session_rows import SessionRows
 from ..mirror.model import RenderedMirror
 from ..mirror.rows_file import ROWS_FILE, encode_rows, sha256
 from ..mirror.snapshot import SNAPSHOT_FILE, build_snapshot
-from ..progress import progress_bar
+from ..process.progress import progress_bar
 from ..storage.file_modes import make_dir
+from ..values.agent_ids import validate_agent_id
+from ..values.codec import event_to_message
+from ..values.events import ContextMessage, SessionEvent
+from ..values.session_rows import SessionRows
 from .jsonl import atomic_write_bytes, atomic_write_json, encode_lines
-from .writer import ACTIVE_FILE, ARCHIVE_FILE, EPISODIC_FILE, SEMANTIC_FILE
+from .repair import ACTIVE_FILE, ARCHIVE_FILE, EPISODIC_FILE, SEMANTIC_FILE
 
 __all__ = ["ExportResult", "default_snapshot_messages", "export_session"]
 

@@ -27,19 +27,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..core.codec import new_event_id
-from ..core.errors import InvalidParamsError
-from ..core.events import SessionEvent
-from ..core.turns import assign_turns
-from ..core.validation import MAX_TIMESTAMP_MS
 from ..mirror.from_traces import TraceEntry, traces_to_events
 from ..mirror.rows_file import ROWS_FILE, RowsFile, decode_rows, sha256
 from ..mirror.snapshot import SNAPSHOT_FILE
 from ..mirror.traces import ms_from_ts
-from ..progress import progress_bar
+from ..process.progress import progress_bar
+from ..values.codec import new_event_id
+from ..values.errors import InvalidParamsError
+from ..values.events import SessionEvent
+from ..values.turns import assign_turns
+from ..values.validation import MAX_TIMESTAMP_MS
 from .jsonl import read_bytes_or_empty, read_jsonl, read_jsonl_numbered
+from .repair import ACTIVE_FILE, ARCHIVE_FILE, EPISODIC_FILE, MIRROR_FILES, SEMANTIC_FILE
 from .snapshot_files import read_snapshot
-from .writer import ACTIVE_FILE, ARCHIVE_FILE, EPISODIC_FILE, MIRROR_FILES, SEMANTIC_FILE
 
 __all__ = ["ImportResult", "find_reference_folder", "import_reference_folder", "read_rows_file"]
 

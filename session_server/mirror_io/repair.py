@@ -33,11 +33,11 @@ from typing import IO, Final, Protocol
 
 import msgspec
 
-from ..core.events import SessionEvent
 from ..mirror.checkpoint import FileStamps
 from ..mirror.model import MirrorModel
 from ..mirror.streaming import ArchivePlan, StreamRender, item_lines
 from ..storage.file_modes import file_mode, make_dir
+from ..values.events import SessionEvent
 from .jsonl import fsync_dir
 
 __all__ = [

@@ -40,10 +40,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Final
 
-from ..core.agent_ids import validate_agent_id
-from ..core.errors import InvalidParamsError
 from ..mirror.view import SnapshotSummary
 from ..storage.file_modes import create_file, make_dir
+from ..values.agent_ids import validate_agent_id
+from ..values.errors import InvalidParamsError
 from .view_files import list_snapshot_summaries, summarize_folder
 from .writer import validate_session_id
 

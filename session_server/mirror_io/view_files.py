@@ -14,8 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..core.agent_ids import validate_agent_id
-from ..core.errors import NotFoundError, TooLargeError
 from ..mirror.snapshot import SNAPSHOT_FILE
 from ..mirror.view import (
     MemoryViewOptions,
@@ -25,17 +23,13 @@ from ..mirror.view import (
     tail_lines_needed,
     window_shows_tail,
 )
+from ..values.agent_ids import validate_agent_id
+from ..values.errors import NotFoundError, TooLargeError
 from .jsonl import read_jsonl
+from .repair import ACTIVE_FILE, ARCHIVE_FILE, EPISODIC_FILE, MIRROR_FILES, SEMANTIC_FILE
 from .snapshot_files import read_snapshot
 from .tail import BLOCK, TailReader
-from .writer import (
-    ACTIVE_FILE,
-    ARCHIVE_FILE,
-    EPISODIC_FILE,
-    MIRROR_FILES,
-    SEMANTIC_FILE,
-    validate_session_id,
-)
+from .writer import validate_session_id
 
 __all__ = [
     "MemoryFiles",

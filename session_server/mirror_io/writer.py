@@ -38,9 +38,6 @@ from typing import Any, Final
 
 import msgspec
 
-from ..core.agent_ids import validate_agent_id, validate_new_id
-from ..core.errors import InvalidParamsError
-from ..core.events import ContextMessage, SessionEvent
 from ..mirror.checkpoint import FileStamps, encode_stamps, model_checkpoint, orphan_folders
 from ..mirror.model import (
     AppendItems,
@@ -51,6 +48,9 @@ from ..mirror.model import (
     MirrorOp,
 )
 from ..mirror.snapshot import SNAPSHOT_FILE, build_snapshot
+from ..values.agent_ids import validate_agent_id, validate_new_id
+from ..values.errors import InvalidParamsError
+from ..values.events import ContextMessage, SessionEvent
 from .jsonl import (
     append_bytes,
     atomic_write_bytes,
@@ -61,7 +61,6 @@ from .repair import (
     ACTIVE_FILE,
     ARCHIVE_FILE,
     EPISODIC_FILE,
-    MIRROR_FILES,
     SEMANTIC_FILE,
     EventSource,
     ListSource,
@@ -73,11 +72,6 @@ from .repair import (
 from .snapshot_files import drop_unbound_snapshot, snapshot_digest
 
 __all__ = [
-    "ACTIVE_FILE",
-    "ARCHIVE_FILE",
-    "EPISODIC_FILE",
-    "MIRROR_FILES",
-    "SEMANTIC_FILE",
     "MirrorWriter",
     "reconcile_session_dir",
     "validate_new_session_id",

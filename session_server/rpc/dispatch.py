@@ -18,8 +18,8 @@ from typing import Any, TypeVar
 
 import pydantic
 
-from ..auth import Grant, scope_allows
-from ..core.errors import (
+from ..auth.tokens import Grant, scope_allows
+from ..values.errors import (
     ForbiddenError,
     InternalError,
     InvalidParamsError,

@@ -21,15 +21,9 @@ from ..mirror.view import MemoryViewOptions, group_by_agent, page_snapshots
 from ..mirror_io.view_files import list_snapshot_summaries, read_memory_view
 from ..runtime import backups, transfer
 from ..runtime.off_loop import release_after_response
-from ..storage.sqlite_ops import SKIPPED_RECORDS
-from .methods import (
-    CallContext,
-    Instructions,
-    JsonObject,
-    NoParams,
-    RpcParams,
-    SessionId,
-)
+from ..storage.stored_rows import SKIPPED_RECORDS
+from .method_spec import CallContext, RpcParams
+from .params import Instructions, JsonObject, NoParams, SessionId
 
 __all__ = [
     "adapters_list",

@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 import pydantic
 from pydantic import ConfigDict
 
-from ..auth import Grant, Scope
-from ..core.errors import MethodNotFoundError, TooLargeError
+from ..auth.tokens import Grant, Scope
+from ..values.errors import MethodNotFoundError, TooLargeError
 
 if TYPE_CHECKING:
     from ..runtime.actor import AgentActor

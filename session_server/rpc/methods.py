@@ -29,82 +29,36 @@ import functools
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
-from ..core.context import WorkingContext
 from ..core.decisions import LARGE_WINDOW_EVENTS
-from ..core.errors import ConflictError, InvalidParamsError, NotFoundError, TooLargeError
-from .dispatch import dispatch
+from ..values.context import WorkingContext
+from ..values.errors import ConflictError, InvalidParamsError, NotFoundError, TooLargeError
 from .method_spec import (
-    AGENT,
-    SERVER,
     CallContext,
-    ConnectionLike,
-    Endpoint,
-    Handler,
-    MethodSpec,
-    Observer,
-    RpcParams,
-    SessionRule,
-    method_table,
 )
 from .params import (
-    MAX_AGENTS_PAGE,
     AgentsListParams,
     AppendParams,
     BuildParams,
     CreateSessionParams,
     DeleteEventsParams,
-    Events,
-    Instructions,
-    JsonObject,
     LoadParams,
-    Messages,
-    NoParams,
     PersistParams,
-    SessionId,
     SessionParams,
     SubscribeParams,
 )
 
 if TYPE_CHECKING:
-    from ..core.plans import AppendResult
     from ..runtime.actor import AgentActor
+    from ..values.plans import AppendResult
 
 __all__ = [
-    "AGENT",
-    "MAX_AGENTS_PAGE",
-    "SERVER",
-    "AgentsListParams",
-    "AppendParams",
-    "BuildParams",
-    "CallContext",
-    "ConnectionLike",
-    "CreateSessionParams",
-    "DeleteEventsParams",
-    "Endpoint",
-    "Events",
-    "Handler",
-    "Instructions",
-    "JsonObject",
-    "LoadParams",
-    "Messages",
-    "MethodSpec",
-    "NoParams",
-    "Observer",
-    "PersistParams",
-    "RpcParams",
-    "SessionId",
-    "SessionParams",
-    "SessionRule",
-    "SubscribeParams",
     "agents_list",
     "context_build",
-    "dispatch",
     "events_append",
     "events_delete",
     "events_load",
     "events_subscribe",
     "events_unsubscribe",
-    "method_table",
     "session_create",
     "session_delete",
     "session_get",

@@ -2,7 +2,7 @@
 methods share (``SessionId``, ``Events``, ``Messages``, ``JsonObject``, ``Instructions``).
 
 Each model refuses unknown fields and does not coerce across JSON types (``RpcParams``);
-events and messages are checked by ``core.validation`` as they are validated. One
+events and messages are checked by ``values.validation`` as they are validated. One
 model per method: the hot path (``turn.persist``) too is validated by its model.
 """
 
@@ -13,9 +13,9 @@ from typing import Annotated, Any, Final, Literal
 import msgspec
 from pydantic import AfterValidator, Field, PlainValidator
 
-from ..core.errors import InvalidParamsError
-from ..core.events import Action, ContextMessage, SessionEvent
-from ..core.validation import parse_client_events, parse_client_messages
+from ..values.errors import InvalidParamsError
+from ..values.events import Action, ContextMessage, SessionEvent
+from ..values.validation import parse_client_events, parse_client_messages
 from .method_spec import RpcParams
 
 __all__ = [

@@ -21,13 +21,13 @@ from typing import Any, Final
 import msgspec
 import pydantic
 
-from ..core.errors import (
+from ..values.errors import (
     InvalidParamsError,
     InvalidRequestError,
     ParseError,
     SessionServerError,
 )
-from ..core.json_depth import MAX_JSON_DEPTH, deep_path, may_nest_deeper, text_depth
+from ..values.json_depth import MAX_JSON_DEPTH, deep_path, may_nest_deeper, text_depth
 
 __all__ = [
     "DEFAULT_MAX_FRAME_BYTES",

@@ -15,11 +15,11 @@ from typing import Annotated, Any, Final
 import msgspec
 from pydantic import Field, PlainValidator
 
-from ..core.errors import InvalidParamsError
-from ..core.events import SessionEvent
-from ..core.validation import parse_client_event
-from .methods import CallContext, JsonObject, RpcParams, SessionId
-from .params import SessionMetadata
+from ..values.errors import InvalidParamsError
+from ..values.events import SessionEvent
+from ..values.validation import parse_client_event
+from .method_spec import CallContext, RpcParams
+from .params import JsonObject, SessionId, SessionMetadata
 from .protocol import INT64_MAX, INT64_MIN
 
 __all__ = [

@@ -18,7 +18,19 @@ from typing import Final
 from . import memory_methods as memory
 from . import methods as session
 from . import session_methods as edits
-from .methods import SERVER, MethodSpec, method_table
+from .method_spec import SERVER, MethodSpec, method_table
+from .params import (
+    AgentsListParams,
+    AppendParams,
+    BuildParams,
+    CreateSessionParams,
+    DeleteEventsParams,
+    LoadParams,
+    NoParams,
+    PersistParams,
+    SessionParams,
+    SubscribeParams,
+)
 
 __all__ = ["BUILTIN_METHODS", "ROWS"]
 
@@ -26,29 +38,27 @@ ROWS: Final[tuple[MethodSpec, ...]] = (
     # Sessions and events (``methods``).
     MethodSpec(
         "session.create",
-        session.CreateSessionParams,
+        CreateSessionParams,
         session.session_create,
         scope="write",
         creates_agent=True,
     ),
-    MethodSpec("session.get", session.SessionParams, session.session_get, scope="read"),
+    MethodSpec("session.get", SessionParams, session.session_get, scope="read"),
     MethodSpec(
         "session.list", edits.ListParams, edits.session_list, scope="read", sessions="filter"
     ),
     MethodSpec("session.update", edits.UpdateParams, edits.session_update, scope="write"),
     MethodSpec("session.clear", edits.ClearParams, edits.session_clear, scope="admin"),
     MethodSpec("events.pop", edits.PopParams, edits.events_pop, scope="admin"),
-    MethodSpec("session.delete", session.SessionParams, session.session_delete, scope="admin"),
-    MethodSpec("events.append", session.AppendParams, session.events_append, scope="write"),
-    MethodSpec("events.load", session.LoadParams, session.events_load, scope="read"),
-    MethodSpec("events.delete", session.DeleteEventsParams, session.events_delete, scope="admin"),
-    MethodSpec("context.build", session.BuildParams, session.context_build, scope="read"),
-    MethodSpec("turn.persist", session.PersistParams, session.turn_persist, scope="write"),
-    MethodSpec("events.subscribe", session.SubscribeParams, session.events_subscribe, scope="read"),
-    MethodSpec(
-        "events.unsubscribe", session.SessionParams, session.events_unsubscribe, scope="read"
-    ),
-    MethodSpec("agents.list", session.AgentsListParams, session.agents_list, SERVER, scope="admin"),
+    MethodSpec("session.delete", SessionParams, session.session_delete, scope="admin"),
+    MethodSpec("events.append", AppendParams, session.events_append, scope="write"),
+    MethodSpec("events.load", LoadParams, session.events_load, scope="read"),
+    MethodSpec("events.delete", DeleteEventsParams, session.events_delete, scope="admin"),
+    MethodSpec("context.build", BuildParams, session.context_build, scope="read"),
+    MethodSpec("turn.persist", PersistParams, session.turn_persist, scope="write"),
+    MethodSpec("events.subscribe", SubscribeParams, session.events_subscribe, scope="read"),
+    MethodSpec("events.unsubscribe", SessionParams, session.events_unsubscribe, scope="read"),
+    MethodSpec("agents.list", AgentsListParams, session.agents_list, SERVER, scope="admin"),
     # Compaction, rendering, views, export and import, server facts (``memory_methods``).
     MethodSpec(
         "memory.get_strategy", memory.StrategyQuery, memory.memory_get_strategy, scope="read"
@@ -78,7 +88,7 @@ ROWS: Final[tuple[MethodSpec, ...]] = (
         scope="admin",
         creates_agent=True,
     ),
-    MethodSpec("agent.backup", session.NoParams, memory.agent_backup, scope="admin"),
+    MethodSpec("agent.backup", NoParams, memory.agent_backup, scope="admin"),
     MethodSpec(
         "agent.restore",
         memory.RestoreParams,
@@ -88,13 +98,13 @@ ROWS: Final[tuple[MethodSpec, ...]] = (
     ),
     MethodSpec(
         "adapters.list",
-        session.NoParams,
+        NoParams,
         memory.adapters_list,
         SERVER,
         scope="read",
         sessions="none",
     ),
-    MethodSpec("metrics.get", session.NoParams, memory.metrics_get, SERVER, scope="admin"),
+    MethodSpec("metrics.get", NoParams, memory.metrics_get, SERVER, scope="admin"),
 )
 
 BUILTIN_METHODS: Final[Mapping[str, MethodSpec]] = MappingProxyType(method_table(ROWS))

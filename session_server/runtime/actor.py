@@ -35,10 +35,11 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ..core.agent_core import (
-    AGENT_STRATEGY_KEY,
-    AgentCore,
-    AppendPlan,
+from ..core.agent_core import AgentCore
+from ..core.compaction_decisions import compaction_report
+from ..core.core_state import AGENT_STRATEGY_KEY
+from ..core.decisions import AppendPlan, StrategyWrite
+from ..core.needs import (
     Known,
     Need,
     NeedAgentStrategy,
@@ -46,29 +47,25 @@ from ..core.agent_core import (
     NeedSnapshot,
     NeedState,
     NeedWindow,
-    StrategyWrite,
-    compaction_report,
 )
-from ..core.context import WorkingContext
-from ..core.plans import AppendResult
-from ..core.recent import SessionView
-from ..core.tokens import get_counter, loaded_counter
-from ..storage.store import AgentStore, Synchronous
+from ..storage.store import AgentStore
+from ..storage.store_connections import Synchronous
+from ..values.context import WorkingContext
+from ..values.plans import AppendResult
+from ..values.recent import SessionView
+from ..values.tokens import get_counter, loaded_counter
 from .activity import ActivityScope
 from .actor_host import ActorHost
 from .commit_effects import GroupCommit
-from .compaction_turns import SUMMARY_BACKOFF_MAX as SUMMARY_BACKOFF_MAX
 from .compaction_turns import CompactionTurns
-from .compaction_turns import SummaryOutcome as SummaryOutcome
 from .mirror_link import MirrorLink, snapshot_from_file
 from .session_edits import SessionEdits
 from .session_reads import SessionReads
-from .session_writes import LARGE_CONTENT_CHARS as LARGE_CONTENT_CHARS
 from .session_writes import SessionWrites
 from .subscriptions import Subscriber, Subscriptions
-from .write_queue import MAX_GROUP_APPENDS, MAX_GROUP_EVENTS, WriteQueue
+from .write_queue import WriteQueue
 
-__all__ = ["MAX_GROUP_APPENDS", "MAX_GROUP_EVENTS", "ActorHost", "AgentActor", "Subscriber"]
+__all__ = ["AgentActor", "Subscriber"]
 
 T = TypeVar("T")
 

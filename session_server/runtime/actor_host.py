@@ -8,9 +8,9 @@ from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from ..core.cache_budget import CacheBudget
 from ..mirror_io.snapshot_index import SnapshotIndex
-from ..storage.sqlite_ops import IdempotencyRetention
+from ..storage.idempotency import IdempotencyRetention
+from ..values.cache_budget import CacheBudget
 from .compaction_turns import CompactionHost
 
 __all__ = ["ActorHost"]

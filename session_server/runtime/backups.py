@@ -21,9 +21,7 @@ from typing import TYPE_CHECKING, Any, Final
 import msgspec
 from tqdm import tqdm
 
-from ..core.agent_ids import validate_agent_id
-from ..core.errors import InvalidParamsError, NotFoundError, TooLargeError
-from ..progress import progress_bar
+from ..process.progress import progress_bar
 from ..storage.backup import (
     AGENT_FILE,
     BackupEntry,
@@ -35,6 +33,8 @@ from ..storage.backup import (
 )
 from ..storage.file_modes import create_file
 from ..storage.staging import staging
+from ..values.agent_ids import validate_agent_id
+from ..values.errors import InvalidParamsError, NotFoundError, TooLargeError
 
 if TYPE_CHECKING:
     from .registry import ActorRegistry

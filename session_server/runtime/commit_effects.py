@@ -10,9 +10,9 @@ working-context snapshot) run in commit order while the write lock is held.
 from __future__ import annotations
 
 from ..core.agent_core import AgentCore
-from ..core.errors import SessionServerError
-from ..core.plans import AppendOutcome, Effects
 from ..storage.store import AgentStore
+from ..values.errors import SessionServerError
+from ..values.plans import AppendOutcome, Effects
 from .mirror_link import MirrorLink
 from .subscriptions import Subscriptions
 from .write_queue import AppendJob

@@ -33,8 +33,8 @@ from ..compaction.summarize import (
     plan_summarize,
 )
 from ..core.decisions import free_in_steps
-from ..core.errors import SummarizerError
-from ..core.events import SessionEvent
+from ..values.errors import SummarizerError
+from ..values.events import SessionEvent
 from .summarizers import ExtractiveSummarizer, Summarizer
 
 __all__ = ["Offload", "run_compaction"]

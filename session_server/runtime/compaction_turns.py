@@ -19,19 +19,20 @@ from typing import Any, Literal, Protocol, TypeVar
 
 from ..compaction.fallback import FallbackCause
 from ..compaction.records import CompactionPlan
-from ..core.agent_core import AgentCore, AppendPlan, CompactionDue, Known, Need
-from ..core.context import WorkingContext
-from ..core.decisions import ContextDraft, free_in_steps
-from ..core.errors import ConflictError, SummarizerError
-from ..core.plans import AppendResult
+from ..core.agent_core import AgentCore
+from ..core.decisions import AppendPlan, CompactionDue, ContextDraft, free_in_steps
+from ..core.needs import Known, Need
+from ..process.ops_metrics import OperationsMetrics
+from ..values.context import WorkingContext
+from ..values.errors import ConflictError, SummarizerError
+from ..values.plans import AppendResult
 from .compaction_run import Offload, run_compaction
 from .metrics import CompactionMetrics
 from .off_loop import OFF_LOOP_EVENTS, instructions_counted, on_worker
-from .ops_metrics import OperationsMetrics
 from .summarizers import Summarizer
-from .summary_backoffs import SUMMARY_BACKOFF_MAX, SummaryBackoffs
+from .summary_backoffs import SummaryBackoffs
 
-__all__ = ["SUMMARY_BACKOFF_MAX", "CompactionHost", "CompactionTurns", "Pump", "SummaryOutcome"]
+__all__ = ["CompactionHost", "CompactionTurns", "Pump", "SummaryOutcome"]
 
 # The actor's logger: these records were the actor's before the turns had their own module.
 log = logging.getLogger("session_server.runtime.actor")

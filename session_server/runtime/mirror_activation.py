@@ -27,11 +27,12 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from pathlib import Path
 
-from ..core.errors import InvalidParamsError
 from ..mirror.checkpoint import Resume, plan_activation, repair_reason
 from ..mirror_io.writer import MirrorWriter, validate_session_id
 from ..storage.event_pages import SessionEventReader
-from ..storage.store import AgentStore, MirrorCheckpoint, MirrorRow, MirrorStatus
+from ..storage.mirror_columns import MirrorCheckpoint, MirrorRow, MirrorStatus
+from ..storage.store import AgentStore
+from ..values.errors import InvalidParamsError
 
 __all__ = ["MirrorActivation", "names_a_folder"]
 

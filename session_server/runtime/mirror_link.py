@@ -63,10 +63,6 @@ from typing import Any, TypeVar
 
 from ..core.context_builds import render_snapshot
 from ..core.decisions import SnapshotParts
-from ..core.errors import SessionServerError
-from ..core.events import SessionEvent
-from ..core.plans import SnapshotDue
-from ..core.recent import SessionView
 from ..mirror.snapshot import SNAPSHOT_FILE, RestoredSnapshot
 from ..mirror.snapshot_schedule import SnapshotSchedule
 from ..mirror_io.snapshot_files import load_snapshot_cache
@@ -74,6 +70,10 @@ from ..mirror_io.snapshot_index import SnapshotIndex
 from ..mirror_io.writer import MirrorWriter
 from ..storage.context_window import read_context_window_at
 from ..storage.store import AgentStore
+from ..values.errors import SessionServerError
+from ..values.events import SessionEvent
+from ..values.plans import SnapshotDue
+from ..values.recent import SessionView
 from .mirror_activation import MirrorActivation, names_a_folder
 
 __all__ = ["MirrorLink", "snapshot_from_file"]

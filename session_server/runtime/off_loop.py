@@ -20,7 +20,7 @@ from concurrent.futures import Executor
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, Final, Protocol, TypeVar
 
-from ..core.tokens import TokenCounter, loaded_counter
+from ..values.tokens import TokenCounter, loaded_counter
 
 __all__ = [
     "LARGE_CONTENT_CHARS",

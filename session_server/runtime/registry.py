@@ -33,23 +33,24 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from ..compaction import resolve_strategy, validate_strategy
-from ..core.agent_ids import validate_agent_id, validate_new_id
-from ..core.cache_budget import DEFAULT_CACHE_BYTES, CacheBudget
-from ..core.errors import (
+from ..concurrency.io_threads import IoThreads
+from ..mirror_io.snapshot_index import SnapshotIndex
+from ..process.limits import derive_limits
+from ..process.ops_metrics import AgentCollector, OperationsMetrics
+from ..storage.idempotency import DEFAULT_RETENTION, IdempotencyRetention
+from ..storage.store_connections import Synchronous
+from ..storage.stored_rows import SKIPPED_RECORDS
+from ..values.agent_ids import validate_agent_id, validate_new_id
+from ..values.cache_budget import DEFAULT_CACHE_BYTES, CacheBudget
+from ..values.errors import (
     AgentUnavailableError,
     InvalidParamsError,
     NotFoundError,
     TooLargeError,
 )
-from ..core.tokens import get_counter
-from ..limits import derive_limits
-from ..mirror_io.snapshot_index import SnapshotIndex
-from ..storage.io_threads import IoThreads
-from ..storage.sqlite_ops import DEFAULT_RETENTION, SKIPPED_RECORDS, IdempotencyRetention
-from ..storage.store import Synchronous
+from ..values.tokens import get_counter
 from .actor import AgentActor
 from .metrics import CompactionMetrics
-from .ops_metrics import AgentCollector, OperationsMetrics
 from .summarizers import Summarizer, default_summarizer
 from .summary_backoffs import SummaryBackoffs
 
@@ -77,7 +78,7 @@ class ActorRegistry:
 
     Options: ``synchronous`` ("FULL" default, or "NORMAL"), ``idle_timeout`` seconds
     (default 300; ``None`` disables the sweep), ``max_open`` open stores (default
-    derived from ``RLIMIT_NOFILE``, at most 256: see ``session_server.limits``),
+    derived from ``RLIMIT_NOFILE``, at most 256: see ``session_server.process.limits``),
     ``busy_timeout_ms`` (5000), ``context_limit`` (default window of
     ``build_working_context``, 200 events), ``mirror`` (keep the JSONL mirror, default
     True), ``io_threads`` (worker threads for SQLite calls, shared by all agents, 8),
@@ -94,7 +95,7 @@ class ActorRegistry:
     ``idempotency`` (``IdempotencyRetention``: keys kept 24 h, at most 1000 per session):
     how long a keyed write can be replayed. ``recent_cache_bytes``: what the actors'
     recent-events caches hold together (``DEFAULT_CACHE_BYTES``, 256 MiB; one session at
-    most an eighth of it; see ``core.cache_budget``).
+    most an eighth of it; see ``values.cache_budget``).
     """
 
     def __init__(
@@ -160,7 +161,7 @@ class ActorRegistry:
         self.max_open = max_open
         self.max_agents = max_agents
         self.idempotency = idempotency
-        # One budget for every actor's recent-events cache (``core.cache_budget``).
+        # One budget for every actor's recent-events cache (``values.cache_budget``).
         self.cache_budget = CacheBudget(recent_cache_bytes)
         self.busy_timeout_ms = busy_timeout_ms
         self.context_limit = context_limit

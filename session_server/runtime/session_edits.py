@@ -14,13 +14,13 @@ from typing import Any, Protocol, TypeVar
 import msgspec
 
 from ..core.agent_core import AgentCore
-from ..core.errors import InvalidParamsError
-from ..core.events import SessionEvent
-from ..core.session_rows import SessionRows, check_rows
-from ..core.tokens import get_counter
-from ..core.validation import parse_event
 from ..mirror_io.writer import validate_new_session_id
 from ..storage.store import AgentStore
+from ..values.errors import InvalidParamsError
+from ..values.events import SessionEvent
+from ..values.session_rows import SessionRows, check_rows
+from ..values.tokens import get_counter
+from ..values.validation import parse_event
 from .mirror_link import MirrorLink
 from .off_loop import ExecutorHost
 from .subscriptions import Subscriptions
@@ -85,7 +85,7 @@ class SessionEdits:
         return await self.run_write(write)
 
     async def import_rows(self: EditRunner, rows: SessionRows) -> None:
-        """Write a whole session as it is (``core.session_rows``: checked first), in one
+        """Write a whole session as it is (``values.session_rows``: checked first), in one
         transaction; its mirror files are written from it right after the commit."""
         validate_new_session_id(rows.session.id)
         # Linear in the rows (every event decoded): on a worker, not the event loop.

@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
 from typing import Any, Protocol, TypeVar
 
-from ..core.errors import InvalidParamsError, NotFoundError
-from ..core.events import SessionEvent
-from ..core.session_rows import SessionRows
 from ..storage.store import AgentStore
+from ..values.errors import InvalidParamsError, NotFoundError
+from ..values.events import SessionEvent
+from ..values.session_rows import SessionRows
 
 __all__ = ["ReadRunner", "SessionReads"]
 

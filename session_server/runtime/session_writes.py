@@ -16,13 +16,15 @@ from typing import Any, Final, Literal, Protocol, TypeVar
 import msgspec
 
 from ..compaction.triggers import usage_prompt_tokens
-from ..core.agent_core import AgentCore, AppendPlan, Known, Need, PreparedTurn
-from ..core.context import WorkingContext
-from ..core.errors import InvalidParamsError
-from ..core.events import ContextMessage, SessionEvent
-from ..core.plans import AppendResult, NewSession
+from ..core.agent_core import AgentCore
+from ..core.decisions import AppendPlan, PreparedTurn
+from ..core.needs import Known, Need
 from ..mirror_io.writer import validate_new_session_id
 from ..storage.store import AgentStore
+from ..values.context import WorkingContext
+from ..values.errors import InvalidParamsError
+from ..values.events import ContextMessage, SessionEvent
+from ..values.plans import AppendResult, NewSession
 from .compaction_turns import CompactionTurns
 from .mirror_link import MirrorLink
 from .off_loop import (
@@ -33,10 +35,8 @@ from .off_loop import (
 )
 
 __all__ = [
-    "LARGE_CONTENT_CHARS",
     "SessionWrites",
     "WriteRunner",
-    "off_loop_if_large",
     "persist_from_wire",
 ]
 
@@ -262,7 +262,7 @@ def persist_from_wire(
     content_bound: int | None = None,
 ) -> Coroutine[Any, Any, AppendResult]:
     """``actor.persist_working_context`` for the RPC layer (``turn.persist``): the new
-    messages come straight from ``core.validation.parse_messages`` (the params model
+    messages come straight from ``values.validation.parse_messages`` (the params model
     ran it), so they are not checked again; ``content_bound`` is the size of the frame
     they were decoded from, so a small turn is known to be small without a walk of its
     text (``_plan_size``). Wire concerns, kept out of the actor's public method."""

@@ -10,7 +10,7 @@ import contextlib
 import logging
 from collections.abc import Callable
 
-from ..core.events import SessionEvent
+from ..values.events import SessionEvent
 
 __all__ = ["Subscriber", "Subscriptions"]
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Final, NamedTuple, Protocol, runtime_chec
 from ..compaction.memory import SemanticFact, select_semantic
 from ..compaction.summarize import SummaryRequest, SummaryResult, render_transcript
 from ..compaction.summary_json import parse_summary_json
-from ..core.errors import SummarizerError
+from ..values.errors import SummarizerError
 
 if TYPE_CHECKING:
     from openai import AsyncOpenAI

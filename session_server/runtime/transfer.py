@@ -2,7 +2,7 @@
 
 Export writes ``OUT/agents/<name>/`` (raw traces, archive, episodic, semantic, snapshot)
 from SQLite, the source of truth, not from the live mirror, plus ``session_rows.jsonl``:
-every row SQLite holds about the session, read in one snapshot (``core.session_rows``).
+every row SQLite holds about the session, read in one snapshot (``values.session_rows``).
 
 Import of such a folder is lossless: the session comes back with its id, its events'
 ids, seqs, timestamps, metadata, reasoning, system messages and compaction records, its
@@ -26,14 +26,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 
-from ..core.codec import hydrate_event
-from ..core.errors import InvalidParamsError, TooLargeError
-from ..core.events import SessionEvent
-from ..core.session_rows import with_new_ids
 from ..mirror.rows_file import ROWS_FILE
 from ..mirror_io.export import export_session as write_export
 from ..mirror_io.import_ import find_reference_folder, import_reference_folder, read_rows_file
 from ..storage.staging import staging
+from ..values.codec import hydrate_event
+from ..values.errors import InvalidParamsError, TooLargeError
+from ..values.events import SessionEvent
+from ..values.session_rows import with_new_ids
 
 if TYPE_CHECKING:
     from .actor import AgentActor

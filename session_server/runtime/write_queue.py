@@ -27,10 +27,10 @@ from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Final, TypeVar
 
-from ..core.agent_core import AppendPlan
-from ..core.plans import AppendResult
+from ..concurrency.eager_tasks import create_task_eagerly
+from ..core.decisions import AppendPlan
 from ..storage.store import AgentStore
-from .eager_tasks import create_task_eagerly
+from ..values.plans import AppendResult
 
 __all__ = [
     "MAX_GROUP_APPENDS",

@@ -41,15 +41,16 @@ from typing import Final
 
 import msgspec
 
-from ..core.agent_ids import validate_agent_id
-from ..core.errors import AgentUnavailableError, ConflictError, InvalidParamsError, NotFoundError
-from . import sqlite_ops as ops
+from ..values.agent_ids import validate_agent_id
+from ..values.errors import AgentUnavailableError, ConflictError, InvalidParamsError, NotFoundError
 from .file_check import check_agent_file
 from .file_lock import try_exclusive_lock
 from .file_modes import create_file, make_dir
 from .schema import SCHEMA_VERSION
+from .sqlite_open import connect
 from .staging import staging
 from .store_connections import LOCK_FILE  # the one lock an open agent holds
+from .transactions import storage_error
 
 __all__ = [
     "AGENT_FILE",
@@ -169,9 +170,7 @@ def backup_agent(
     tmp = out_dir / f".{agent_id}.sqlite.tmp-{os.getpid()}"
     tmp.unlink(missing_ok=True)
     try:
-        src = ops.connect(
-            db_path, synchronous="FULL", busy_timeout_ms=busy_timeout_ms, readonly=True
-        )
+        src = connect(db_path, synchronous="FULL", busy_timeout_ms=busy_timeout_ms, readonly=True)
         try:
             create_file(tmp)
             dst = sqlite3.connect(tmp, isolation_level=None)
@@ -191,7 +190,7 @@ def backup_agent(
         os.replace(tmp, final)
         _fsync_path(out_dir, directory=True)
     except sqlite3.Error as exc:
-        raise ops.storage_error(exc, f"backup of agent {agent_id!r}") from exc
+        raise storage_error(exc, f"backup of agent {agent_id!r}") from exc
     finally:
         tmp.unlink(missing_ok=True)
     entry = BackupEntry(
@@ -362,7 +361,7 @@ def restore_agent(
             staged = stage_restore(source, entry, agent_id, folder)
             install_restore(staged, agent_dir, agent_id, force=force, locked=locked)
         except sqlite3.Error as exc:
-            raise ops.storage_error(exc, f"restore of agent {agent_id!r}") from exc
+            raise storage_error(exc, f"restore of agent {agent_id!r}") from exc
 
 
 def _retire(target: Path) -> None:

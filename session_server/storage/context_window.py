@@ -2,7 +2,7 @@
 events with its state and latest compaction record, in one read snapshot (a synchronous
 body run on the reader connection).
 
-The widening is the one rule of ``core.turns`` (``widening_turns``, ``window_from``).
+The widening is the one rule of ``values.turns`` (``widening_turns``, ``window_from``).
 """
 
 from __future__ import annotations
@@ -11,13 +11,19 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from ..core.errors import CorruptRecordError, NotFoundError
-from ..core.events import SessionEvent
-from ..core.plans import ContextWindow
-from ..core.records import CompactionRecord
-from ..core.turns import widening_turns, window_from
-from . import sqlite_ops as ops
-from .sqlite_ops import EVENT_COLUMNS
+from ..values.errors import CorruptRecordError, NotFoundError
+from ..values.events import SessionEvent
+from ..values.plans import ContextWindow
+from ..values.records import CompactionRecord
+from ..values.turns import widening_turns, window_from
+from .sqlite_open import connect
+from .stored_rows import (
+    EVENT_COLUMNS,
+    SKIPPED_RECORDS,
+    hydrate_or_skip,
+    read_session_state,
+    rows_to_events,
+)
 
 __all__ = ["read_context_window", "read_context_window_at"]
 
@@ -32,7 +38,7 @@ def read_context_window(
     """The window ``AgentStore.context_window`` answers (see there)."""
     conn.execute("BEGIN")  # one read snapshot for the session row and the events
     try:
-        state = ops.read_session_state(conn, session_id)
+        state = read_session_state(conn, session_id)
         if state is None:
             raise NotFoundError.session(session_id)
         crow = conn.execute(
@@ -40,13 +46,13 @@ def read_context_window(
             " AND action = 'compaction' ORDER BY seq DESC LIMIT 1",
             (session_id,),
         ).fetchone()
-        record_event = None if crow is None else ops.hydrate_or_skip(crow)
+        record_event = None if crow is None else hydrate_or_skip(crow)
         record: CompactionRecord | None = None
         if record_event is not None:
             try:
                 record = CompactionRecord.of(record_event)
             except CorruptRecordError as exc:  # the history reads as if uncompacted
-                ops.SKIPPED_RECORDS.note(exc)
+                SKIPPED_RECORDS.note(exc)
         if from_record:
             from_seq = None if record is None else record.from_seq
         where = "session_id = ?"
@@ -60,7 +66,7 @@ def read_context_window(
             args.append(max(0, int(limit)))
         rows = conn.execute(sql, args).fetchall()
         rows.reverse()
-        events = ops.rows_to_events(rows)
+        events = rows_to_events(rows)
         prefix: list[SessionEvent] = []
         if events and limit is not None and len(rows) >= limit:
             needed = widening_turns(events)
@@ -72,7 +78,7 @@ def read_context_window(
                 if from_seq is not None:
                     lower = max(lower, from_seq)
                 if lower < events[0].seq:
-                    prefix = ops.rows_to_events(
+                    prefix = rows_to_events(
                         conn.execute(
                             f"SELECT {EVENT_COLUMNS} FROM events WHERE session_id = ?"
                             " AND seq >= ? AND seq < ? ORDER BY seq",
@@ -106,7 +112,7 @@ def read_context_window_at(
     from its latest compaction record on), read on a read-only connection of its own
     (synchronous: a worker thread, beside the agent's writer); ``None`` when the session
     is gone."""
-    conn = ops.connect(path, synchronous="NORMAL", busy_timeout_ms=busy_timeout_ms, readonly=True)
+    conn = connect(path, synchronous="NORMAL", busy_timeout_ms=busy_timeout_ms, readonly=True)
     try:
         return read_context_window(conn, session_id, limit, None, True)
     except NotFoundError:

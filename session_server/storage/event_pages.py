@@ -16,9 +16,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Final
 
-from ..core.events import SessionEvent
-from . import sqlite_ops as ops
-from .sqlite_ops import EVENT_COLUMNS
+from ..values.events import SessionEvent
+from .sqlite_open import connect
+from .stored_rows import EVENT_COLUMNS, rows_to_events
 
 __all__ = ["PAGE_EVENTS", "SessionEventReader"]
 
@@ -30,7 +30,7 @@ class SessionEventReader:
 
     def __init__(self, path: Path, session_id: str, *, busy_timeout_ms: int = 5000) -> None:
         self.session_id = session_id
-        self._conn = ops.connect(
+        self._conn = connect(
             path, synchronous="NORMAL", busy_timeout_ms=busy_timeout_ms, readonly=True
         )
         try:
@@ -45,7 +45,7 @@ class SessionEventReader:
         cursor = self._conn.execute(sql, (self.session_id,))
         try:
             while rows := cursor.fetchmany(PAGE_EVENTS):
-                yield from ops.rows_to_events(rows)
+                yield from rows_to_events(rows)
         finally:
             cursor.close()
 

@@ -14,10 +14,9 @@ from typing import Any, Final
 
 import msgspec
 
-from ..core.errors import InvalidParamsError
-from ..core.events import ACTIONS, SessionEvent
-from . import sqlite_ops as ops
-from .sqlite_ops import EVENT_COLUMNS
+from ..values.errors import InvalidParamsError
+from ..values.events import ACTIONS, SessionEvent
+from .stored_rows import EVENT_COLUMNS, rows_to_events
 
 __all__ = ["EVENT_OVERHEAD", "EVENT_SIZE_SQL", "EventQuery", "event_query", "read_events"]
 
@@ -111,7 +110,7 @@ def read_events(conn: sqlite3.Connection, q: EventQuery) -> tuple[list[SessionEv
                 f"ORDER BY seq {q.order}{q.limit_sql}"
             )
             params = (*q.args, cut[0])
-    events = ops.rows_to_events(conn.execute(query, params).fetchall())
+    events = rows_to_events(conn.execute(query, params).fetchall())
     if q.tail:
         events.reverse()
     return events, complete

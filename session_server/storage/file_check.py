@@ -9,14 +9,14 @@ in place, so nothing it refuses ever replaces an agent's file. In order:
    (no trigger, view, virtual table or other object: a trigger could delete events or
    inject context on every write, a view could stand in for a table);
 4. an older file is brought forward by the migrations (``sqlite_open.migrate``);
-5. the schema compared object by object with ``schema.sql`` (``core.file_shape``):
+5. the schema compared object by object with ``schema.sql`` (``values.file_shape``):
    tables, columns, indexes; an index a very old file lacks is built;
 6. the invariants the store assumes (``invariant_problems``): every column of the type
    the store reads, ids non-empty, every event's session exists, seqs positive and at
    most their session's ``last_seq`` (no seq reused after a restore), turns at most
    ``last_turn``, JSON columns JSON objects, actions known, timestamps in range, and
    every compaction record one the builder can apply, whose bounds lie within its
-   session (``core.records.record_bound_problem``), every persisted strategy valid;
+   session (``values.records.record_bound_problem``), every persisted strategy valid;
 7. every session's mirror marked stale (the JSONL files are rewritten from the file on
    activation; the snapshot of the replaced file is not trusted).
 
@@ -34,11 +34,11 @@ from typing import Final
 import msgspec
 
 from ..compaction.config import validate_strategy
-from ..core.codec import hydrate_event
 from ..core.core_state import AGENT_STRATEGY_KEY
-from ..core.errors import CorruptRecordError, InvalidParamsError, SessionServerError
-from ..core.events import ACTIONS
-from ..core.file_shape import (
+from ..values.codec import hydrate_event
+from ..values.errors import CorruptRecordError, InvalidParamsError, SessionServerError
+from ..values.events import ACTIONS
+from ..values.file_shape import (
     ColumnShape,
     IndexShape,
     SchemaShape,
@@ -48,8 +48,8 @@ from ..core.file_shape import (
     shape_problems,
     sql_words,
 )
-from ..core.records import record_bound_problem
-from ..core.validation import MAX_TIMESTAMP_MS
+from ..values.records import record_bound_problem
+from ..values.validation import MAX_TIMESTAMP_MS
 from .schema import SCHEMA_VERSION, schema_sql
 from .sqlite_open import _statements, migrate
 

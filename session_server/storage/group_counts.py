@@ -23,8 +23,8 @@ from collections.abc import Sequence
 from concurrent.futures import Executor
 from typing import Final
 
-from ..core.plans import AppendBatch
-from ..core.tokens import count_events
+from ..values.plans import AppendBatch
+from ..values.tokens import count_events
 
 __all__ = ["GroupCounts"]
 

@@ -14,10 +14,10 @@ from typing import Final
 
 import msgspec
 
-from ..core.codec import encode_json_bytes, event_metadata
-from ..core.errors import ConflictError
-from ..core.events import SessionEvent
-from ..core.plans import AppendResult
+from ..values.codec import encode_json_bytes, event_metadata
+from ..values.errors import ConflictError
+from ..values.events import SessionEvent
+from ..values.plans import AppendResult
 
 __all__ = [
     "CLAIM_KEY",

@@ -1,4 +1,4 @@
-"""Read and write a whole session as its SQLite rows (I/O; see ``core.session_rows``)."""
+"""Read and write a whole session as its SQLite rows (I/O; see ``values.session_rows``)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Any, Final
 
 import msgspec
 
-from ..core.errors import ConflictError
-from ..core.session_rows import (
+from ..values.errors import ConflictError
+from ..values.session_rows import (
     EventRow,
     IdempotencyRow,
     SessionRow,

@@ -10,11 +10,11 @@ import sqlite3
 from collections.abc import Collection, Mapping
 from typing import Any, Final
 
-from ..core.codec import dehydrate_event, encode_json, now_ms
-from ..core.errors import ConflictError, InvalidParamsError, NotFoundError
-from ..core.events import SessionEvent
+from ..values.codec import dehydrate_event, encode_json, now_ms
+from ..values.errors import ConflictError, InvalidParamsError, NotFoundError
+from ..values.events import SessionEvent
 from . import sqlite_ops as ops
-from .sqlite_ops import EVENT_COLUMNS
+from .stored_rows import EVENT_COLUMNS, hydrate_or_skip, session_row
 
 __all__ = ["clear_events", "list_sessions_page", "pop_event", "replace_metadata"]
 
@@ -34,7 +34,7 @@ def replace_metadata(
     row = conn.execute(
         f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE id = ?", (session_id,)
     ).fetchone()
-    return ops.session_row(row)
+    return session_row(row)
 
 
 def _metadata_condition(key: str, value: Any) -> tuple[str, list[Any]]:
@@ -105,7 +105,7 @@ def list_sessions_page(
         " ORDER BY updated_at DESC, created_at DESC, id LIMIT ? OFFSET ?"
     )
     rows = conn.execute(sql, [*args, -1 if limit is None else limit, offset]).fetchall()
-    return [ops.session_row(r) for r in rows], total
+    return [session_row(r) for r in rows], total
 
 
 def pop_event(
@@ -127,7 +127,7 @@ def pop_event(
         " ORDER BY seq DESC LIMIT 1",
         (session_id,),
     ).fetchone()
-    current = None if row is None else ops.hydrate_or_skip(row)
+    current = None if row is None else hydrate_or_skip(row)
     found = None if current is None else current.id
     if event_id is not None and found != event_id:
         raise ConflictError(

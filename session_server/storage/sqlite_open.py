@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
-from ..core.errors import AgentUnavailableError
+from ..values.errors import AgentUnavailableError
 from .file_modes import create_file
 from .schema import SCHEMA_VERSION, schema_sql
 

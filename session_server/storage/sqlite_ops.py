@@ -22,12 +22,12 @@ from typing import Any, Final
 
 import msgspec
 
-from ..core.codec import encode_json, event_metadata, now_ms
-from ..core.errors import ConflictError, NotFoundError, SessionServerError
-from ..core.events import SessionEvent
-from ..core.plans import AppendBatch, AppendOutcome, AppendResult
-from ..core.tokens import count_events
-from ..core.turns import TurnPosition, number_turns, stored_calls_needed
+from ..values.codec import encode_json, event_metadata, now_ms
+from ..values.errors import ConflictError, NotFoundError, SessionServerError
+from ..values.events import SessionEvent
+from ..values.plans import AppendBatch, AppendOutcome, AppendResult
+from ..values.tokens import count_events
+from ..values.turns import TurnPosition, number_turns, stored_calls_needed
 from .group_counts import GroupCounts
 from .idempotency import (
     CLAIM_KEY,
@@ -38,49 +38,19 @@ from .idempotency import (
     columns_digest,
     prune_idempotency,
     replayed_result,
-    request_digest,
 )
-from .sqlite_open import MIGRATIONS as MIGRATIONS
-from .sqlite_open import connect, migrate
 from .stored_rows import (
     EVENT_COLUMNS,
-    SESSION_STATE_COLUMNS,
-    SKIPPED_RECORDS,
-    SkippedRecords,
-    hydrate_or_skip,
-    read_session_state,
-    rows_to_events,
-    session_row,
-    session_state,
 )
-from .transactions import project_error, storage_error, write_txn
+from .transactions import project_error
 
 __all__ = [
-    "DEFAULT_RETENTION",
-    "EVENT_COLUMNS",
-    "PRUNE_EVERY_SEQS",
-    "SESSION_STATE_COLUMNS",
-    "SKIPPED_RECORDS",
     "STALE_MIRROR_SEQ",
     "UPSERT_TOOL_CALL",
-    "AppendResult",
-    "IdempotencyRetention",
-    "SkippedRecords",
     "append",
     "append_group",
-    "connect",
-    "hydrate_or_skip",
     "insert_session",
     "invalidate_mirror",
-    "migrate",
-    "prune_idempotency",
-    "read_session_state",
-    "request_digest",
-    "rows_to_events",
-    "session_row",
-    "session_state",
-    "storage_error",
-    "write_txn",
 ]
 
 

@@ -22,14 +22,14 @@ import sqlite3
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any, Final, TypeVar
 
-from ..core.errors import AgentUnavailableError, NotFoundError, SessionServerError, StorageError
-from ..core.events import SessionEvent
-from ..core.plans import AppendBatch, AppendOutcome, AppendResult, ContextWindow, SessionState
-from ..core.session_rows import SessionRows
+from ..values.errors import AgentUnavailableError, NotFoundError, SessionServerError, StorageError
+from ..values.events import SessionEvent
+from ..values.plans import AppendBatch, AppendOutcome, ContextWindow, SessionState
+from ..values.session_rows import SessionRows
 from . import session_sql
 from . import sqlite_ops as ops
 from .context_window import read_context_window
-from .event_queries import EVENT_OVERHEAD, EVENT_SIZE_SQL, event_query, read_events
+from .event_queries import EVENT_SIZE_SQL, event_query, read_events
 from .mirror_columns import (
     MirrorCheckpoint,
     MirrorRow,
@@ -39,18 +39,12 @@ from .mirror_columns import (
     save_checkpoints,
 )
 from .session_rows import read_session_rows, write_session_rows
-from .store_connections import StoreConnections, Synchronous
+from .store_connections import StoreConnections
+from .stored_rows import read_session_state, session_row
+from .transactions import storage_error
 
 __all__ = [
-    "EVENT_OVERHEAD",
-    "EVENT_SIZE_SQL",
     "AgentStore",
-    "AppendResult",
-    "ContextWindow",
-    "MirrorCheckpoint",
-    "MirrorRow",
-    "MirrorStatus",
-    "Synchronous",
 ]
 
 log = logging.getLogger(__name__)
@@ -76,7 +70,7 @@ class AgentStore(StoreConnections):
             row = conn.execute(
                 f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE id = ?", (session_id,)
             ).fetchone()
-            return None if row is None else ops.session_row(row)
+            return None if row is None else session_row(row)
 
         return await self._read(fn)
 
@@ -86,7 +80,7 @@ class AgentStore(StoreConnections):
                 f"SELECT {_SESSION_COLUMNS} FROM sessions"
                 " ORDER BY updated_at DESC, created_at DESC, id"
             ).fetchall()
-            return [ops.session_row(r) for r in rows]
+            return [session_row(r) for r in rows]
 
         return await self._read(fn)
 
@@ -115,7 +109,7 @@ class AgentStore(StoreConnections):
             try:
                 busy = self.writer.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
             except sqlite3.Error as exc:
-                raise ops.storage_error(exc, "checkpoint after delete") from exc
+                raise storage_error(exc, "checkpoint after delete") from exc
             if busy:
                 log.warning("agent %r: WAL not truncated after a delete (busy)", self.agent_id)
 
@@ -168,7 +162,7 @@ class AgentStore(StoreConnections):
 
     async def session_state(self, session_id: str) -> SessionState | None:
         """Internal columns of a session (last seq, strategy, flag, mirror cursor)."""
-        return await self._read(lambda conn: ops.read_session_state(conn, session_id))
+        return await self._read(lambda conn: read_session_state(conn, session_id))
 
     async def set_session_strategy(self, session_id: str, strategy: str | None) -> None:
         """Store a session's strategy (JSON text; ``None`` clears it)."""
@@ -352,7 +346,7 @@ class AgentStore(StoreConnections):
         everything loaded are dropped from the window (they stay stored).
         ``from_record`` takes ``from_seq`` from the latest compaction record instead
         (``CompactionRecord.from_seq``), read in the same snapshot. The widening is the
-        one rule of ``core.turns`` (``widening_turns``, ``window_from``).
+        one rule of ``values.turns`` (``widening_turns``, ``window_from``).
         """
         return await self._read(
             lambda conn: read_context_window(conn, session_id, limit, from_seq, from_record)

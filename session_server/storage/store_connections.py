@@ -23,13 +23,15 @@ from concurrent.futures import Executor
 from pathlib import Path
 from typing import Any, Final, Literal, Self, TypeVar
 
-from ..core.errors import AgentUnavailableError
-from ..limits import descriptor_error, out_of_descriptors
-from . import sqlite_ops as ops
+from ..concurrency.thread_calls import call_on
+from ..process.limits import descriptor_error, out_of_descriptors
+from ..values.errors import AgentUnavailableError
 from .file_lock import try_exclusive_lock
 from .file_modes import make_dir
+from .idempotency import DEFAULT_RETENTION, IdempotencyRetention
 from .schema import READABLE_SCHEMA_VERSION, SCHEMA_VERSION
-from .thread_calls import call_on
+from .sqlite_open import connect, migrate
+from .transactions import storage_error, write_txn
 
 __all__ = ["LOCK_FILE", "StoreConnections", "Synchronous"]
 
@@ -51,7 +53,7 @@ class StoreConnections:
         executor: Executor | None,
         on_commit: Callable[[float, int], None] | None = None,
         readonly: bool = False,
-        idempotency: ops.IdempotencyRetention = ops.DEFAULT_RETENTION,
+        idempotency: IdempotencyRetention = DEFAULT_RETENTION,
         count_executor: Executor | None = None,
     ) -> None:
         self.path = path
@@ -112,14 +114,14 @@ class StoreConnections:
         then: Callable[[T], object] | None = None,
     ) -> T:
         started = time.perf_counter()
-        result: T = await self._call(ops.write_txn, self.writer, what, body, *args, then=then)
+        result: T = await self._call(write_txn, self.writer, what, body, *args, then=then)
         if self._on_commit is not None:  # seconds of the transaction, queueing included
             self._on_commit(time.perf_counter() - started, batch_size)
         return result
 
     def _reader_conn(self) -> sqlite3.Connection:
         if self._reader is None:
-            self._reader = ops.connect(
+            self._reader = connect(
                 self.path,
                 synchronous=self.synchronous,
                 busy_timeout_ms=self.busy_timeout_ms,
@@ -139,7 +141,7 @@ class StoreConnections:
             except sqlite3.Error as exc:
                 if out_of_descriptors(exc):
                     raise descriptor_error(self.agent_id) from exc
-                raise ops.storage_error(exc, "read") from exc
+                raise storage_error(exc, "read") from exc
 
         async with self._read_lock:
             return await self._call(run)
@@ -157,7 +159,7 @@ class StoreConnections:
         executor: Executor | None = None,
         on_commit: Callable[[float, int], None] | None = None,
         readonly: bool = False,
-        idempotency: ops.IdempotencyRetention = ops.DEFAULT_RETENTION,
+        idempotency: IdempotencyRetention = DEFAULT_RETENTION,
         count_executor: Executor | None = None,
     ) -> Self:
         """Open (creating and migrating if needed) the agent file.
@@ -206,11 +208,11 @@ class StoreConnections:
             store._lock_fd = _lock_agent_dir(path.parent, agent_id)
             try:
                 left = _wal_left(path)  # before SQLite opens (and so creates) the WAL
-                conn = ops.connect(
+                conn = connect(
                     path, synchronous=synchronous, busy_timeout_ms=busy_timeout_ms, readonly=False
                 )
                 try:
-                    ops.migrate(conn)
+                    migrate(conn)
                     if left:
                         _erase_left_wal(conn, agent_id)
                 except BaseException:

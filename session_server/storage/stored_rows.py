@@ -14,10 +14,10 @@ from typing import Any, Final
 
 import msgspec
 
-from ..core.codec import hydrate_event
-from ..core.errors import CorruptRecordError
-from ..core.events import SessionEvent
-from ..core.plans import SessionState
+from ..values.codec import hydrate_event
+from ..values.errors import CorruptRecordError
+from ..values.events import SessionEvent
+from ..values.plans import SessionState
 
 __all__ = [
     "EVENT_COLUMNS",

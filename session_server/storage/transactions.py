@@ -11,7 +11,7 @@ import contextlib
 import sqlite3
 from typing import Any
 
-from ..core.errors import ConflictError, StorageError
+from ..values.errors import ConflictError, StorageError
 
 __all__ = ["project_error", "storage_error", "write_txn"]
 

@@ -38,8 +38,8 @@ from pathlib import Path
 import pytest
 
 from session_server.client import SessionClient
-from session_server.core.errors import NotFoundError
-from session_server.core.events import ContextMessage, SessionEvent, ToolCall
+from session_server.values.errors import NotFoundError
+from session_server.values.events import ContextMessage, SessionEvent, ToolCall
 from tests.support.mirror_check import expected_mirror, mirror_files
 from tests.support.server import ServerProcess, turn_messages
 

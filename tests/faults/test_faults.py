@@ -31,8 +31,8 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
 from session_server.client import SessionClient
-from session_server.core.errors import InternalError
-from session_server.core.events import ContextMessage
+from session_server.values.errors import InternalError
+from session_server.values.events import ContextMessage
 from tests.support.mirror_check import activate_and_close, expected_mirror, mirror_files
 from tests.support.server import ServerProcess, running_server, turn_messages
 

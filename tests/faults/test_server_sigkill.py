@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from session_server.client import ConnectionLostError, SessionClient
-from session_server.core.events import SessionEvent
+from session_server.values.events import SessionEvent
 from tests.support.mirror_check import activate_and_close, expected_mirror, mirror_files
 from tests.support.server import ServerProcess, turn_messages
 

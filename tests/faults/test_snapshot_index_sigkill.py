@@ -14,7 +14,7 @@ import shutil
 from pathlib import Path
 
 from session_server.client import SessionClient
-from session_server.core.events import ContextMessage
+from session_server.values.events import ContextMessage
 from tests.support.server import ServerProcess
 
 AGENT = "agent"

@@ -13,12 +13,25 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 FORBIDDEN = ("asyncio", "aiosqlite", "websockets")
 # Folders (and single modules) that hold pure code: values in, values out, no I/O.
-PURE_FOLDERS = ("core", "compaction", "mirror", "adapters")
-PURE_EXTRA = (ROOT / "session_server" / "rpc" / "protocol.py",)
+PURE_FOLDERS = ("values", "core", "compaction", "mirror", "adapters")
+PURE_EXTRA = (
+    ROOT / "session_server" / "rpc" / "protocol.py",
+    ROOT / "session_server" / "auth" / "tokens.py",
+)
 # What a pure module may not import, on top of the event loop: a database, the network,
 # the shell's folders.
 FORBIDDEN_IN_PURE = (*FORBIDDEN, "sqlite3", "openai", "httpx", "prometheus_client")
-SHELL_FOLDERS = ("runtime", "storage", "mirror_io")
+SHELL_FOLDERS = (
+    "runtime",
+    "storage",
+    "mirror_io",
+    "server",
+    "concurrency",
+    "process",
+    "cli",
+    "client",
+    "integrations",
+)
 CORE_FILES = sorted(
     [p for folder in PURE_FOLDERS for p in (ROOT / "session_server" / folder).glob("*.py")]
     + list(PURE_EXTRA),
@@ -55,7 +68,9 @@ def test_every_core_file_exists() -> None:
     for path in CORE_FILES:
         assert path.is_file(), path
     assert (ROOT / "session_server" / "adapters" / "workers_ai.py") in CORE_FILES
-    assert (ROOT / "session_server" / "core" / "codec.py") in CORE_FILES
+    assert (ROOT / "session_server" / "values" / "codec.py") in CORE_FILES
+    assert (ROOT / "session_server" / "values" / "tokens.py") in CORE_FILES
+    assert (ROOT / "session_server" / "core" / "agent_core.py") in CORE_FILES
     assert len(CORE_FILES) >= 30
 
 
@@ -134,7 +149,7 @@ def loaded_after_import(modules: str) -> list[str]:
     "modules",
     [
         # The set the issue names.
-        "session_server.core.codec, session_server.core.context, session_server.core.turns, "
+        "session_server.values.codec, session_server.values.context, session_server.values.turns, "
         "session_server.adapters",
         # Every core module, the package root and every adapter (tiktoken and msgspec
         # included: neither pulls asyncio in today, so all three names are checked).

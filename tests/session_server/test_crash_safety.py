@@ -20,8 +20,8 @@ import sys
 import time
 from pathlib import Path
 
-from session_server.core.events import SessionEvent
 from session_server.runtime.registry import ActorRegistry
+from session_server.values.events import SessionEvent
 from tests.support.crash_writer import TOOL_NAME, turn_messages
 from tests.support.mirror_check import expected_mirror, mirror_files
 

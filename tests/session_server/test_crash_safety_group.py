@@ -18,8 +18,8 @@ import sys
 import time
 from pathlib import Path
 
-from session_server.core.events import SessionEvent
 from session_server.runtime.registry import ActorRegistry
+from session_server.values.events import SessionEvent
 from tests.session_server.test_crash_safety import ROUND_DEADLINE_S, Writer, check_log
 
 AGENT = "group-crash-agent"

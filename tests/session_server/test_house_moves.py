@@ -15,14 +15,14 @@ FILES = {
     "session_server/__init__.py": "from .core.errors import Oops\n",
     "session_server/events.py": "from .core.events import *  # noqa: F403\n",
     "session_server/core/__init__.py": "",
-    "session_server/core/errors.py": "class Oops(Exception):\n    pass\n",
-    "session_server/core/events.py": "from .errors import Oops\n",
+    "session_server/values/errors.py": "class Oops(Exception):\n    pass\n",
+    "session_server/values/events.py": "from .errors import Oops\n",
     "session_server/core/agent_core.py": (
         "from . import errors as errs\nfrom .errors import Oops\nfrom .events import Oops as O\n"
     ),
     "session_server/budget.py": "import asyncio\n",
-    "session_server/server.py": (
-        '"""Uses ``core.errors.Oops``."""\n'
+    "session_server/server/server.py": (
+        '"""Uses ``values.errors.Oops``."""\n'
         "from .budget import asyncio\n"
         "from .core.errors import Oops\n"
         'log = "session_server.server"\n'
@@ -30,7 +30,7 @@ FILES = {
     ),
     "tests/__init__.py": "",
     "tests/session_server/__init__.py": "",
-    "tests/session_server/test_server_bounds.py": (
+    "tests/session_server/server/test_server_bounds.py": (
         "from pathlib import Path\n"
         "from session_server.server import log\n"
         "from session_server.server import SessionServer\n"
@@ -92,7 +92,7 @@ def test_moves_and_rewrites(tmp_path: Path) -> None:
     assert (pkg / "__init__.py").read_text() == "from .values.errors import Oops\n"
     assert (pkg / "events.py").read_text().startswith("from .values.events import *")
     test = (repo / "tests/session_server/server/test_server_bounds.py").read_text()
-    assert "from session_server.server.server import log" in test
+    assert "from session_server.server.server.server import log" in test
     assert "from session_server.server import SessionServer" in test  # kept public path
     assert "from session_server.values import errors" in test
     assert "parents[3]" in test

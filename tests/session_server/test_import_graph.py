@@ -122,3 +122,41 @@ def test_a_cycle_is_found() -> None:
 
 def test_no_import_cycle_in_session_server() -> None:
     assert cycles(import_graph()) == []
+
+
+def folder_of(module: str) -> str:
+    """``session_server.storage.store`` -> ``storage``; a top-level module is its own node."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def folder_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """One node per folder of ``session_server`` (and per top-level module), an edge where a
+    module of one imports a module of another. The package ``__init__`` only re-exports
+    and is left out."""
+    folders: dict[str, set[str]] = {}
+    for module, targets in graph.items():
+        if module == "session_server":
+            continue
+        source = folder_of(module)
+        folders.setdefault(source, set())
+        for target in targets:
+            if target != "session_server" and folder_of(target) != source:
+                folders[source].add(folder_of(target))
+    return folders
+
+
+def test_a_folder_cycle_is_found() -> None:
+    graph = {
+        "session_server.a.x": {"session_server.b.y"},
+        "session_server.b.y": set(),
+        "session_server.b.z": {"session_server.a.w"},
+        "session_server.a.w": set(),
+    }
+    assert cycles(folder_graph(graph)) == [["a", "b"]]
+
+
+def test_no_import_cycle_between_folders() -> None:
+    folders = folder_graph(import_graph())
+    assert {"values", "core", "server", "storage", "runtime"} <= set(folders)
+    assert cycles(folders) == []

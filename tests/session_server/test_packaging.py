@@ -13,8 +13,8 @@ from pathlib import Path
 from packaging.requirements import Requirement
 from packaging.version import Version
 
+from session_server.server.ws_compat import SUPPORTED_MAJORS
 from session_server.storage.schema import SCHEMA_VERSION, schema_sql
-from session_server.ws_compat import SUPPORTED_MAJORS
 
 ROOT = Path(__file__).resolve().parents[2]
 CREATE_EVENTS = re.compile(r"CREATE TABLE (IF NOT EXISTS )?events\b")
@@ -50,7 +50,7 @@ def test_wheel_contains_schema_and_type_markers(tmp_path: Path) -> None:
             "session_server/codec.py",
             "session_server/adapters/__init__.py",
             "session_server/adapters/workers_ai.py",
-            "session_server/http_routes.py",
+            "session_server/server/http_routes.py",
             "session_server/inspector/__init__.py",
             "session_server/inspector/static/index.html",
             "session_server/inspector/static/inspector.js",

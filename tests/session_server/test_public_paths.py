@@ -7,10 +7,10 @@ import session_server.codec as codec
 import session_server.context as context
 import session_server.errors as errors
 import session_server.events as events
-from session_server.core import codec as core_codec
-from session_server.core import context as core_context
-from session_server.core import errors as core_errors
-from session_server.core import events as core_events
+from session_server.values import codec as core_codec
+from session_server.values import context as core_context
+from session_server.values import errors as core_errors
+from session_server.values import events as core_events
 
 
 def test_public_modules_re_export_the_core() -> None:

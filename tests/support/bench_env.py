@@ -5,7 +5,7 @@
   ``scripts/_env.sh`` do) when it is unset and that folder exists. The variable is in
   ``os.environ``, so server subprocesses started afterwards count with tiktoken too.
 - ``token_mode()``: ``"tiktoken"`` when this process's counter loaded its encoding,
-  ``"estimate"`` when it degraded to the byte estimate (``core.tokens``); every benchmark
+  ``"estimate"`` when it degraded to the byte estimate (``values.tokens``); every benchmark
   prints it in its report header, since the estimate is cheaper than a real count.
 - ``server_token_mode(stderr)``: the same for a server subprocess, from its stderr (the
   counter logs ``token counts are estimates`` once when it degrades).
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 
-from session_server.core.tokens import get_counter
+from session_server.values.tokens import get_counter
 from tests.support.paths import SHARED
 
 __all__ = ["server_token_mode", "token_mode", "use_shared_tiktoken"]

@@ -20,9 +20,9 @@ import asyncio
 import re
 import sys
 
-from session_server.core.context import WorkingContext
-from session_server.core.events import ContextMessage, ToolCall
 from session_server.runtime.registry import ActorRegistry
+from session_server.values.context import WorkingContext
+from session_server.values.events import ContextMessage, ToolCall
 
 TOOL_NAME = "lookup"
 _TURN_RE = re.compile(r"^answer of turn (\d+)$")

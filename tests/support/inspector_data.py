@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from session_server.client import SessionClient
-from session_server.core.events import ContextMessage, ToolCall
+from session_server.values.events import ContextMessage, ToolCall
 
 from .server import turn_messages
 

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from session_server.client import SessionClient
-from session_server.core.events import ContextMessage, SessionEvent, ToolCall
+from session_server.values.events import ContextMessage, SessionEvent, ToolCall
 
 __all__ = ["LoadReport", "rss_kib", "run_load", "writer_turn"]
 

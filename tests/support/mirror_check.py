@@ -12,11 +12,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from session_server.core.events import SessionEvent
 from session_server.mirror.model import render_mirror
 from session_server.mirror_io.jsonl import encode_lines
-from session_server.mirror_io.writer import MIRROR_FILES
+from session_server.mirror_io.repair import MIRROR_FILES
 from session_server.runtime.registry import ActorRegistry
+from session_server.values.events import SessionEvent
 
 __all__ = ["activate_and_close", "expected_mirror", "mirror_files"]
 

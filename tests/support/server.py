@@ -41,9 +41,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from session_server.auth import Authenticator, parse_token_specs
-from session_server.core.events import ContextMessage, ToolCall
 from session_server.runtime.registry import ActorRegistry
 from session_server.server import SessionServer
+from session_server.values.events import ContextMessage, ToolCall
 
 __all__ = [
     "EMPTY_PAGE",

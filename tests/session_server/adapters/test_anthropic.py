@@ -3,8 +3,8 @@ from __future__ import annotations
 import pytest
 
 from session_server.adapters.anthropic import LEADING_USER_TEXT, adapter
-from session_server.core.errors import RenderError
-from session_server.core.events import ContextMessage, ToolCall
+from session_server.values.errors import RenderError
+from session_server.values.events import ContextMessage, ToolCall
 
 PLACEHOLDER = "⟦removed: tool output for weather (call_id=c1); reason=context_compaction⟧"
 

@@ -7,8 +7,8 @@ import pytest
 from session_server.adapters import anthropic, openai_chat, openai_responses
 from session_server.adapters.base import ModelFormatAdapter
 from session_server.adapters.checks import check_images, check_tool_pairing, render_error
-from session_server.core.errors import InvalidParamsError, RenderError
-from session_server.core.events import ContextMessage, ToolCall
+from session_server.values.errors import InvalidParamsError, RenderError
+from session_server.values.events import ContextMessage, ToolCall
 
 CHECKED: list[ModelFormatAdapter] = [
     openai_chat.adapter,

@@ -17,10 +17,10 @@ from hypothesis import strategies as st
 
 from session_server.adapters import anthropic, openai_chat, openai_responses, workers_ai
 from session_server.adapters.ingest import PROVIDER_FORMAT, PROVIDER_ITEMS, parse_arguments
-from session_server.core.codec import encode_json
-from session_server.core.errors import InvalidParamsError
-from session_server.core.events import ContextMessage, ToolCall
-from session_server.core.validation import parse_messages
+from session_server.values.codec import encode_json
+from session_server.values.errors import InvalidParamsError
+from session_server.values.events import ContextMessage, ToolCall
+from session_server.values.validation import parse_messages
 
 TEXT = st.text(max_size=20)
 IDENT = st.text("abcdefghijklmnopqrstuvwxyz0123456789_", min_size=1, max_size=12)

@@ -5,8 +5,8 @@ import json
 import pytest
 
 from session_server.adapters.openai_chat import adapter
-from session_server.core.errors import RenderError
-from session_server.core.events import ContextMessage, ToolCall
+from session_server.values.errors import RenderError
+from session_server.values.events import ContextMessage, ToolCall
 
 PLACEHOLDER = "⟦removed: tool output for weather (call_id=c1); reason=context_compaction⟧"
 

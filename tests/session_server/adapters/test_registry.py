@@ -7,8 +7,8 @@ import pytest
 from session_server import adapters
 from session_server.adapters import anthropic, openai_chat, openai_responses, workers_ai
 from session_server.adapters.base import ModelFormatAdapter
-from session_server.core.errors import InvalidParamsError, RenderError
-from session_server.core.events import ContextMessage, ToolCall
+from session_server.values.errors import InvalidParamsError, RenderError
+from session_server.values.events import ContextMessage, ToolCall
 
 
 def test_all_four_adapters_are_registered() -> None:

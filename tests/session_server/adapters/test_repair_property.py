@@ -7,7 +7,7 @@ that are malformed JSON or not an object, and the Responses shape (one call per 
 item). Each is built (``build_compacted_context``, the builder of ``context.build`` /
 ``context.render``), rendered by every adapter, validated against the ``openai`` and
 ``anthropic`` SDK request types, and built a second time to the same bytes. Each log is
-also built through tail windows of every length (``core.turns.tail_window``, the rule
+also built through tail windows of every length (``values.turns.tail_window``, the rule
 ``store.context_window`` and the actor's cache share): every result a window shows
 answers the call the whole log gives it to, never another turn's call with its id.
 """
@@ -21,12 +21,12 @@ from hypothesis import strategies as st
 
 from session_server import adapters
 from session_server.compaction import build_compacted_context, build_parts
-from session_server.core.codec import encode_json, event_to_message
-from session_server.core.context import build_working_context
-from session_server.core.events import ContextMessage, SessionEvent, ToolCall
-from session_server.core.repair import _repair as _full_repair
-from session_server.core.repair import missing_result_text, needs_repair, repair_tool_pairing
-from session_server.core.turns import (
+from session_server.values.codec import encode_json, event_to_message
+from session_server.values.context import build_working_context
+from session_server.values.events import ContextMessage, SessionEvent, ToolCall
+from session_server.values.repair import _repair as _full_repair
+from session_server.values.repair import missing_result_text, needs_repair, repair_tool_pairing
+from session_server.values.turns import (
     _pairs,
     assign_turns,
     drop_orphan_results,

@@ -26,7 +26,7 @@ from pydantic import ConfigDict, TypeAdapter, ValidationError
 
 from session_server.adapters import anthropic as anthropic_adapter
 from session_server.adapters import openai_chat, openai_responses
-from session_server.core.events import ContextMessage, ToolCall
+from session_server.values.events import ContextMessage, ToolCall
 
 STRICT = ConfigDict(extra="forbid", strict=True)
 CHAT_MESSAGES: TypeAdapter[Any] = TypeAdapter(list[ChatCompletionMessageParam], config=STRICT)

@@ -11,14 +11,14 @@ import pytest
 from session_server import adapters
 from session_server.adapters.base import ModelFormatAdapter
 from session_server.adapters.workers_ai import WorkersAIAdapter, adapter
-from session_server.core.codec import (
+from session_server.values.codec import (
     dehydrate_event,
     event_to_message,
     hydrate_event,
     message_to_event,
 )
-from session_server.core.context import WorkingContext, build_working_context
-from session_server.core.events import ContextMessage, SessionEvent, ToolCall
+from session_server.values.context import WorkingContext, build_working_context
+from session_server.values.events import ContextMessage, SessionEvent, ToolCall
 
 MESSAGE_KEYS = {"role", "content", "tool_calls", "tool_call_id", "name"}
 

@@ -27,7 +27,7 @@ from session_server.client import (
     ServerUnavailable,
     SessionClient,
 )
-from session_server.core.errors import SessionServerError
+from session_server.values.errors import SessionServerError
 from tests.support.relay import Relay
 from tests.support.restartable_process import RestartableProcess as Server
 from tests.support.server import free_port, turn_messages

@@ -12,7 +12,7 @@ import pytest
 
 from session_server.client import SessionClient
 from session_server.client.session_client import strategy_args
-from session_server.sync_client import SyncSessionClient
+from session_server.client.sync_client import SyncSessionClient
 from tests.support.server import RunningServer, running_server
 
 AGENT = "strategies"

@@ -18,13 +18,13 @@ from session_server.compaction.placeholders import (
     call_name_index,
     compact_message,
 )
-from session_server.compaction.records import record_memory
-from session_server.core.codec import event_to_message
-from session_server.core.events import ContextMessage, SessionEvent
-from session_server.core.repair import needs_repair, repair_tool_pairing
-from session_server.core.tokens import get_counter
+from session_server.values.codec import event_to_message
+from session_server.values.events import ContextMessage, SessionEvent
+from session_server.values.records import record_memory
+from session_server.values.repair import needs_repair, repair_tool_pairing
+from session_server.values.tokens import get_counter
 
-from ..core.window_reference import drop_orphan_results
+from ..values.window_reference import drop_orphan_results
 
 __all__ = ["build_parts"]
 

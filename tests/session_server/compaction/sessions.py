@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from session_server.core.events import SessionEvent, ToolCall
-from session_server.core.turns import assign_turns
+from session_server.values.events import SessionEvent, ToolCall
+from session_server.values.turns import assign_turns
 
 TOOLS = ("search", "read_file", "weather_api")
 

@@ -11,11 +11,11 @@ from session_server.compaction.config import StrategyConfig
 from session_server.compaction.memory import RECENT_HEADER
 from session_server.compaction.placeholders import output_placeholder
 from session_server.compaction.records import latest_record, make_compaction_event
-from session_server.core.codec import encode_json, event_to_message
-from session_server.core.context import build_working_context
-from session_server.core.errors import CorruptRecordError
-from session_server.core.events import SessionEvent
-from session_server.core.tokens import count_messages, get_counter
+from session_server.values.codec import encode_json, event_to_message
+from session_server.values.context import build_working_context
+from session_server.values.errors import CorruptRecordError
+from session_server.values.events import SessionEvent
+from session_server.values.tokens import count_messages, get_counter
 
 from .sessions import SessionLog, tool_session
 

@@ -13,10 +13,10 @@ from hypothesis import strategies as st
 from msgspec.structs import replace
 
 from session_server.compaction.builder import build_compacted_context, build_parts
-from session_server.core.events import SessionEvent
+from session_server.values.events import SessionEvent
 
-from ..core.test_recent_messages import expected_messages
-from ..core.test_window_equivalence import raw_logs, stored
+from ..values.test_recent_messages import expected_messages
+from ..values.test_window_equivalence import raw_logs, stored
 from . import builder_reference as reference
 
 

@@ -7,7 +7,7 @@ from session_server.compaction.compact import plan_compact
 from session_server.compaction.config import StrategyConfig
 from session_server.compaction.placeholders import input_placeholder, output_placeholder
 from session_server.compaction.records import CompactionPlan
-from session_server.core.codec import encode_json
+from session_server.values.codec import encode_json
 
 from .sessions import SessionLog, tool_session
 

@@ -12,7 +12,7 @@ from session_server.compaction.config import (
     resolve_strategy,
     validate_strategy,
 )
-from session_server.core.errors import InvalidParamsError
+from session_server.values.errors import InvalidParamsError
 
 DEFAULTS: dict[str, Any] = {
     "mode": "none",

@@ -15,7 +15,7 @@ from session_server.compaction.summarize import (
     make_summary_record,
     plan_summarize,
 )
-from session_server.core.codec import encode_json
+from session_server.values.codec import encode_json
 
 from .sessions import tool_session
 

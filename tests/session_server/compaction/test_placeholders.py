@@ -8,8 +8,8 @@ from session_server.compaction.placeholders import (
     output_placeholder,
     tool_selected,
 )
-from session_server.core.codec import event_to_message
-from session_server.core.events import ContextMessage, SessionEvent, ToolCall
+from session_server.values.codec import event_to_message
+from session_server.values.events import ContextMessage, SessionEvent, ToolCall
 
 from .sessions import SessionLog
 

@@ -1,7 +1,8 @@
 from __future__ import annotations
 
-from session_server.compaction.records import latest_record, make_compaction_event, record_memory
-from session_server.core.codec import dehydrate_event, hydrate_event
+from session_server.compaction.records import latest_record, make_compaction_event
+from session_server.values.codec import dehydrate_event, hydrate_event
+from session_server.values.records import record_memory
 
 from .sessions import SessionLog
 

@@ -11,8 +11,8 @@ from session_server.compaction.summarize import (
     plan_summarize,
     render_transcript,
 )
-from session_server.core.codec import encode_json
-from session_server.core.errors import SummarizerError
+from session_server.values.codec import encode_json
+from session_server.values.errors import SummarizerError
 
 from .sessions import SessionLog, tool_session
 

@@ -10,7 +10,7 @@ from session_server.compaction.triggers import (
     needs_token_count,
     token_pressure,
 )
-from session_server.core.errors import InvalidParamsError
+from session_server.values.errors import InvalidParamsError
 
 
 def test_input_budget_defaults() -> None:

@@ -4,8 +4,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from session_server.compaction.window import event_turns, safe_cuts, user_turn_starts
-from session_server.core.events import SessionEvent, ToolCall
-from session_server.core.turns import assign_turns, splits_tool_pair
+from session_server.values.events import SessionEvent, ToolCall
+from session_server.values.turns import assign_turns, splits_tool_pair
 
 from .sessions import tool_session
 

@@ -13,29 +13,33 @@ from typing import Any
 import msgspec
 import pytest
 
-from session_server.core.agent_core import (
-    AgentCore,
+from session_server.core.agent_core import AgentCore
+from session_server.core.compaction_decisions import compaction_report
+from session_server.core.context_builds import trusted_snapshot_digest
+from session_server.core.decisions import (
+    LARGE_WINDOW_EVENTS,
     AppendPlan,
     CompactionDue,
     CompactionInput,
+    ContextDraft,
+    PlaceholderFallback,
+    StrategyWrite,
+)
+from session_server.core.needs import (
     Known,
     NeedAgentStrategy,
     NeedCount,
     NeedSnapshot,
     NeedState,
     NeedWindow,
-    PlaceholderFallback,
-    StrategyWrite,
-    compaction_report,
-    trusted_snapshot_digest,
 )
-from session_server.core.cache_budget import CacheBudget
-from session_server.core.codec import message_to_event
-from session_server.core.context import WorkingContext
-from session_server.core.decisions import LARGE_WINDOW_EVENTS, ContextDraft
-from session_server.core.errors import InvalidParamsError, NotFoundError
-from session_server.core.events import ContextMessage, SessionEvent, ToolCall
-from session_server.core.plans import (
+from session_server.mirror.snapshot import RestoredSnapshot
+from session_server.values.cache_budget import CacheBudget
+from session_server.values.codec import message_to_event
+from session_server.values.context import WorkingContext
+from session_server.values.errors import InvalidParamsError, NotFoundError
+from session_server.values.events import ContextMessage, SessionEvent, ToolCall
+from session_server.values.plans import (
     AppendBatch,
     AppendOutcome,
     AppendResult,
@@ -44,9 +48,8 @@ from session_server.core.plans import (
     SessionState,
     SnapshotDue,
 )
-from session_server.core.tokens import count_messages
-from session_server.core.turns import number_turns
-from session_server.mirror.snapshot import RestoredSnapshot
+from session_server.values.tokens import count_messages
+from session_server.values.turns import number_turns
 
 SID = "s"
 COMPACT = {"mode": "compact", "compact_keep": 1, "compact_trigger_turns": 1}

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import pytest
 
-from session_server.core.agent_core import AgentCore, AppendPlan, Known, NeedState, StrategyWrite
-from session_server.core.context import WorkingContext
+from session_server.core.agent_core import AgentCore
 from session_server.core.core_state import MAX_KNOWN_STRATEGIES
-from session_server.core.errors import NotFoundError
-from session_server.core.events import ContextMessage
-from session_server.core.needs import NeedAgentStrategy, NeedWindow
-from session_server.core.plans import SessionState
+from session_server.core.decisions import AppendPlan, StrategyWrite
+from session_server.core.needs import Known, NeedAgentStrategy, NeedState, NeedWindow
+from session_server.values.context import WorkingContext
+from session_server.values.errors import NotFoundError
+from session_server.values.events import ContextMessage
+from session_server.values.plans import SessionState
 
 SID = "s"
 COMPACT = {"mode": "compact", "compact_keep": 1, "compact_trigger_turns": 1}

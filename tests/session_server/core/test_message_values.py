@@ -14,9 +14,9 @@ import msgspec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from session_server.core.events import ContextMessage, ToolCall
 from session_server.core.message_values import check_messages
-from session_server.core.validation import parse_message
+from session_server.values.events import ContextMessage, ToolCall
+from session_server.values.validation import parse_message
 
 
 class _Text(str):

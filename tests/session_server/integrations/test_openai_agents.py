@@ -30,10 +30,10 @@ from agents import (
 from agents.memory import Session, SessionSettings
 
 from session_server.client import SessionClient
-from session_server.core.errors import InvalidParamsError, SessionServerError
 from session_server.integrations import openai_agents
 from session_server.integrations.openai_agents import SessionServerSession
 from session_server.runtime.registry import ActorRegistry
+from session_server.values.errors import InvalidParamsError, SessionServerError
 from tests.support.openai_server import FakeOpenAIServer, async_client, response_payload
 from tests.support.server import RestartableServer, ServerProcess, free_port
 

@@ -8,11 +8,11 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from session_server.core.events import SessionEvent
-from session_server.core.turns import assign_turns
 from session_server.mirror_io.export import export_session
 from session_server.mirror_io.import_ import import_reference_folder
 from session_server.mirror_io.writer import MirrorWriter
+from session_server.values.events import SessionEvent
+from session_server.values.turns import assign_turns
 
 from .factory import agent, calls, committed, compaction, ep, result, sem, user
 

@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 
-from session_server.core.events import ContextMessage, ToolCall
 from session_server.mirror.snapshot import (
     RestoredSnapshot,
     build_snapshot,
@@ -24,6 +23,7 @@ from session_server.mirror_io.snapshot_files import (
     read_snapshot,
     snapshot_digest,
 )
+from session_server.values.events import ContextMessage, ToolCall
 from tests.support.paths import FIXTURES
 
 MESSAGES = [

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from session_server.core.plans import SnapshotDue
 from session_server.mirror.snapshot_schedule import SnapshotSchedule
+from session_server.values.plans import SnapshotDue
 
 
 def due(sid: str, tag: str = "") -> SnapshotDue:

@@ -7,7 +7,6 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from session_server.core.events import SessionEvent
 from session_server.mirror.checkpoint import (
     FileStamps,
     Repair,
@@ -21,6 +20,7 @@ from session_server.mirror.checkpoint import (
 )
 from session_server.mirror.model import MirrorGap, MirrorModel, render_mirror
 from session_server.mirror.streaming import ArchivePlan, StreamRender, item_lines
+from session_server.values.events import SessionEvent
 
 from .factory import agent, calls, committed, compaction, ep, result, sem, user
 from .test_roundtrip_property import build, step

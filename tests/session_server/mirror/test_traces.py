@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from session_server.core.events import SessionEvent
 from session_server.mirror.traces import (
     TRACE_KEY_ORDER,
     TraceState,
@@ -15,6 +14,7 @@ from session_server.mirror.traces import (
     parse_tool_result,
     parse_turn_id,
 )
+from session_server.values.events import SessionEvent
 
 from .factory import T0, agent, calls, committed, compaction, result, user
 

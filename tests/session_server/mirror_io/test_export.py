@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from session_server.core.errors import InvalidAgentIdError
-from session_server.core.events import ContextMessage, SessionEvent
 from session_server.mirror_io.export import default_snapshot_messages, export_session
+from session_server.values.errors import InvalidAgentIdError
+from session_server.values.events import ContextMessage, SessionEvent
 from tests.session_server.mirror.factory import (
     agent,
     committed,

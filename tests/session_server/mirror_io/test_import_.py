@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from session_server.core.errors import InvalidParamsError
-from session_server.core.events import SessionEvent
-from session_server.core.turns import assign_turns
 from session_server.mirror.model import render_mirror
 from session_server.mirror_io.export import export_session
 from session_server.mirror_io.import_ import find_reference_folder, import_reference_folder
+from session_server.values.errors import InvalidParamsError
+from session_server.values.events import SessionEvent
+from session_server.values.turns import assign_turns
 from tests.session_server.mirror.factory import ep, sem
 from tests.support.paths import FIXTURES
 

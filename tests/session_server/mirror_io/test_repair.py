@@ -7,7 +7,6 @@ import tracemalloc
 from collections.abc import Iterator
 from pathlib import Path
 
-from session_server.core.events import SessionEvent
 from session_server.mirror.model import MirrorModel
 from session_server.mirror_io.repair import (
     ACTIVE_FILE,
@@ -18,6 +17,7 @@ from session_server.mirror_io.repair import (
     repair_session_files,
     sweep_orphans,
 )
+from session_server.values.events import SessionEvent
 from tests.session_server.mirror.factory import agent, committed, compaction, ep, sem, user
 from tests.support.mirror_check import expected_mirror
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 from session_server import ActorRegistry
 from session_server.client import SessionClient
-from session_server.core.events import ContextMessage
 from session_server.mirror_io.snapshot_index import INDEX_FILE, SnapshotIndex
 from session_server.mirror_io.view_files import list_snapshot_summaries
+from session_server.values.events import ContextMessage
 from tests.support.server import running_server
 
 

@@ -18,9 +18,9 @@ import pytest
 
 from session_server.mirror.view import MemoryViewOptions, build_memory_view, window_shows_tail
 from session_server.mirror_io.jsonl import read_jsonl
+from session_server.mirror_io.repair import ACTIVE_FILE, ARCHIVE_FILE
 from session_server.mirror_io.tail import TailReader
 from session_server.mirror_io.view_files import read_memory_folder, read_memory_view
-from session_server.mirror_io.writer import ACTIVE_FILE, ARCHIVE_FILE
 
 
 def write_lines(path: Path, lines: list[dict[str, Any]], head: bytes = b"") -> None:

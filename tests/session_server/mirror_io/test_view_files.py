@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from session_server.core.errors import NotFoundError
 from session_server.mirror.view import MemoryViewOptions
 from session_server.mirror_io.view_files import (
     list_snapshots,
@@ -18,6 +17,7 @@ from session_server.mirror_io.view_files import (
     resolve_memory_folder,
 )
 from session_server.mirror_io.writer import MirrorWriter
+from session_server.values.errors import NotFoundError
 from tests.session_server.mirror.factory import agent, calls, committed, user
 from tests.support.paths import FIXTURES
 

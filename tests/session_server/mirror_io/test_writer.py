@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from session_server.core.errors import InvalidParamsError
-from session_server.core.events import ContextMessage, SessionEvent
 from session_server.mirror.model import render_mirror
 from session_server.mirror_io.export import export_session
 from session_server.mirror_io.jsonl import encode_lines
 from session_server.mirror_io.repair import ListSource
 from session_server.mirror_io.snapshot_files import load_snapshot_cache, snapshot_digest
 from session_server.mirror_io.writer import MirrorWriter, reconcile_session_dir, validate_session_id
+from session_server.values.errors import InvalidParamsError
+from session_server.values.events import ContextMessage, SessionEvent
 from tests.session_server.mirror.factory import (
     agent,
     calls,

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from session_server.core.errors import InvalidRequestError
 from session_server.rpc.dispatch import dispatch
 from session_server.rpc.method_spec import AGENT, CallContext, MethodSpec, RpcParams
 from session_server.rpc.protocol import Invalid, Request
+from session_server.values.errors import InvalidRequestError
 
 
 class EchoParams(RpcParams):

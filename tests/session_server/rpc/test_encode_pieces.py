@@ -5,7 +5,6 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from session_server.core.events import SessionEvent
 from session_server.rpc.protocol import (
     ENCODE_CHUNK,
     STRING_CHUNK,
@@ -13,6 +12,7 @@ from session_server.rpc.protocol import (
     encode_pieces,
     encode_small,
 )
+from session_server.values.events import SessionEvent
 
 
 def value(rng: random.Random, depth: int = 0) -> Any:

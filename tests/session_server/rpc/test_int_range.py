@@ -10,7 +10,6 @@ from typing import Any
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from session_server.core.errors import ParseError
 from session_server.rpc import protocol
 from session_server.rpc.protocol import (
     INT64_MAX,
@@ -19,6 +18,7 @@ from session_server.rpc.protocol import (
     find_out_of_range_int,
     parse_frame,
 )
+from session_server.values.errors import ParseError
 
 
 def test_the_first_integer_out_of_range_is_named_by_its_path() -> None:

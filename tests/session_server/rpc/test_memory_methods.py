@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from session_server.client import SessionClient
-from session_server.core.errors import ConflictError, InvalidParamsError, NotFoundError
+from session_server.values.errors import ConflictError, InvalidParamsError, NotFoundError
 from tests.support.server import RunningServer, running_server
 
 AGENT = "memory agent"

@@ -14,7 +14,8 @@ import pytest
 from websockets.asyncio.client import ClientConnection, connect
 
 from session_server.auth import SCOPES, Scope, mint_token, scope_allows
-from session_server.rpc.methods import AGENT, SERVER, Endpoint, MethodSpec, NoParams, SessionParams
+from session_server.rpc.method_spec import AGENT, SERVER, Endpoint, MethodSpec
+from session_server.rpc.params import NoParams, SessionParams
 from session_server.rpc.table import BUILTIN_METHODS as METHODS
 from tests.support.server import RunningServer, running_server
 

@@ -10,10 +10,10 @@ import msgspec
 import pydantic
 import pytest
 
-from session_server.core.errors import InvalidParamsError
 from session_server.rpc.method_spec import MethodSpec
 from session_server.rpc.params import PersistParams
 from session_server.rpc.table import BUILTIN_METHODS
+from session_server.values.errors import InvalidParamsError
 from tests.support.server import turn_messages
 
 MESSAGES = msgspec.to_builtins(turn_messages(3))

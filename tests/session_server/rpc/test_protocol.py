@@ -10,13 +10,6 @@ import msgspec
 import pydantic
 import pytest
 
-from session_server.core.errors import (
-    InvalidParamsError,
-    InvalidRequestError,
-    NotFoundError,
-    ParseError,
-)
-from session_server.core.events import SessionEvent
 from session_server.rpc.protocol import (
     Invalid,
     Request,
@@ -28,6 +21,13 @@ from session_server.rpc.protocol import (
     result_response,
     validation_error_field,
 )
+from session_server.values.errors import (
+    InvalidParamsError,
+    InvalidRequestError,
+    NotFoundError,
+    ParseError,
+)
+from session_server.values.events import SessionEvent
 
 
 def test_single_request_parses() -> None:
@@ -188,8 +188,8 @@ def test_framing_and_auth_modules_do_not_import_io_libraries() -> None:
 
 
 def test_params_nested_too_deep_are_invalid_params_naming_the_field() -> None:
-    from session_server.core.json_depth import MAX_JSON_DEPTH
     from session_server.rpc.protocol import Invalid as InvalidItem
+    from session_server.values.json_depth import MAX_JSON_DEPTH
 
     value: object = 1
     for _ in range(MAX_JSON_DEPTH):

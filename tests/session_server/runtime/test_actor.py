@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from session_server import ActorRegistry, AgentActor
-from session_server.core.codec import message_to_event
-from session_server.core.context import WorkingContext
-from session_server.core.errors import ConflictError, InvalidParamsError, NotFoundError
-from session_server.core.events import ContextMessage, SessionEvent, ToolCall
-from session_server.core.turns import assign_turns
+from session_server.values.codec import message_to_event
+from session_server.values.context import WorkingContext
+from session_server.values.errors import ConflictError, InvalidParamsError, NotFoundError
+from session_server.values.events import ContextMessage, SessionEvent, ToolCall
+from session_server.values.turns import assign_turns
 from tests.support.waiting import until
 
 

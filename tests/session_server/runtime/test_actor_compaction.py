@@ -13,11 +13,11 @@ import pytest
 
 from session_server import ActorRegistry, AgentActor
 from session_server.compaction import SummaryRequest, SummaryResult
-from session_server.core.context import WorkingContext
-from session_server.core.errors import InvalidParamsError, SummarizerError
-from session_server.core.events import ContextMessage, SessionEvent, ToolCall
-from session_server.core.tokens import get_counter
 from session_server.runtime.summarizers import ExtractiveSummarizer
+from session_server.values.context import WorkingContext
+from session_server.values.errors import InvalidParamsError, SummarizerError
+from session_server.values.events import ContextMessage, SessionEvent, ToolCall
+from session_server.values.tokens import get_counter
 
 PLACEHOLDER = "⟦removed: tool output for lookup (call_id=call-{n}); reason=context_compaction⟧"
 

@@ -18,16 +18,16 @@ import msgspec
 import pytest
 
 from session_server import ActorRegistry
-from session_server.core.context import WorkingContext
-from session_server.core.errors import (
+from session_server.storage.store import AgentStore
+from session_server.values.context import WorkingContext
+from session_server.values.errors import (
     AgentUnavailableError,
     ConflictError,
     NotFoundError,
     StorageError,
 )
-from session_server.core.events import ContextMessage, SessionEvent, ToolCall
-from session_server.core.plans import AppendBatch, AppendOutcome
-from session_server.storage.store import AgentStore
+from session_server.values.events import ContextMessage, SessionEvent, ToolCall
+from session_server.values.plans import AppendBatch, AppendOutcome
 from tests.support.waiting import until
 
 COMPACT = {"mode": "compact", "compact_keep": 1, "compact_trigger_turns": 1}

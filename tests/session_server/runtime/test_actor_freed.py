@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 
 from session_server import ActorRegistry, AgentActor
-from session_server.core.context import WorkingContext
-from session_server.core.events import ContextMessage, SessionEvent, ToolCall
-from session_server.core.session_rows import SessionRows
+from session_server.values.context import WorkingContext
+from session_server.values.events import ContextMessage, SessionEvent, ToolCall
+from session_server.values.session_rows import SessionRows
 
 
 def add_turn(ctx: WorkingContext, n: int) -> None:

@@ -19,8 +19,8 @@ import msgspec
 import pytest
 
 from session_server.client import SessionClient
-from session_server.core.errors import InvalidParamsError
 from session_server.storage.staging import STAGING_DIR
+from session_server.values.errors import InvalidParamsError
 from tests.support.server import running_server, turn_messages
 
 AGENT = "agent-r"

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from session_server.core.events import ContextMessage, ToolCall
 from session_server.runtime.registry import ActorRegistry
+from session_server.values.events import ContextMessage, ToolCall
 
 SYSTEM = ["Be brief."]
 

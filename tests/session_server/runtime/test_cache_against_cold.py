@@ -27,12 +27,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from session_server.compaction.builder import build_parts
-from session_server.core.cache_budget import CacheBudget
-from session_server.core.context import WorkingContext
-from session_server.core.events import ContextMessage, SessionEvent, ToolCall
-from session_server.core.recent import RecentCache
 from session_server.runtime.actor import AgentActor
 from session_server.runtime.registry import ActorRegistry
+from session_server.values.cache_budget import CacheBudget
+from session_server.values.context import WorkingContext
+from session_server.values.events import ContextMessage, SessionEvent, ToolCall
+from session_server.values.recent import RecentCache
 
 from ..compaction import builder_reference as reference
 

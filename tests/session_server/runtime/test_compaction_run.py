@@ -6,8 +6,8 @@ from session_server.compaction.builder import build_compacted_context, load_from
 from session_server.compaction.config import StrategyConfig
 from session_server.compaction.records import latest_record, make_compaction_event
 from session_server.compaction.summarize import SummaryRequest, SummaryResult
-from session_server.core.errors import SummarizerError
 from session_server.runtime.compaction_run import run_compaction
+from session_server.values.errors import SummarizerError
 from tests.session_server.compaction.sessions import tool_session
 
 

@@ -19,10 +19,10 @@ from typing import Any
 
 import pytest
 
-from session_server.core import tokens
-from session_server.core.context import WorkingContext
-from session_server.core.events import ContextMessage, SessionEvent
 from session_server.runtime.registry import ActorRegistry
+from session_server.values import tokens
+from session_server.values.context import WorkingContext
+from session_server.values.events import ContextMessage, SessionEvent
 
 # A prompt budget of 400 tokens (1000 - 600 reserved): the turn's text passes it.
 STRATEGY = {"mode": "compact", "max_context_tokens": 1000, "safety_margin_tokens": 600}

@@ -15,13 +15,13 @@ from typing import Any
 import pytest
 
 from session_server import ActorRegistry, AgentActor
-from session_server.core.codec import message_to_event
-from session_server.core.context import WorkingContext
-from session_server.core.errors import ConflictError, NotFoundError
-from session_server.core.events import ContextMessage, ToolCall
-from session_server.core.plans import AppendResult
-from session_server.runtime.actor import MAX_GROUP_APPENDS
-from session_server.runtime.eager_tasks import EAGER_TASKS, create_task_eagerly
+from session_server.concurrency.eager_tasks import EAGER_TASKS, create_task_eagerly
+from session_server.runtime.write_queue import MAX_GROUP_APPENDS
+from session_server.values.codec import message_to_event
+from session_server.values.context import WorkingContext
+from session_server.values.errors import ConflictError, NotFoundError
+from session_server.values.events import ContextMessage, ToolCall
+from session_server.values.plans import AppendResult
 from tests.support.waiting import until
 
 

@@ -20,11 +20,11 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from session_server import ActorRegistry, adapters
-from session_server.core.context import WorkingContext
-from session_server.core.errors import SessionServerError
-from session_server.core.events import SessionEvent, ToolCall
 from session_server.runtime.actor import AgentActor
 from session_server.runtime.transfer import export_session, import_session
+from session_server.values.context import WorkingContext
+from session_server.values.errors import SessionServerError
+from session_server.values.events import SessionEvent, ToolCall
 
 AGENT = "agent-1"
 SID = "s1"

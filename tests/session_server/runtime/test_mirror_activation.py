@@ -15,11 +15,11 @@ import json
 import sqlite3
 from pathlib import Path
 
-from session_server.core.events import ContextMessage
 from session_server.mirror.snapshot import SNAPSHOT_FILE
 from session_server.mirror_io.view_files import read_memory_view
 from session_server.runtime.registry import ActorRegistry
 from session_server.storage.sqlite_ops import invalidate_mirror
+from session_server.values.events import ContextMessage
 
 AGENT = "agent"
 SID = "s"

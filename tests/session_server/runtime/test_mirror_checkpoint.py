@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from session_server.core.errors import AgentUnavailableError
-from session_server.core.events import ContextMessage, SessionEvent
 from session_server.runtime.registry import ActorRegistry
 from session_server.storage.schema import SCHEMA_VERSION
+from session_server.values.errors import AgentUnavailableError
+from session_server.values.events import ContextMessage, SessionEvent
 from tests.support.mirror_check import expected_mirror, mirror_files
 
 AGENT = "agent"

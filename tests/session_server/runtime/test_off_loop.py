@@ -23,11 +23,9 @@ from session_server import ActorRegistry, AgentActor
 from session_server.client import SessionClient
 from session_server.compaction.config import StrategyConfig
 from session_server.compaction.summarize import SummaryRequest, SummaryResult
-from session_server.core import decisions, tokens
+from session_server.core import decisions
 from session_server.core.agent_core import AgentCore
 from session_server.core.decisions import LARGE_WINDOW_EVENTS
-from session_server.core.events import ContextMessage, SessionEvent, ToolCall
-from session_server.core.tokens import TokenCounter, get_counter
 from session_server.mirror.rows_file import ROWS_FILE
 from session_server.mirror_io.snapshot_index import SnapshotIndex
 from session_server.mirror_io.writer import MirrorWriter
@@ -48,6 +46,9 @@ from session_server.runtime.off_loop import (
 )
 from session_server.runtime.session_writes import ITEM_CHARS
 from session_server.runtime.summarizers import ExtractiveSummarizer
+from session_server.values import tokens
+from session_server.values.events import ContextMessage, SessionEvent, ToolCall
+from session_server.values.tokens import TokenCounter, get_counter
 from tests.support.server import running_server
 
 WORKER_PREFIX = "session-server-sqlite"

@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 
 from session_server import ActorRegistry
-from session_server.core.agent_core import AgentCore, Need
-from session_server.core.context import WorkingContext
-from session_server.core.events import ContextMessage
+from session_server.core.agent_core import AgentCore
+from session_server.core.needs import Need
+from session_server.values.context import WorkingContext
+from session_server.values.events import ContextMessage
 
 
 async def test_a_turn_is_planned_once_per_answer_of_the_core(

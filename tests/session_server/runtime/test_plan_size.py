@@ -11,11 +11,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from session_server.core.events import ContextMessage, ToolCall
-from session_server.core.validation import parse_messages
 from session_server.runtime import session_writes
 from session_server.runtime.off_loop import LARGE_CONTENT_CHARS
 from session_server.runtime.session_writes import ITEM_CHARS, REENCODED_GROWTH, _plan_size
+from session_server.values.events import ContextMessage, ToolCall
+from session_server.values.validation import parse_messages
 
 TURN = [
     ContextMessage(role="user", content="what is the weather?"),

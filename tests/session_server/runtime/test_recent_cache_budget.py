@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from session_server.core.events import SessionEvent
 from session_server.runtime.registry import ActorRegistry
+from session_server.values.events import SessionEvent
 
 KIB = 1024
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from session_server import ActorRegistry
-from session_server.core.errors import AgentUnavailableError, InvalidAgentIdError
-from session_server.core.events import SessionEvent
+from session_server.values.errors import AgentUnavailableError, InvalidAgentIdError
+from session_server.values.events import SessionEvent
 
 
 def open_sqlite_fds() -> int:

@@ -11,9 +11,9 @@ import sqlite3
 from pathlib import Path
 
 from session_server import ActorRegistry, AgentActor
-from session_server.core.context import WorkingContext
-from session_server.core.events import ContextMessage
 from session_server.core.needs import Known, Need
+from session_server.values.context import WorkingContext
+from session_server.values.events import ContextMessage
 
 COMPACT = {"mode": "compact", "max_context_tokens": 20_000}
 COMPACT_JSON = json.dumps(COMPACT)

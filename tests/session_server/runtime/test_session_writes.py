@@ -9,10 +9,10 @@ from pathlib import Path
 import msgspec
 
 from session_server import ActorRegistry
-from session_server.core.context import WorkingContext
-from session_server.core.validation import parse_client_messages
 from session_server.runtime.actor import AgentActor
 from session_server.runtime.session_writes import persist_from_wire
+from session_server.values.context import WorkingContext
+from session_server.values.validation import parse_client_messages
 from tests.support.server import turn_messages
 
 

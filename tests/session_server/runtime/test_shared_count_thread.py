@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from session_server import ActorRegistry
-from session_server.core.codec import message_to_event, new_event_id
-from session_server.core.events import ContextMessage, SessionEvent
-from session_server.core.tokens import count_events, get_counter
 from session_server.storage import group_counts, sqlite_ops
+from session_server.values.codec import message_to_event, new_event_id
+from session_server.values.events import ContextMessage, SessionEvent
+from session_server.values.tokens import count_events, get_counter
 
 AGENTS = 6
 APPENDS = 24

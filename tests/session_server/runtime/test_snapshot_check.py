@@ -14,11 +14,11 @@ import pytest
 
 from session_server import ActorRegistry, AgentActor
 from session_server.core.agent_core import AgentCore
-from session_server.core.context import WorkingContext
-from session_server.core.events import ContextMessage, ToolCall
-from session_server.core.plans import SnapshotDue
 from session_server.mirror import SNAPSHOT_FILE
 from session_server.runtime.mirror_link import MirrorLink, snapshot_from_file
+from session_server.values.context import WorkingContext
+from session_server.values.events import ContextMessage, ToolCall
+from session_server.values.plans import SnapshotDue
 
 
 def turn(n: int) -> list[ContextMessage]:

@@ -8,7 +8,6 @@ import pytest
 from session_server.compaction.config import StrategyConfig
 from session_server.compaction.summarize import SummaryRequest, plan_summarize
 from session_server.compaction.summary_json import parse_summary_json
-from session_server.core.errors import SummarizerError
 from session_server.runtime.summarizers import (
     SYSTEM_PROMPT,
     ExtractiveSummarizer,
@@ -17,6 +16,7 @@ from session_server.runtime.summarizers import (
     default_summarizer,
     resolve_openai_settings,
 )
+from session_server.values.errors import SummarizerError
 from tests.session_server.compaction.sessions import SessionLog, tool_session
 from tests.support.openai_server import FakeOpenAIServer
 

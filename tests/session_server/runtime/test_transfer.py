@@ -10,9 +10,6 @@ import msgspec
 import pytest
 
 from session_server import ActorRegistry
-from session_server.core.errors import InvalidParamsError, NotFoundError
-from session_server.core.events import SessionEvent
-from session_server.core.session_rows import EventRow, SessionRow, SessionRows, check_rows
 from session_server.mirror.rows_file import ROWS_FILE
 from session_server.runtime.transfer import (
     export_files,
@@ -20,6 +17,9 @@ from session_server.runtime.transfer import (
     import_files,
     import_session,
 )
+from session_server.values.errors import InvalidParamsError, NotFoundError
+from session_server.values.events import SessionEvent
+from session_server.values.session_rows import EventRow, SessionRow, SessionRows, check_rows
 from tests.support.paths import FIXTURES
 
 AGENTS = sorted(p for p in (FIXTURES / "agents").iterdir() if p.is_dir())

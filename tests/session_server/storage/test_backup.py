@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from session_server import ActorRegistry
-from session_server.core.errors import InvalidParamsError
-from session_server.core.events import SessionEvent
 from session_server.runtime.backups import backup_agents, restore_agents
 from session_server.storage.staging import STAGING_DIR
+from session_server.values.errors import InvalidParamsError
+from session_server.values.events import SessionEvent
 from tests.support.server import ROOT
 
 AGENT = "agent-b"

@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 
-from session_server.core.codec import new_event_id
-from session_server.core.events import SessionEvent
-from session_server.core.plans import AppendBatch
-from session_server.core.tokens import count_events
 from session_server.storage import group_counts
 from session_server.storage.group_counts import GroupCounts
+from session_server.values.codec import new_event_id
+from session_server.values.events import SessionEvent
+from session_server.values.plans import AppendBatch
+from session_server.values.tokens import count_events
 
 
 def batch(n: int, given: bool = False) -> AppendBatch:

@@ -10,11 +10,11 @@ import hashlib
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from session_server.core.codec import dehydrate_event, encode_json, event_metadata
-from session_server.core.events import SessionEvent
 from session_server.storage.idempotency import columns_digest, request_digest
+from session_server.values.codec import dehydrate_event, encode_json, event_metadata
+from session_server.values.events import SessionEvent
 
-from ..core.test_codec import stored_events
+from ..values.test_codec import stored_events
 
 
 def _as_first_written(events: list[SessionEvent], expected: int | None) -> str:

@@ -9,8 +9,6 @@ from pathlib import Path
 import pytest
 
 from session_server import ActorRegistry
-from session_server.core.errors import AgentUnavailableError
-from session_server.core.events import SessionEvent
 from session_server.storage.event_queries import event_query
 from session_server.storage.schema import READABLE_SCHEMA_VERSION, SCHEMA_VERSION
 from session_server.storage.sqlite_open import (
@@ -19,6 +17,8 @@ from session_server.storage.sqlite_open import (
     migrate,
     wal_autocheckpoint_pages,
 )
+from session_server.values.errors import AgentUnavailableError
+from session_server.values.events import SessionEvent
 
 AGENT = "agent-1"
 # What version 2 had beside the current schema.

@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 
 from session_server import ActorRegistry, AgentActor
-from session_server.core.codec import message_to_event
-from session_server.core.errors import ConflictError, InvalidParamsError, NotFoundError
-from session_server.core.events import ContextMessage, SessionEvent, ToolCall
-from session_server.core.turns import assign_turns
 from session_server.storage import sqlite_ops
 from session_server.storage.schema import SCHEMA_VERSION
+from session_server.values.codec import message_to_event
+from session_server.values.errors import ConflictError, InvalidParamsError, NotFoundError
+from session_server.values.events import ContextMessage, SessionEvent, ToolCall
+from session_server.values.turns import assign_turns
 
 
 def user(sid: str, text: str) -> SessionEvent:
@@ -237,7 +237,7 @@ async def test_a_reused_call_id_joins_its_latest_calls_turn_across_appends(
     actor: AgentActor,
 ) -> None:
     """A provider reusing ``call_1``: a result in a later append joins the latest call's
-    turn (``core.turns.number_turns``), not the first one's."""
+    turn (``values.turns.number_turns``), not the first one's."""
     sid = await actor.create_session()
 
     def call() -> SessionEvent:

@@ -18,10 +18,10 @@ from typing import Any, TypeVar
 
 import pytest
 
-from session_server.core.errors import AgentUnavailableError
-from session_server.core.events import SessionEvent
-from session_server.core.plans import AppendBatch
 from session_server.storage.store import AgentStore
+from session_server.values.errors import AgentUnavailableError
+from session_server.values.events import SessionEvent
+from session_server.values.plans import AppendBatch
 from tests.support.waiting import until
 
 T = TypeVar("T")

@@ -17,14 +17,14 @@ from pathlib import Path
 import pytest
 
 from session_server import ActorRegistry, AgentActor
-from session_server.core import tokens
-from session_server.core.codec import message_to_event, new_event_id
-from session_server.core.errors import ConflictError
-from session_server.core.events import ContextMessage, SessionEvent, ToolCall
-from session_server.core.plans import AppendBatch
-from session_server.core.tokens import TokenCounter, get_counter
-from session_server.runtime.session_writes import LARGE_CONTENT_CHARS
+from session_server.runtime.off_loop import LARGE_CONTENT_CHARS
 from session_server.storage.store import AgentStore
+from session_server.values import tokens
+from session_server.values.codec import message_to_event, new_event_id
+from session_server.values.errors import ConflictError
+from session_server.values.events import ContextMessage, SessionEvent, ToolCall
+from session_server.values.plans import AppendBatch
+from session_server.values.tokens import TokenCounter, get_counter
 
 
 def turn(n: int, sid: str = "") -> list[SessionEvent]:

@@ -1,0 +1,1 @@
+"""asyncio and thread primitives with no knowledge of sessions, events or agents."""

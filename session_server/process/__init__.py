@@ -1,0 +1,2 @@
+"""Process-wide operations: file-descriptor limits, malloc, operational metrics,
+log redaction and progress bars."""
