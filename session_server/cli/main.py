@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
+import sys
 
 from ..storage import file_modes
 from .backups import backup_arguments, restore_arguments, run_backup, run_restore
@@ -85,4 +87,12 @@ def main(argv: list[str] | None = None) -> int:
         # Private by default: also what SQLite, tempfile and the like create follows.
         file_modes.set_file_mode(mode)
         os.umask(0o777 & ~file_modes.dir_mode())
-    return run(args)
+    try:
+        return run(args)
+    except BrokenPipeError:
+        # The reader went away (``session-server inspect ... | head``): not an error of
+        # ours. Python's own advice: point stdout at devnull so the flush at exit does not
+        # raise again, and exit as a process killed by SIGPIPE would.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 128 + signal.SIGPIPE

@@ -77,10 +77,14 @@ def prune_idempotency(
 ) -> int:
     """Drop the keys of ``session_id`` beyond ``retention`` (``now`` in ms); the count."""
     cursor = conn.execute(
-        "DELETE FROM idempotency WHERE session_id = ?1 AND (created_at < ?2 OR key IN ("
-        " SELECT key FROM idempotency WHERE session_id = ?1"
-        " ORDER BY created_at DESC, key DESC LIMIT -1 OFFSET ?3))",
-        (session_id, now - int(retention.max_age_seconds * 1000), retention.max_per_session),
+        "DELETE FROM idempotency WHERE session_id = :session AND (created_at < :before OR key IN ("
+        " SELECT key FROM idempotency WHERE session_id = :session"
+        " ORDER BY created_at DESC, key DESC LIMIT -1 OFFSET :keep))",
+        {
+            "session": session_id,
+            "before": now - int(retention.max_age_seconds * 1000),
+            "keep": retention.max_per_session,
+        },
     )
     return int(cursor.rowcount)
 

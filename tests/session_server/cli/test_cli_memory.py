@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -55,3 +56,28 @@ def test_errors_are_reported_not_raised(tmp_path: Path) -> None:
     bad = cli("import", str(tmp_path), "--agent", "../evil", "--memory-dir", mem)
     assert bad.returncode == 1 and "agent_id" in bad.stderr
     assert not (tmp_path / "evil").exists()
+
+
+def test_inspect_into_a_closed_pipe_exits_quietly(tmp_path: Path) -> None:
+    """``session-server inspect ... | head`` where the reader has gone: no traceback, the
+    exit status of a process ended by SIGPIPE."""
+    mem = str(tmp_path / "mem")
+    done = cli(
+        "import", str(AGENT_DIR), "--agent", "db manager", "--session", "s1", "--memory-dir", mem
+    )
+    assert done.returncode == 0, done.stderr
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before the first byte is written
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "session_server", "inspect", "db manager", "--memory-dir", mem],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+            env=os.environ.copy(),
+        )
+    finally:
+        os.close(write_end)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert proc.returncode == 128 + signal.SIGPIPE

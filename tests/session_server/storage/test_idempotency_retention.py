@@ -10,12 +10,17 @@ is a new write. Real server, real sockets, the real SQLite file.
 from __future__ import annotations
 
 import sqlite3
+import warnings
 from pathlib import Path
 
 import pytest
 
 from session_server.client import SessionClient
-from session_server.storage.idempotency import PRUNE_EVERY_SEQS, IdempotencyRetention
+from session_server.storage.idempotency import (
+    PRUNE_EVERY_SEQS,
+    IdempotencyRetention,
+    prune_idempotency,
+)
 from tests.support.server import running_server
 
 AGENT = "keys"
@@ -95,3 +100,20 @@ def test_a_retention_must_be_positive() -> None:
         IdempotencyRetention(max_age_seconds=0)
     with pytest.raises(ValueError, match="max_per_session: must be at least 1"):
         IdempotencyRetention(max_per_session=0)
+
+
+def test_prune_binds_its_parameters_as_every_python_accepts() -> None:
+    """Numbered placeholders (``?1``) bound from a sequence warn on Python 3.13 and are an
+    error from 3.14; the prune binds names from a mapping."""
+    db = sqlite3.connect(":memory:")
+    db.execute("CREATE TABLE idempotency (session_id TEXT, key TEXT, created_at INTEGER)")
+    db.executemany(
+        "INSERT INTO idempotency VALUES (?, ?, ?)",
+        [("s", f"k{i}", i) for i in range(5)] + [("t", "old", 0)],
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        removed = prune_idempotency(db, "s", 10, IdempotencyRetention(max_per_session=2))
+    assert removed == 3
+    assert sorted(r[0] for r in db.execute("SELECT key FROM idempotency")) == ["k3", "k4", "old"]
+    db.close()
