@@ -144,7 +144,7 @@ ROOT = Path(__file__).resolve().parents[3]
 DELETE_THEN_DIE = """
 import os, signal, sys
 from pathlib import Path
-from session_server.storage.sqlite_ops import connect
+from session_server.storage.sqlite_open import connect
 conn = connect(Path(sys.argv[1]), synchronous="FULL", busy_timeout_ms=5000, readonly=False)
 conn.execute("BEGIN IMMEDIATE")
 conn.execute("DELETE FROM events WHERE content = ?", (sys.argv[2],))
