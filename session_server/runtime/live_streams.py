@@ -25,12 +25,13 @@ import copy
 import logging
 import uuid
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import msgspec
 
+from ..core.agent_core import AgentCore
 from ..core.decisions import AppendPlan
 from ..core.needs import Known
 from ..storage.store import AgentStore
@@ -38,7 +39,7 @@ from ..storage.stream_rows import StoredStream
 from ..values.codec import now_ms
 from ..values.context import WorkingContext
 from ..values.errors import InvalidParamsError, NotFoundError, SessionServerError, TooLargeError
-from ..values.events import ContextMessage
+from ..values.events import ContextMessage, SessionEvent
 from ..values.plans import AppendResult
 from ..values.streams import (
     OpenSegment,
@@ -50,11 +51,33 @@ from ..values.streams import (
     slice_append,
     split_segment,
 )
+from .compaction_turns import CompactionTurns, Pump
 
-if TYPE_CHECKING:
-    from .actor import AgentActor
+T = TypeVar("T")
 
-__all__ = ["RECENT_CLOSES", "LiveStream", "LiveStreams", "StreamListener"]
+
+class StreamHost(Pump, Protocol):
+    """What the streams need of their actor (given with each call: no reference back)."""
+
+    @property
+    def core(self) -> AgentCore: ...
+
+    @property
+    def compactions(self) -> CompactionTurns: ...
+
+    async def run_read(self, fn: Callable[[AgentStore], Awaitable[T]]) -> T: ...
+
+    async def run_write(self, fn: Callable[[AgentStore], Awaitable[T]]) -> T: ...
+
+    def subscribe(
+        self,
+        session_id: str,
+        callback: Callable[[list[SessionEvent]], None],
+        on_deleted: Callable[[], None] | None = None,
+    ) -> Callable[[], None]: ...
+
+
+__all__ = ["RECENT_CLOSES", "LiveStream", "LiveStreams", "StreamHost", "StreamListener"]
 
 RECENT_CLOSES = 1_000
 """Closes an agent remembers, so that a close retried after a lost answer is answered."""
@@ -150,7 +173,7 @@ class LiveStreams:
 
         return stop
 
-    async def load(self, actor: AgentActor) -> None:
+    async def load(self, actor: StreamHost) -> None:
         """Read the agent's open streams from its file, once (after a restart they are
         there with every chunk that was acknowledged)."""
         if self._loaded:
@@ -164,7 +187,7 @@ class LiveStreams:
             self._loaded = True
         self._schedule_expiry(actor)
 
-    def _adopt(self, actor: AgentActor, row: StoredStream) -> None:
+    def _adopt(self, actor: StreamHost, row: StoredStream) -> None:
         stream = LiveStream(row.session_id, row.stream_id, row.generation, row.first_cursor,
                             row.base_seq)  # fmt: skip
         for _first, count, data in row.segments:
@@ -176,7 +199,7 @@ class LiveStreams:
         stream.touched = asyncio.get_running_loop().time() - idle_ms / 1000
         self._track(actor, stream)
 
-    def _track(self, actor: AgentActor, stream: LiveStream) -> None:
+    def _track(self, actor: StreamHost, stream: LiveStream) -> None:
         sid = stream.session_id
         self._by_session[sid] = stream
         self._by_id[stream.stream_id] = stream
@@ -230,7 +253,7 @@ class LiveStreams:
 
     async def open(
         self,
-        actor: AgentActor,
+        actor: StreamHost,
         session_id: str,
         base_seq: int | None = None,
         owner: object | None = None,
@@ -288,7 +311,7 @@ class LiveStreams:
 
     async def append(
         self,
-        actor: AgentActor,
+        actor: StreamHost,
         stream_id: str,
         generation: int,
         chunks: Sequence[Any],
@@ -303,7 +326,7 @@ class LiveStreams:
         self._kick(actor)
         return {"cursor": await future}
 
-    def _kick(self, actor: AgentActor) -> None:
+    def _kick(self, actor: StreamHost) -> None:
         if self._flushing or not self._pending:
             return
         self._flushing = True
@@ -311,7 +334,7 @@ class LiveStreams:
         task = asyncio.ensure_future(actor.run_write(lambda store: self._flush(store, taken)))
         task.add_done_callback(lambda t: self._flushed(actor, t, taken))
 
-    def _flushed(self, actor: AgentActor, task: asyncio.Task[None], taken: list[_Append]) -> None:
+    def _flushed(self, actor: StreamHost, task: asyncio.Task[None], taken: list[_Append]) -> None:
         self._flushing = False
         exc = None if task.cancelled() else task.exception()
         for item in taken:  # the flush never ran (the store could not open)
@@ -389,7 +412,7 @@ class LiveStreams:
 
     async def close(
         self,
-        actor: AgentActor,
+        actor: StreamHost,
         stream_id: str,
         generation: int,
         messages: Sequence[ContextMessage | dict[str, Any]] | None = None,
@@ -431,7 +454,7 @@ class LiveStreams:
 
     async def _persist(
         self,
-        actor: AgentActor,
+        actor: StreamHost,
         stream: LiveStream,
         messages: Sequence[ContextMessage | dict[str, Any]],
         idempotency_key: str | None,
@@ -472,14 +495,14 @@ class LiveStreams:
 
     # -- expiry ----------------------------------------------------------------------------
 
-    def _schedule_expiry(self, actor: AgentActor) -> None:
+    def _schedule_expiry(self, actor: StreamHost) -> None:
         if self._timer is not None or not self._by_id:
             return
         loop = asyncio.get_running_loop()
         due = min(s.touched for s in self._by_id.values()) + self.limits.idle_seconds
         self._timer = loop.call_at(due, self._expire, actor)
 
-    def _expire(self, actor: AgentActor) -> None:
+    def _expire(self, actor: StreamHost) -> None:
         self._timer = None
         now = asyncio.get_running_loop().time()
         for stream in list(self._by_id.values()):
