@@ -105,7 +105,8 @@ def encode_chunks(chunks: Sequence[Any], limits: StreamLimits) -> list[bytes]:
         raise InvalidParamsError("chunks: at least one chunk", data={"field": "chunks"})
     if len(chunks) > limits.max_chunks_per_append:
         raise TooLargeError(
-            f"chunks: at most {limits.max_chunks_per_append} chunks per append, not {len(chunks)}",
+            f"chunks: at most {limits.max_chunks_per_append} chunks per append "
+            f"(max_chunks_per_append), not {len(chunks)}",
             data={"field": "chunks", "max_chunks_per_append": limits.max_chunks_per_append},
         )
     out: list[bytes] = []
