@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.sync_api import Browser, Page, expect
+from playwright.sync_api import Browser, Page, ViewportSize, expect
 
 from session_server.client import SessionClient
 from tests.support.server import ServerProcess
@@ -56,7 +56,8 @@ async def _close(url: str, opened: dict[str, Any], reply: str) -> None:
 
 
 def tab(browser: Browser, served: ServerProcess) -> Page:
-    page = browser.new_context(viewport=VIEWPORT).new_page()
+    size = ViewportSize(width=VIEWPORT["width"], height=VIEWPORT["height"])
+    page = browser.new_context(viewport=size).new_page()
     page.set_default_timeout(15_000)
     page.goto(http_url(served) + f"#agent={AGENT}&session={SESSION}")
     expect(page.locator("#conn-status")).to_have_text("connected")
