@@ -378,7 +378,11 @@ class LiveStreams:
                     max(last, piece.last_cursor), count + len(piece.chunks), size + added,
                     seg, writes + new,
                 )  # fmt: skip
-                accepted.append((item, max(last, piece.last_cursor), piece.chunks))
+                # The answer is the cursor of the append's own last chunk (a retry's too).
+                mine = piece.last_cursor
+                if item.after_cursor is not None:
+                    mine = item.after_cursor + len(item.encoded)
+                accepted.append((item, mine, piece.chunks))
             except SessionServerError as exc:
                 item.future.set_exception(exc)
         if not work or not any(w[4] for w in work.values()):

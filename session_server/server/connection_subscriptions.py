@@ -44,6 +44,7 @@ class ConnectionSubscriptions:
         after_seq: int | None = None,
         stream_cursor: int | None = None,
     ) -> int:
+        await actor.streams.load(actor)  # the live turns the feed follows
         existing = self.subscriptions.get(session_id)
         if existing is not None:
             row = await actor.get_session(session_id)
@@ -78,7 +79,6 @@ class ConnectionSubscriptions:
             raise
         sub.floor = last_seq
         ctx.after_response(sub.go_live)
-        await actor.streams.load(actor)
         if self.subscriptions.get(session_id) is sub:
             sub.feed = feed = StreamFeed(self, session_id, actor.streams, stream_cursor, sub.topic)
             ctx.after_response(feed.start)

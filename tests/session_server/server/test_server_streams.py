@@ -12,6 +12,7 @@ import pytest
 
 from session_server.client import SessionClient
 from session_server.client.live import LiveSubscription, StreamChunk, StreamClosed
+from session_server.client.sync_client import SyncSessionClient
 from session_server.values.errors import ConflictError, NotFoundError, TooLargeError
 from session_server.values.events import SessionEvent
 from session_server.values.streams import StreamLimits
@@ -142,6 +143,8 @@ async def test_after_cursor_makes_a_retried_append_idempotent(tmp_path: Path) ->
         assert await client.stream_append(sid_s, 1, [text("a"), text("b")], after_cursor=0) == 2
         # Overlapping: only the new chunk is added.
         assert await client.stream_append(sid_s, 1, [text("b"), text("c")], after_cursor=1) == 3
+        # A late retry answers its own last cursor, not the stream's.
+        assert await client.stream_append(sid_s, 1, [text("a")], after_cursor=0) == 1
         with pytest.raises(ConflictError) as gap:
             await client.stream_append(sid_s, 1, [text("e")], after_cursor=9)
         assert gap.value.data is not None and gap.value.data["cursor"] == 3
@@ -223,3 +226,20 @@ async def test_deleting_the_session_ends_its_stream(tmp_path: Path) -> None:
         with pytest.raises(NotFoundError):
             await client.stream_append(s["stream_id"], 1, [text("more")])
         assert stream_rows(tmp_path) == (0, [])
+
+
+async def test_the_sync_client_streams_a_turn(tmp_path: Path) -> None:
+    async with running_server(tmp_path) as server:
+        client = SyncSessionClient(server.url, AGENT)
+        try:
+            sid = await client.acall("create_session")
+            opened = await client.acall("stream_open", sid)
+            sid_s, gen = opened["stream_id"], opened["generation"]
+            assert await client.acall("stream_append", sid_s, gen, [text("hi")]) == 1
+            turn = {"messages": [{"role": "assistant", "content": "hi"}]}
+            answer = await client.acall("stream_close", sid_s, gen, turn)
+            assert answer["seqs"] == [1]
+            with pytest.raises(AttributeError):
+                client.subscribe_live  # noqa: B018  # an async iterator: not proxied
+        finally:
+            await client.aclose()
