@@ -1,4 +1,4 @@
--- session-server schema, version 3 (PRAGMA user_version). The store executes this file
+-- session-server schema, version 4 (PRAGMA user_version). The store executes this file
 -- on a new database; older files are brought forward by the migrations in
 -- session_server/storage/sqlite_ops.py (MIGRATIONS).
 
@@ -63,4 +63,28 @@ CREATE TABLE IF NOT EXISTS idempotency (
 CREATE TABLE IF NOT EXISTS agent_settings (
   key TEXT PRIMARY KEY NOT NULL,
   value TEXT NOT NULL
+) WITHOUT ROWID;
+
+-- live turns (docs/live-turns.md): per session, the stream in progress (stream_id NULL
+-- when none), its generation and the last chunk cursor the session ever gave (never
+-- reused); the row outlives its streams, their chunks do not
+CREATE TABLE IF NOT EXISTS streams (
+  session_id TEXT PRIMARY KEY NOT NULL,
+  stream_id TEXT,                           -- the open stream, or NULL
+  generation INTEGER NOT NULL DEFAULT 0,    -- the producer allowed to write (fencing)
+  last_cursor INTEGER NOT NULL DEFAULT 0,   -- cursor of the last chunk stored
+  first_cursor INTEGER NOT NULL DEFAULT 0,  -- cursor of the open stream's first chunk
+  base_seq INTEGER,                         -- the turn's base seq (stream.open), or NULL
+  updated_at INTEGER NOT NULL               -- ms since epoch of the last open or append
+) WITHOUT ROWID;
+
+-- chunks of open streams, several per row (one JSON chunk per line); deleted, with
+-- secure_delete, in the transaction that ends the stream
+CREATE TABLE IF NOT EXISTS stream_segments (
+  session_id TEXT NOT NULL,
+  first_cursor INTEGER NOT NULL,
+  last_cursor INTEGER NOT NULL,
+  chunks INTEGER NOT NULL,
+  data TEXT NOT NULL,                       -- the chunks, one JSON object per line
+  PRIMARY KEY (session_id, first_cursor)
 ) WITHOUT ROWID;

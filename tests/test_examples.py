@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -108,3 +109,37 @@ async def test_user_token_example(tmp_path: Path, capsys: pytest.CaptureFixture[
     out = capsys.readouterr().out
     assert "visible sessions: ['ada']" in out
     assert "refused: token.scope: 'session.create' needs scope 'write'" in out
+
+
+def story_model(path: str, body: dict[str, Any]) -> tuple[int, str]:
+    """A streamed chat completion (server-sent events), one word per chunk."""
+    assert body.get("stream") is True
+    events = []
+    for i, word in enumerate(["Once", " upon", " a", " time", "."]):
+        delta: dict[str, Any] = {"content": word}
+        if i == 0:
+            delta["role"] = "assistant"
+        events.append(
+            {"id": "c1", "object": "chat.completion.chunk", "created": 0, "model": "m",
+             "choices": [{"index": 0, "delta": delta, "finish_reason": None}]}
+        )  # fmt: skip
+    events.append(
+        {"id": "c1", "object": "chat.completion.chunk", "created": 0, "model": "m",
+         "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
+    )  # fmt: skip
+    sse = "".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n"
+    return 200, sse
+
+
+async def test_live_turn_example(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "test")
+    module = load("live_turn")
+    with FakeOpenAIServer(story_model) as model:
+        async with running_server(tmp_path / "memory") as server:
+            await module.main(server.url, model.base_url)
+    out = capsys.readouterr().out
+    assert "persisted seqs [1, 2]" in out
+    assert "stored: 2 agent_message Once upon a time." in out
+    assert "the other tab saw: Once upon a time." in out

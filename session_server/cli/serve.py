@@ -227,6 +227,14 @@ def serve_arguments(p: argparse.ArgumentParser) -> None:
         "(env SESSION_SERVER_IDEMPOTENCY_KEYS; default 1000)",
     )
     p.add_argument(
+        "--stream-idle-seconds",
+        type=positive_seconds,
+        default=positive_seconds(env("STREAM_IDLE_SECONDS", "600") or "600"),
+        help="seconds after which a live turn (stream.open) with no append or close is "
+        "abandoned and its chunks erased (env SESSION_SERVER_STREAM_IDLE_SECONDS; "
+        "default 600)",
+    )
+    p.add_argument(
         "--loop",
         choices=("auto", "asyncio", "uvloop"),
         default=(env("LOOP", "auto") or "auto").lower(),
@@ -332,6 +340,7 @@ async def _serve(args: argparse.Namespace, sources: AuthSources, auth: Authentic
     from ..server.server import SessionServer
     from ..storage.idempotency import IdempotencyRetention
     from ..values.errors import MemoryDirInUseError
+    from ..values.streams import StreamLimits
 
     # Descriptors bound both open agents and connections: take what the system allows.
     limits = derive_limits(raise_nofile_limit())
@@ -389,6 +398,7 @@ async def _serve(args: argparse.Namespace, sources: AuthSources, auth: Authentic
         max_agents=args.max_agents,
         idempotency=IdempotencyRetention(args.idempotency_retention, args.idempotency_keys),
         recent_cache_bytes=args.recent_cache_bytes,
+        stream_limits=StreamLimits(idle_seconds=args.stream_idle_seconds),
     ) as registry:
         server = SessionServer(
             registry,

@@ -51,6 +51,7 @@ from .errors import (
     handshake_error,
     retry_after,
 )
+from .live import LiveSubscription
 from .replay import replay_safe
 from .subscription import Subscription
 
@@ -294,7 +295,10 @@ class RpcConnection:
             if not subs:
                 continue
             after = min(sub.cursor for sub in subs)
-            params = {"session_id": session_id, "after_seq": after}
+            params: dict[str, Any] = {"session_id": session_id, "after_seq": after}
+            cursors = [s.stream_cursor for s in subs if isinstance(s, LiveSubscription)]
+            if cursors and None not in cursors:  # else the whole stream in progress
+                params["stream_cursor"] = min(c for c in cursors if c is not None)
             try:
                 await self._send(ws, "events.subscribe", params)
             except NotFoundError:
@@ -326,6 +330,13 @@ class RpcConnection:
                 for sub in self._subs.pop(params.get("session_id", ""), ()):
                     sub.deleted = True
                     sub.end(None)
+            elif message["method"] in ("stream.chunk", "stream.closed"):
+                for sub in self._subs.get(params.get("session_id", ""), ()):
+                    if isinstance(sub, LiveSubscription):
+                        if message["method"] == "stream.chunk":
+                            sub.deliver_chunks(params)
+                        else:
+                            sub.deliver_closed(params)
             elif message["method"] == "events.gap":
                 for sub in self._subs.get(params.get("session_id", ""), ()):
                     sub.gap(int(params["from_seq"]), int(params["to_seq"]))

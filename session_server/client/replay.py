@@ -12,7 +12,8 @@ the same state and gives the caller the same answer as running it once:
   the first call's result, writing nothing; ``SessionClient`` gives every such write a
   key), and ``session.create`` with ``if_exists: "return"`` and a ``session_id``;
 - writes that replace a value with the same value: ``session.update``,
-  ``memory.set_strategy``.
+  ``memory.set_strategy``;
+- ``stream.append`` with ``after_cursor`` (the server skips the chunks it already has).
 
 Everything else is not sent again (``OutcomeUnknownError``): ``session.create`` without
 ``if_exists: "return"`` (a second run creates another session or answers a conflict),
@@ -69,6 +70,9 @@ NOT_REPLAYED: Final = frozenset(
         "memory.compact",
         "import.session",
         "agent.restore",
+        "stream.open",  # a second run takes the stream over (a higher generation)
+        "stream.close",  # ``client.live.StreamWriter`` retries it itself
+        "stream.append",  # unless it carries after_cursor
     }
 )
 """Methods whose second run differs from the first: a lost call is reported, not resent."""
@@ -82,6 +86,8 @@ def replay_safe(method: str, params: Mapping[str, Any] | None) -> bool:
         return True
     if method in KEYED_WRITES:
         return bool(params.get("idempotency_key"))
+    if method == "stream.append":  # chunks already stored are skipped
+        return params.get("after_cursor") is not None
     if method == "session.create":
         return params.get("if_exists") == "return" and bool(params.get("session_id"))
     return False

@@ -16,6 +16,7 @@ from ..values.events import ContextMessage, SessionEvent
 from ..values.plans import AppendResult
 from .connection import RpcConnection
 from .errors import ConnectionLostError
+from .live import LiveSubscription, StreamWriter
 from .subscription import Subscription
 
 __all__ = ["SessionClient", "SessionPage", "strategy_args"]
@@ -475,6 +476,64 @@ class SessionClient(RpcConnection):
         if self._forget(sub) and self._lost is None:
             with contextlib.suppress(ConnectionLostError):
                 await self.call("events.unsubscribe", {"session_id": sub.session_id})
+
+    # -- live turns (``client.live``) ---------------------------------------------------
+    async def stream_open(self, session_id: str, *, base_seq: int | None = None) -> dict[str, Any]:
+        """``stream.open``: ``{stream_id, generation, cursor, base_seq}`` (a second open
+        of the session takes its stream over with a higher generation)."""
+        params = _set(session_id=session_id, base_seq=base_seq)
+        return dict(await self.call("stream.open", params))
+
+    async def stream_append(
+        self,
+        stream_id: str,
+        generation: int,
+        chunks: Sequence[dict[str, Any]],
+        *,
+        after_cursor: int | None = None,
+    ) -> int:
+        """``stream.append``: the cursor of the last chunk, once stored. With
+        ``after_cursor`` a lost call is sent again (the server skips what it has)."""
+        params = _set(
+            stream_id=stream_id, generation=generation, chunks=list(chunks),
+            after_cursor=after_cursor,
+        )  # fmt: skip
+        return int((await self.call("stream.append", params))["cursor"])
+
+    async def stream_close(
+        self, stream_id: str, generation: int, turn: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """``stream.close``: with ``turn`` (``{messages, idempotency_key?, usage?}``) the
+        ``turn.persist`` answer, else ``{abandoned: true}``."""
+        params = _set(stream_id=stream_id, generation=generation, turn=turn)
+        return dict(await self.call("stream.close", params))
+
+    async def stream(self, session_id: str, *, base_seq: int | None = None) -> StreamWriter:
+        """Open the session's live turn and write it: ``await w.write({"type": "text",
+        "text": "Hel"})``, then ``await w.close(messages)``."""
+        return StreamWriter(self, session_id, await self.stream_open(session_id, base_seq=base_seq))
+
+    async def subscribe_live(
+        self,
+        session_id: str,
+        *,
+        after_seq: int | None = None,
+        stream_cursor: int | None = None,
+    ) -> LiveSubscription:
+        """``events.subscribe`` with live turns: one async iterator of stored events,
+        ``StreamChunk`` and ``StreamClosed`` values, resumed across reconnects after
+        the last seq and the last chunk cursor received."""
+        sub = LiveSubscription(self, session_id, stream_cursor)
+        self._subs.setdefault(session_id, []).append(sub)
+        try:
+            params = _set(session_id=session_id, after_seq=after_seq, stream_cursor=stream_cursor)
+            result = await self.call("events.subscribe", params)
+        except BaseException:
+            self._forget(sub)
+            raise
+        sub.last_seq = int(result["last_seq"])
+        sub.started(sub.last_seq if after_seq is None else after_seq)
+        return sub
 
     # -- server endpoint -------------------------------------------------------------------
     async def list_agents(self) -> list[str]:

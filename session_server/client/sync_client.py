@@ -8,7 +8,9 @@
         print(client.build_context(sid).messages)
 
 It has the methods of :class:`session_server.client.SessionClient` (same names, same
-arguments; ``subscribe`` excepted: use :func:`session_server.client.follow.follow`), blocking.
+arguments; ``subscribe``, ``subscribe_live`` and ``stream`` excepted: use
+:func:`session_server.client.follow.follow`, and ``stream_open``, ``stream_append``,
+``stream_close`` for live turns), blocking.
 The connection lives on an event loop of its own, in a daemon thread, so the client works
 from plain code, from any event loop and from loops that come and go (``asyncio.run``
 per call, as ``Runner.run_sync`` does); ``await client.acall("build_context", sid)`` runs
@@ -43,7 +45,9 @@ from . import ConnectionLostError, SessionClient
 
 __all__ = ["SyncSessionClient"]
 
-_NOT_PROXIED: Final = frozenset({"subscribe", "connect", "close", "call"})
+_NOT_PROXIED: Final = frozenset(
+    {"subscribe", "subscribe_live", "stream", "connect", "close", "call"}
+)
 # How long a blocking call may take beyond the reconnect budget, when no timeout is given.
 _CALL_MARGIN: Final = 60.0
 

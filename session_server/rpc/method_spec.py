@@ -71,10 +71,17 @@ class ConnectionLike(Protocol):
     """What handlers may ask of the connection a request arrived on."""
 
     async def subscribe(
-        self, ctx: CallContext, actor: AgentActor, session_id: str, after_seq: int | None = None
+        self,
+        ctx: CallContext,
+        actor: AgentActor,
+        session_id: str,
+        after_seq: int | None = None,
+        stream_cursor: int | None = None,
     ) -> int:
         """Start ``events.appended`` notifications for ``session_id`` (first the events
-        after ``after_seq``, when given); return its last seq."""
+        after ``after_seq``, when given) and ``stream.chunk``/``stream.closed`` for its
+        live turns (first the chunks after ``stream_cursor``, by default every chunk of
+        the stream in progress); return its last seq."""
         ...
 
     def unsubscribe(self, session_id: str) -> bool:

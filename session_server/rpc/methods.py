@@ -228,11 +228,26 @@ async def events_subscribe(ctx: CallContext, p: SubscribeParams) -> dict[str, An
     """Notifications (``events.appended``) follow for every event with seq > ``last_seq``;
     with ``after_seq`` the events after it are sent first (resume after a reconnect: no
     gap, no duplicate). ``session.deleted {session_id}`` ends the subscription when the
-    session is deleted."""
+    session is deleted. Live turns: ``stream.chunk`` notifications of the stream in
+    progress (the chunks after ``stream_cursor``, by default all of them, then live ones)
+    and ``stream.closed`` after the turn's stored events; ``stream`` in the answer is the
+    stream in progress (``{stream_id, generation, cursor}``) or null."""
+    actor = await ctx.actor()
     last_seq = await ctx.connection.subscribe(
-        ctx, await ctx.actor(), p.session_id, after_seq=p.after_seq
+        ctx, actor, p.session_id, after_seq=p.after_seq, stream_cursor=p.stream_cursor
     )
-    return {"session_id": p.session_id, "last_seq": last_seq}
+    answer: dict[str, Any] = {"session_id": p.session_id, "last_seq": last_seq}
+    stream = actor.streams.current(p.session_id)
+    answer["stream"] = (
+        None
+        if stream is None
+        else {
+            "stream_id": stream.stream_id,
+            "generation": stream.generation,
+            "cursor": stream.last_cursor,
+        }
+    )
+    return answer
 
 
 async def events_unsubscribe(ctx: CallContext, p: SessionParams) -> dict[str, Any]:

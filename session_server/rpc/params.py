@@ -172,6 +172,7 @@ class BuildParams(RpcParams):
 class SubscribeParams(RpcParams):
     session_id: SessionId
     after_seq: Annotated[int, Field(ge=0)] | None = None
+    stream_cursor: Annotated[int, Field(ge=0)] | None = None
 
 
 class PersistParams(RpcParams):

@@ -18,6 +18,7 @@ from typing import Final
 from . import memory_methods as memory
 from . import methods as session
 from . import session_methods as edits
+from . import stream_methods as streams
 from .method_spec import SERVER, MethodSpec, method_table
 from .params import (
     AgentsListParams,
@@ -58,6 +59,23 @@ ROWS: Final[tuple[MethodSpec, ...]] = (
     MethodSpec("turn.persist", PersistParams, session.turn_persist, scope="write"),
     MethodSpec("events.subscribe", SubscribeParams, session.events_subscribe, scope="read"),
     MethodSpec("events.unsubscribe", SessionParams, session.events_unsubscribe, scope="read"),
+    # Live turns (``stream_methods``).
+    MethodSpec("stream.open", streams.StreamOpenParams, streams.stream_open, scope="write"),
+    # A stream names no session: the handlers check the stream's session ("filter").
+    MethodSpec(
+        "stream.append",
+        streams.StreamAppendParams,
+        streams.stream_append,
+        scope="write",
+        sessions="filter",
+    ),
+    MethodSpec(
+        "stream.close",
+        streams.StreamCloseParams,
+        streams.stream_close,
+        scope="write",
+        sessions="filter",
+    ),
     MethodSpec("agents.list", AgentsListParams, session.agents_list, SERVER, scope="admin"),
     # Compaction, rendering, views, export and import, server facts (``memory_methods``).
     MethodSpec(

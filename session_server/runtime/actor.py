@@ -58,6 +58,7 @@ from .activity import ActivityScope
 from .actor_host import ActorHost
 from .commit_effects import GroupCommit
 from .compaction_turns import CompactionTurns
+from .live_streams import LiveStreams
 from .mirror_link import MirrorLink, snapshot_from_file
 from .session_edits import SessionEdits
 from .session_reads import SessionReads
@@ -124,6 +125,7 @@ class AgentActor(SessionReads, SessionWrites, SessionEdits):
         # with each call): a dropped actor is freed at once, not by the cycle collector.
         self.queue = WriteQueue(self._write_lock, self.group_commit.commit_group)
         self.compactions = CompactionTurns(agent_id, self.core, host)
+        self.streams = LiveStreams(agent_id, host.stream_limits)
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -233,6 +235,7 @@ class AgentActor(SessionReads, SessionWrites, SessionEdits):
                         continue
                     await self._drop_store()
                     self.core.hibernated()
+                    self.streams.forget()  # the new file's streams are read again
                     loop = asyncio.get_running_loop()
                     return await loop.run_in_executor(self.host.executor, fn)
 
@@ -350,6 +353,41 @@ class AgentActor(SessionReads, SessionWrites, SessionEdits):
         so no append can be missed or reordered. Returns the unsubscribe function.
         """
         return self.subscriptions.subscribe(session_id, callback, on_deleted)
+
+    # -- live turns (``live_streams``) -----------------------------------------------------
+
+    async def stream_open(
+        self, session_id: str, *, base_seq: int | None = None, owner: object | None = None
+    ) -> dict[str, Any]:
+        """Open the session's live turn (or take it over, fencing the older producer):
+        ``{stream_id, generation, cursor, base_seq}``."""
+        return await self.streams.open(self, session_id, base_seq, owner)
+
+    async def stream_append(
+        self,
+        stream_id: str,
+        generation: int,
+        chunks: list[Any],
+        *,
+        after_cursor: int | None = None,
+    ) -> dict[str, Any]:
+        """Store chunks of a live turn; ``{cursor}`` once they are committed."""
+        return await self.streams.append(self, stream_id, generation, chunks, after_cursor)
+
+    async def stream_close(
+        self,
+        stream_id: str,
+        generation: int,
+        messages: list[Any] | None = None,
+        *,
+        idempotency_key: str | None = None,
+        usage: dict[str, Any] | None = None,
+    ) -> AppendResult | None:
+        """End a live turn: persist ``messages`` as the turn (with the end of the stream,
+        in one transaction), or abandon it (``None``)."""
+        return await self.streams.close(
+            self, stream_id, generation, messages, idempotency_key=idempotency_key, usage=usage
+        )
 
     # -- working contexts ----------------------------------------------------------------
 

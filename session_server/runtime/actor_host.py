@@ -11,6 +11,7 @@ from typing import Any, Protocol, TypeVar
 from ..mirror_io.snapshot_index import SnapshotIndex
 from ..storage.idempotency import IdempotencyRetention
 from ..values.cache_budget import CacheBudget
+from ..values.streams import StreamLimits
 from .compaction_turns import CompactionHost
 
 __all__ = ["ActorHost"]
@@ -56,6 +57,11 @@ class ActorHost(CompactionHost, Protocol[A]):
     @property
     def idempotency(self) -> IdempotencyRetention:
         """How long keyed writes can be replayed."""
+        ...
+
+    @property
+    def stream_limits(self) -> StreamLimits:
+        """The bounds of live turns (``values.streams``)."""
         ...
 
     @property

@@ -48,6 +48,7 @@ from ..values.errors import (
     NotFoundError,
     TooLargeError,
 )
+from ..values.streams import StreamLimits
 from ..values.tokens import get_counter
 from .actor import AgentActor
 from .metrics import CompactionMetrics
@@ -95,7 +96,9 @@ class ActorRegistry:
     ``idempotency`` (``IdempotencyRetention``: keys kept 24 h, at most 1000 per session):
     how long a keyed write can be replayed. ``recent_cache_bytes``: what the actors'
     recent-events caches hold together (``DEFAULT_CACHE_BYTES``, 256 MiB; one session at
-    most an eighth of it; see ``values.cache_budget``).
+    most an eighth of it; see ``values.cache_budget``). ``stream_limits``: the bounds of
+    live turns and the idle time after which an abandoned stream expires
+    (``values.streams.StreamLimits``).
     """
 
     def __init__(
@@ -120,6 +123,7 @@ class ActorRegistry:
         max_agents: int = DEFAULT_MAX_AGENTS,
         idempotency: IdempotencyRetention = DEFAULT_RETENTION,
         recent_cache_bytes: int = DEFAULT_CACHE_BYTES,
+        stream_limits: StreamLimits | None = None,
     ) -> None:
         if synchronous not in ("FULL", "NORMAL"):
             raise ValueError(f"synchronous: must be 'FULL' or 'NORMAL', got {synchronous!r}")
@@ -161,6 +165,7 @@ class ActorRegistry:
         self.max_open = max_open
         self.max_agents = max_agents
         self.idempotency = idempotency
+        self.stream_limits = stream_limits or StreamLimits()
         # One budget for every actor's recent-events cache (``values.cache_budget``).
         self.cache_budget = CacheBudget(recent_cache_bytes)
         self.busy_timeout_ms = busy_timeout_ms

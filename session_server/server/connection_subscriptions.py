@@ -14,6 +14,7 @@ from ..rpc.method_spec import CallContext
 from ..values.errors import NotFoundError, TooLargeError
 from .connection_host import ConnectionHost
 from .fanout import Subscriber, Subscription
+from .stream_feed import StreamFeed
 
 if TYPE_CHECKING:
     from ..runtime.actor import AgentActor
@@ -41,12 +42,17 @@ class ConnectionSubscriptions:
         actor: AgentActor,
         session_id: str,
         after_seq: int | None = None,
+        stream_cursor: int | None = None,
     ) -> int:
+        await actor.streams.load(actor)  # the live turns the feed follows
         existing = self.subscriptions.get(session_id)
         if existing is not None:
             row = await actor.get_session(session_id)
             if row is None:
                 raise NotFoundError.session(session_id)
+            if existing.feed is not None:
+                existing.feed.rewind(stream_cursor)
+                ctx.after_response(existing.feed.start)
             return int(row["last_seq"])
         if len(self.subscriptions) >= self.server.max_subscriptions:
             raise TooLargeError(
@@ -73,6 +79,9 @@ class ConnectionSubscriptions:
             raise
         sub.floor = last_seq
         ctx.after_response(sub.go_live)
+        if self.subscriptions.get(session_id) is sub:
+            sub.feed = feed = StreamFeed(self, session_id, actor.streams, stream_cursor, sub.topic)
+            ctx.after_response(feed.start)
         return last_seq
 
     def unsubscribe(self: _Host, session_id: str) -> bool:
@@ -87,6 +96,9 @@ class ConnectionSubscriptions:
             del self.subscriptions[sub.session_id]
         sub.live = False
         sub.buffer = []
+        if sub.feed is not None:
+            sub.feed.close()
+            sub.feed = None
         if sub.pump is not None:
             sub.pump.cancel()
             sub.pump = None

@@ -87,6 +87,16 @@ class Subscriber(Protocol):
     def unsubscribe(self, session_id: str) -> bool: ...
 
 
+class StreamFeedLike(Protocol):
+    """A subscription's live turns (``stream_feed.StreamFeed``)."""
+
+    def start(self) -> None: ...
+
+    def rewind(self, cursor: int | None) -> None: ...
+
+    def close(self) -> None: ...
+
+
 class Topic:
     """One actor subscription per (agent, session) for all of this server's subscribers.
 
@@ -97,7 +107,9 @@ class Topic:
     once for every subscriber); a deletion goes out after the events before it.
     """
 
-    __slots__ = ("deleted", "key", "pending", "running", "server", "subs", "unsubscribe")
+    __slots__ = (
+        "deleted", "key", "pending", "running", "server", "subs", "unsubscribe", "waiters",
+    )  # fmt: skip
 
     def __init__(self, server: TopicIndex, key: tuple[str, str]) -> None:
         self.server = server
@@ -107,6 +119,13 @@ class Topic:
         self.pending: list[SessionEvent] = []
         self.deleted = False
         self.running = False
+        self.waiters: list[Callable[[], None]] = []
+
+    def after_pending(self, callback: Callable[[], None]) -> None:
+        """Run ``callback`` once the events queued so far went to every subscriber (a
+        live turn's ``stream.closed`` follows the turn's stored events)."""
+        self.waiters.append(callback)
+        self._kick()
 
     def on_events(self, events: list[SessionEvent]) -> None:
         if events:
@@ -128,6 +147,9 @@ class Topic:
             self._step(events, _appended(self.key[1], events), list(self.subs), 0)
             return
         self.running = False
+        waiters, self.waiters = self.waiters, []
+        for callback in waiters:
+            callback()
         if self.deleted:
             for sub in list(self.subs):
                 sub.on_deleted()
@@ -200,6 +222,7 @@ class Subscription:
         "conn",
         "deleted",
         "drained",
+        "feed",
         "floor",
         "gap",
         "live",
@@ -227,6 +250,7 @@ class Subscription:
         self.drained.set()
         self.gap: tuple[int, int] | None = None
         self.topic: Topic | None = None
+        self.feed: StreamFeedLike | None = None  # the session's live turns
 
     def hold(self, events: list[SessionEvent]) -> None:
         """Keep events committed before this subscription is live (bounded; see above)."""

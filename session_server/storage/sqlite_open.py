@@ -101,6 +101,17 @@ MIGRATIONS: dict[int, Sequence[str]] = {
     # which now scan the session's events by seq; every append paid for it (about 1.8 of
     # the 12 WAL pages of a 4-event turn).
     2: ("DROP INDEX IF EXISTS idx_events_session_created",),
+    # 3 -> 4: live turns (docs/live-turns.md): the stream of a session and its chunks.
+    3: (
+        "CREATE TABLE IF NOT EXISTS streams (session_id TEXT PRIMARY KEY NOT NULL,"
+        " stream_id TEXT, generation INTEGER NOT NULL DEFAULT 0,"
+        " last_cursor INTEGER NOT NULL DEFAULT 0, first_cursor INTEGER NOT NULL DEFAULT 0,"
+        " base_seq INTEGER, updated_at INTEGER NOT NULL) WITHOUT ROWID",
+        "CREATE TABLE IF NOT EXISTS stream_segments (session_id TEXT NOT NULL,"
+        " first_cursor INTEGER NOT NULL, last_cursor INTEGER NOT NULL,"
+        " chunks INTEGER NOT NULL, data TEXT NOT NULL,"
+        " PRIMARY KEY (session_id, first_cursor)) WITHOUT ROWID",
+    ),
 }
 
 

@@ -42,6 +42,7 @@ from .idempotency import (
 from .stored_rows import (
     EVENT_COLUMNS,
 )
+from .stream_rows import end_stream
 from .transactions import project_error
 
 __all__ = [
@@ -120,6 +121,8 @@ def append(
     ).fetchone()
     if row is None:
         raise NotFoundError.session(session_id)
+    if batch.end_stream is not None:  # rolled back with the batch if it is refused
+        end_stream(conn, session_id, batch.end_stream)
     last_seq = int(row[0])
     last = TurnPosition(int(row[1]), int(row[2]))
     # Each event's metadata column, once: the digest's and the stored row's (the fields

@@ -26,7 +26,7 @@ from ..values.errors import AgentUnavailableError, NotFoundError, SessionServerE
 from ..values.events import SessionEvent
 from ..values.plans import AppendBatch, AppendOutcome, ContextWindow, SessionState
 from ..values.session_rows import SessionRows
-from . import session_sql
+from . import session_sql, stream_rows
 from . import sqlite_ops as ops
 from .context_window import read_context_window
 from .event_queries import EVENT_SIZE_SQL, event_query, read_events
@@ -88,7 +88,7 @@ class AgentStore(StoreConnections):
         def body(conn: sqlite3.Connection) -> tuple[bool, int]:
             deleted = conn.execute("DELETE FROM sessions WHERE id = ?", (session_id,)).rowcount > 0
             rows = 0
-            for table in ("events", "tool_calls", "idempotency"):
+            for table in ("events", "tool_calls", "idempotency", "streams", "stream_segments"):
                 rows += conn.execute(
                     f"DELETE FROM {table} WHERE session_id = ?", (session_id,)
                 ).rowcount
@@ -167,6 +167,25 @@ class AgentStore(StoreConnections):
     async def set_session_strategy(self, session_id: str, strategy: str | None) -> None:
         """Store a session's strategy (JSON text; ``None`` clears it)."""
         await self._write("set strategy", _update_session, session_id, "strategy", strategy)
+
+    # -- live turns (``stream_rows``; the actor's ``runtime.live_streams``) --------------
+
+    async def load_streams(self) -> list[stream_rows.StoredStream]:
+        return await self._read(stream_rows.load_streams)
+
+    async def stream_counters(self, session_id: str) -> tuple[int, int] | None:
+        return await self._read(lambda conn: stream_rows.read_counters(conn, session_id))
+
+    async def open_stream(self, *args: Any) -> None:
+        await self._write("stream.open", stream_rows.open_stream, *args)
+
+    async def write_stream_segments(self, items: Sequence[stream_rows.SegmentItem]) -> None:
+        await self._write("stream.append", stream_rows.write_segments, items)
+
+    async def end_stream(self, session_id: str, stream_id: str) -> None:
+        """Abandon the stream: its chunks deleted, then the WAL erased."""
+        await self._write("stream.close", stream_rows.end_stream, session_id, stream_id)
+        await self._erase_after_delete()
 
     # -- events ------------------------------------------------------------------------
 

@@ -119,7 +119,8 @@ class AppendBatch(msgspec.Struct, frozen=True):
     ``expected_last_seq`` refuses the batch when the session moved; a known
     ``idempotency_key`` replays the first answer; ``compaction_required`` sets the
     pressure flag (``None`` leaves it); ``mirror_seq`` stores the mirror cursor in the
-    same transaction; ``create`` creates the session first.
+    same transaction; ``create`` creates the session first; ``end_stream`` ends the
+    session's live stream of that id in the same transaction (``stream.close {turn}``).
     """
 
     session_id: str
@@ -131,6 +132,7 @@ class AppendBatch(msgspec.Struct, frozen=True):
     compaction_required: bool | None = None
     mirror_seq: int | None = None
     create: NewSession | None = None
+    end_stream: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.session_id, str):

@@ -194,6 +194,7 @@ const state = {
   rawLimit: 200,
   rawArchive: true,
   generation: 0,       // bumps on every session switch: late answers are dropped
+  live: null,          // the live turn being typed: {streamId, cursor, text, reasoning, calls}
 };
 
 function setStatus(text, isError) {
@@ -467,7 +468,10 @@ async function reconnectAgent(lost, agentId, attempt) {
   const generation = state.generation;
   try {
     // The replay: every event after the last one the page has, then live ones.
-    await rpc.call("events.subscribe", { session_id: state.sessionId, after_seq: state.lastSeq });
+    // ... and every chunk of the live turn after the last one it has.
+    const params = { session_id: state.sessionId, after_seq: state.lastSeq };
+    if (state.live) params.stream_cursor = state.live.cursor;
+    await rpc.call("events.subscribe", params);
   } catch (err) {
     if (generation === state.generation) setStatus("cannot follow the session: " + err.message, true);
     return;
@@ -482,6 +486,7 @@ async function reconnectAgent(lost, agentId, attempt) {
 // ---------------------------------------------------------------- one session
 
 function clearSession() {
+  state.live = null;
   state.session = null;
   state.built = null;
   state.events = [];
@@ -656,7 +661,7 @@ function contextMarks() {
 
 function renderConversation() {
   const events = state.events;
-  if (!events.length) return [empty("No events in this session yet.")];
+  if (!events.length && !state.live) return [empty("No events in this session yet.")];
   const results = new Map();
   for (const e of events) if (e.action === "tool_result" && e.tool_call_id) results.set(e.tool_call_id, e);
   const called = new Set();
@@ -679,7 +684,63 @@ function renderConversation() {
         `compaction · ${rec.strategy || "?"} · ${num(e.compacted_event_count)} events before seq ${rec.boundary_seq ?? "?"}`));
     }
   }
+  if (state.live) out.push(liveReply());
   return out;
+}
+
+// The reply being streamed (stream.chunk notifications), typed as it comes; it goes
+// when the stream closes (the stored turn arrived just before).
+function liveReply() {
+  const live = state.live;
+  const head = el("div", { class: "head" },
+    el("span", { class: "role", text: "assistant" }),
+    el("span", { class: "typing", text: "typing…" }));
+  const node = el("div", { class: "entry assistant live", id: "live-reply", "aria-live": "polite" }, head,
+    el("div", { class: "text", text: live.text }));
+  if (live.reasoning) {
+    node.append(el("details", { class: "fold" }, el("summary", { text: "Reasoning" }), el("pre", { text: live.reasoning })));
+  }
+  for (const [i, call] of [...live.calls.entries()].sort((a, b) => a[0] - b[0])) {
+    node.append(el("pre", { class: "muted", text: `${call.name || "tool"}(${call.arguments}) #${i}` }));
+  }
+  return node;
+}
+
+function onStreamChunk(params) {
+  const chunks = params.chunks || [];
+  let live = state.live;
+  if (!live || live.streamId !== params.stream_id) {
+    live = state.live = { streamId: params.stream_id, cursor: params.cursor - chunks.length, text: "", reasoning: "", calls: new Map() };
+  }
+  // A replay after a reconnection may repeat chunks the page has: keep each cursor once.
+  const first = params.cursor - chunks.length + 1;
+  for (let i = Math.max(0, live.cursor - first + 1); i < chunks.length; i++) {
+    const c = chunks[i];
+    if (c.type === "text") live.text += c.text;
+    else if (c.type === "reasoning") live.reasoning += c.text;
+    else if (c.type === "tool_call") {
+      const call = live.calls.get(c.index || 0) || { name: "", arguments: "" };
+      if (c.name) call.name += c.name;
+      call.arguments += c.arguments || "";
+      live.calls.set(c.index || 0, call);
+    }
+  }
+  live.cursor = Math.max(live.cursor, params.cursor);
+  drawLive();
+}
+
+function drawLive() {
+  if (state.tab !== "conversation" || !state.loaded.has("conversation")) return;
+  const panel = $("panel-conversation");
+  const old = $("live-reply");
+  if (!state.live) { if (old) old.remove(); return; }
+  const node = liveReply();
+  if (old) old.replaceWith(node);
+  else {
+    const none = panel.querySelector(":scope > p.empty");
+    if (none) none.remove();
+    panel.append(node);
+  }
 }
 
 function message(role, e) {
@@ -902,6 +963,11 @@ function onNotification(method, params) {
     state.lastSeq = Math.max(state.lastSeq, params.to_seq || 0);
     state.loaded = new Set();
     loadTab(state.tab, state.generation);
+    return;
+  }
+  if (method === "stream.chunk") { onStreamChunk(params); return; }
+  if (method === "stream.closed") {
+    if (state.live && state.live.streamId === params.stream_id) { state.live = null; drawLive(); }
     return;
   }
   if (method !== "events.appended") return;

@@ -49,6 +49,9 @@ CLIENT_METHODS = {
     "memory.list_snapshots": "list_snapshots",
     "adapters.list": "list_adapters",
     "metrics.get": "get_metrics",
+    "stream.open": "stream_open",
+    "stream.append": "stream_append",
+    "stream.close": "stream_close",
 }
 
 

@@ -42,3 +42,10 @@ def test_writes_whose_second_run_differs_are_not_replayed(method: str) -> None:
 
 def test_a_method_the_client_does_not_know_is_not_replayed() -> None:
     assert not replay_safe("memory.blocks.set", {"label": "x"})
+
+
+def test_a_stream_append_is_replayed_only_with_after_cursor() -> None:
+    assert replay_safe("stream.append", {"stream_id": "s", "generation": 1, "after_cursor": 0})
+    assert not replay_safe("stream.append", {"stream_id": "s", "generation": 1})
+    assert not replay_safe("stream.open", {"session_id": "s"})
+    assert not replay_safe("stream.close", {"stream_id": "s", "generation": 1})

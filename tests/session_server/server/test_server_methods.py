@@ -185,7 +185,7 @@ async def test_subscribe_and_unsubscribe(ws: ClientConnection, server: RunningSe
     sid = (await rpc("session.create"))["result"]["session_id"]
     await rpc("events.append", session_id=sid, events=[{"content": "before"}])
     sub = await rpc("events.subscribe", session_id=sid)
-    assert sub["result"] == {"session_id": sid, "last_seq": 1}
+    assert sub["result"] == {"session_id": sid, "last_seq": 1, "stream": None}
 
     async with connect(f"{server.url}/v1/agents/{quote(AGENT, safe='')}") as other:
         answer = await Rpc(other)("events.append", session_id=sid, events=[{"content": "after"}])
