@@ -226,6 +226,7 @@ class AgentCore(ContextBuilds, CompactionDecisions):
         self._removals[session_id] = self._removals.get(session_id, 0) + 1
         self._futile.pop(session_id, None)
         self._futile_turn.pop(session_id, None)
+        self.blocks.forget(session_id)
 
     def events_deleted(self, session_id: str) -> None:
         """Events of the session were removed (committed; the write lock is held)."""
@@ -242,3 +243,4 @@ class AgentCore(ContextBuilds, CompactionDecisions):
         self._removals.clear()  # nothing planned is in flight: the actor was idle
         self._agent_loaded = False
         self._agent_generation = 0
+        self.blocks.clear()

@@ -101,6 +101,16 @@ MIGRATIONS: dict[int, Sequence[str]] = {
     # which now scan the session's events by seq; every append paid for it (about 1.8 of
     # the 12 WAL pages of a 4-event turn).
     2: ("DROP INDEX IF EXISTS idx_events_session_created",),
+    # 3 -> 4: memory blocks (every revision; see ``storage/block_sql``).
+    3: (
+        "CREATE TABLE IF NOT EXISTS memory_blocks ("
+        " session_id TEXT NOT NULL, label TEXT NOT NULL, revision INTEGER NOT NULL,"
+        " value TEXT NOT NULL, description TEXT NOT NULL DEFAULT '',"
+        " max_tokens INTEGER NOT NULL, tokens INTEGER NOT NULL, author TEXT NOT NULL,"
+        " reason TEXT, tool_call_id TEXT, session_seq INTEGER NOT NULL DEFAULT 0,"
+        " created_at INTEGER NOT NULL, PRIMARY KEY (session_id, label, revision)"
+        ") WITHOUT ROWID",
+    ),
 }
 
 

@@ -184,6 +184,7 @@ def _older(version: int) -> Callable[[sqlite3.Connection], None]:
     """The file as an older server wrote it (the migrations' steps undone)."""
     statements = [
         "CREATE INDEX idx_events_session_created ON events(session_id, created_at)",
+        "DROP TABLE memory_blocks",
         f"PRAGMA user_version = {version}",
     ]
     if version == 1:  # the sessions table of version 1 (schema.sql at that version)
@@ -205,7 +206,7 @@ def _older(version: int) -> Callable[[sqlite3.Connection], None]:
     return _script(*statements)
 
 
-@pytest.mark.parametrize("version", [1, 2])
+@pytest.mark.parametrize("version", [1, 2, 3])
 async def test_a_file_of_an_older_schema_is_migrated(tmp_path: Path, version: int) -> None:
     async with (
         running_server(tmp_path / "mem") as running,
@@ -220,9 +221,10 @@ async def test_a_file_of_an_older_schema_is_migrated(tmp_path: Path, version: in
     db = tmp_path / "mem" / "agents" / AGENT / "agent.sqlite"
     conn = sqlite3.connect(db)
     try:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == 3
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 4
         names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
         assert "idx_events_session_created" not in names
+        assert "memory_blocks" in names
     finally:
         conn.close()
 

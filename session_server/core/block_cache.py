@@ -1,0 +1,91 @@
+"""``BlockCache``: the memory blocks a build renders, kept by the core (pure).
+
+A build needs the agent's blocks and the session's; reading them on every build would
+cost a store round trip per request. The cache holds what the last read returned and the
+rendered text per session and pin, so that builds while no block changes cost two dict
+lookups and hand the same string to the context (byte-identical prefixes). A block
+write (``written``) drops what it changed; a read issued before a write
+(``NeedBlocks.generation`` older than the cache's) is not remembered.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Final
+
+from ..values.blocks import BlockRevision, BlockSet, render_blocks
+from .needs import NeedBlocks
+
+__all__ = ["MAX_CACHED_SESSIONS", "BlockCache"]
+
+# Sessions whose blocks the cache holds (least recently used go first).
+MAX_CACHED_SESSIONS: Final = 256
+
+
+class BlockCache:
+    """The agent's blocks, the blocks of recently built sessions, their rendered text."""
+
+    def __init__(self) -> None:
+        self._agent: tuple[BlockRevision, ...] | None = None
+        self._sessions: OrderedDict[str, tuple[BlockRevision, ...]] = OrderedDict()
+        self._text: dict[tuple[str, tuple[str, ...] | None], str] = {}
+        self._generation = 0
+
+    def lookup(self, session_id: str) -> BlockSet | NeedBlocks:
+        """The blocks ``session_id`` sees, or the read that gets them."""
+        session = self._sessions.get(session_id)
+        if self._agent is None or session is None:
+            return NeedBlocks(session_id, self._generation)
+        self._sessions.move_to_end(session_id)
+        return BlockSet(self._agent, session)
+
+    def learn(self, need: NeedBlocks, answer: BlockSet) -> None:
+        """Remember a read's answer unless a block was written since it was issued."""
+        if need.generation != self._generation:
+            return
+        self._agent = answer.agent
+        self._sessions[need.session_id] = answer.session
+        self._sessions.move_to_end(need.session_id)
+        while len(self._sessions) > MAX_CACHED_SESSIONS:
+            old, _ = self._sessions.popitem(last=False)
+            self._drop_text(old)
+
+    def rendered(self, session_id: str, pin: Sequence[str] | None) -> str | NeedBlocks:
+        """The blocks' system instruction for ``session_id`` under ``pin`` (a strategy's
+        ``blocks``), the same string object while no block changes."""
+        key = (session_id, None if pin is None else tuple(pin))
+        text = self._text.get(key)
+        if text is not None and session_id in self._sessions:
+            return text
+        blocks = self.lookup(session_id)
+        if isinstance(blocks, NeedBlocks):
+            return blocks
+        text = render_blocks(blocks, pin)
+        self._text[key] = text
+        return text
+
+    def written(self, session_id: str | None) -> None:
+        """A block of ``session_id`` (``None``: of the agent) was written or deleted."""
+        self._generation += 1
+        if session_id is None:
+            self._agent = None
+            self._text.clear()
+        else:
+            self._sessions.pop(session_id, None)
+            self._drop_text(session_id)
+
+    def forget(self, session_id: str) -> None:
+        """The session was deleted (its blocks with it)."""
+        self.written(session_id)
+
+    def clear(self) -> None:
+        """The store closed (hibernation, a restore): everything may have changed."""
+        self._generation += 1
+        self._agent = None
+        self._sessions.clear()
+        self._text.clear()
+
+    def _drop_text(self, session_id: str) -> None:
+        for key in [k for k in self._text if k[0] == session_id]:
+            del self._text[key]
