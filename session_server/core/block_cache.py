@@ -29,7 +29,9 @@ class BlockCache:
     def __init__(self) -> None:
         self._agent: tuple[BlockRevision, ...] | None = None
         self._sessions: OrderedDict[str, tuple[BlockRevision, ...]] = OrderedDict()
-        self._text: dict[tuple[str, tuple[str, ...] | None], str] = {}
+        # Per session: the pin of its last build and the text rendered for it (one per
+        # session, so requests naming ever new pins cannot grow the cache).
+        self._text: dict[str, tuple[tuple[str, ...] | None, str]] = {}
         self._generation = 0
 
     def lookup(self, session_id: str) -> BlockSet | NeedBlocks:
@@ -49,20 +51,20 @@ class BlockCache:
         self._sessions.move_to_end(need.session_id)
         while len(self._sessions) > MAX_CACHED_SESSIONS:
             old, _ = self._sessions.popitem(last=False)
-            self._drop_text(old)
+            self._text.pop(old, None)
 
     def rendered(self, session_id: str, pin: Sequence[str] | None) -> str | NeedBlocks:
         """The blocks' system instruction for ``session_id`` under ``pin`` (a strategy's
         ``blocks``), the same string object while no block changes."""
-        key = (session_id, None if pin is None else tuple(pin))
-        text = self._text.get(key)
-        if text is not None and session_id in self._sessions:
-            return text
+        key = None if pin is None else tuple(pin)
+        memo = self._text.get(session_id)
+        if memo is not None and memo[0] == key and session_id in self._sessions:
+            return memo[1]
         blocks = self.lookup(session_id)
         if isinstance(blocks, NeedBlocks):
             return blocks
         text = render_blocks(blocks, pin)
-        self._text[key] = text
+        self._text[session_id] = (key, text)
         return text
 
     def written(self, session_id: str | None) -> None:
@@ -73,7 +75,7 @@ class BlockCache:
             self._text.clear()
         else:
             self._sessions.pop(session_id, None)
-            self._drop_text(session_id)
+            self._text.pop(session_id, None)
 
     def forget(self, session_id: str) -> None:
         """The session was deleted (its blocks with it)."""
@@ -85,7 +87,3 @@ class BlockCache:
         self._agent = None
         self._sessions.clear()
         self._text.clear()
-
-    def _drop_text(self, session_id: str) -> None:
-        for key in [k for k in self._text if k[0] == session_id]:
-            del self._text[key]

@@ -492,7 +492,7 @@ class AgentActor(SessionReads, SessionWrites, SessionEdits):
 
     async def list_blocks(self, session_id: str | None = None) -> BlockSet:
         """The agent's current blocks and, with ``session_id``, the session's."""
-        return await self.blocks.list(self, session_id)
+        return await self.blocks.current(self, session_id)
 
     async def block_history(
         self,

@@ -161,7 +161,7 @@ class MemoryBlocks:
             raise _not_found(label, session_id)
         return block
 
-    async def list(self, pump: BlockPump, session_id: str | None) -> BlockSet:
+    async def current(self, pump: BlockPump, session_id: str | None) -> BlockSet:
         def read(conn: sqlite3.Connection) -> BlockSet:
             if session_id is None:
                 return BlockSet(current_blocks(conn, None).agent, ())
@@ -259,7 +259,7 @@ class MemoryBlocks:
         """One model tool call: ``(content, is_error)``; an error's content says what the
         model should do instead. An unknown session is the caller's error (raised)."""
         for _ in range(_TOOL_ATTEMPTS):
-            blocks = await self.list(pump, session_id)
+            blocks = await self.current(pump, session_id)
             try:
                 edit = plan_block_edit(name, arguments, blocks)
             except BlockToolError as exc:

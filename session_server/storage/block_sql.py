@@ -64,7 +64,7 @@ def _revision(row: sqlite3.Row) -> BlockRevision:
         description=str(row[4]),
         max_tokens=int(row[5]),
         tokens=int(row[6]),
-        author=str(row[7]),
+        author=row[7],
         reason=None if row[8] is None else str(row[8]),
         tool_call_id=None if row[9] is None else str(row[9]),
         session_seq=int(row[10]),
