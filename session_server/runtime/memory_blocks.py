@@ -11,17 +11,19 @@ with the real tokenizer, off the event loop when large.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import Executor
 from typing import Any, Final, Protocol, TypeVar
 
 from ..core.block_cache import BlockCache
 from ..storage.block_sql import (
     BlockWrite,
+    all_revisions,
     block_history,
     current_block,
     current_blocks,
     delete_block,
+    insert_revisions,
     write_revision,
 )
 from ..storage.store import AgentStore
@@ -247,6 +249,37 @@ class MemoryBlocks:
             return rows > 0
 
         return await pump.run_write(run)
+
+    async def revisions(self, pump: BlockPump, session_id: str | None) -> list[BlockRevision]:
+        """Every revision of one scope's blocks, by label then revision (exports)."""
+        return await pump.run_read(
+            lambda s: s.read_blocks(lambda c: list(all_revisions(c, session_id)))
+        )
+
+    async def import_revisions(
+        self, pump: BlockPump, session_id: str | None, revisions: Sequence[BlockRevision]
+    ) -> None:
+        """Replace one scope's blocks by ``revisions`` (their history as it was), in one
+        transaction (imports)."""
+
+        def body(conn: sqlite3.Connection) -> int:
+            scope = "" if session_id is None else session_id
+            if session_id is not None and (
+                conn.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone()
+                is None
+            ):
+                raise NotFoundError.session(session_id)
+            removed = conn.execute(
+                "DELETE FROM memory_blocks WHERE session_id = ?", (scope,)
+            ).rowcount
+            insert_revisions(conn, list(revisions))
+            return removed
+
+        async def run(store: AgentStore) -> None:
+            await store.erase_blocks("memory blocks import", body)
+            self.cache.written(session_id)
+
+        await pump.run_write(run)
 
     async def run_tool(
         self,

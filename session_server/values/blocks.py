@@ -21,12 +21,14 @@ from .errors import InvalidParamsError
 __all__ = [
     "AGENT_SCOPE",
     "AUTHORS",
+    "BLOCKS_FILE",
     "DEFAULT_BLOCK_TOKENS",
     "LABEL_PATTERN",
     "MAX_BLOCKS_PER_SCOPE",
     "MAX_BLOCK_TOKENS",
     "MAX_DESCRIPTION_CHARS",
     "MAX_HISTORY_PAGE",
+    "MAX_IMPORTED_REVISIONS",
     "MAX_REASON_CHARS",
     "Author",
     "BlockRevision",
@@ -37,6 +39,7 @@ __all__ = [
     "check_max_tokens",
     "check_reason",
     "check_value_tokens",
+    "imported_revisions",
     "render_blocks",
     "usage_header",
 ]
@@ -208,3 +211,40 @@ def block_at_seq(revisions: Iterable[BlockRevision], seq: int) -> BlockRevision 
         if rev.session_seq <= seq and (best is None or rev.revision > best.revision):
             best = rev
     return best
+
+
+# The most revisions a ``blocks.jsonl`` may carry into an import.
+MAX_IMPORTED_REVISIONS: Final = 100_000
+BLOCKS_FILE: Final = "blocks.jsonl"
+
+
+def imported_revisions(items: Sequence[object], session_id: str | None) -> list[BlockRevision]:
+    """Revisions read from a ``blocks.jsonl`` (one object per line), checked, moved to
+    ``session_id``'s scope; ``InvalidParamsError`` naming the line of the first problem."""
+    if len(items) > MAX_IMPORTED_REVISIONS:
+        raise InvalidParamsError(
+            f"{BLOCKS_FILE}: more than {MAX_IMPORTED_REVISIONS} revisions",
+            data={"field": BLOCKS_FILE},
+        )
+    out: list[BlockRevision] = []
+    seen: set[tuple[str, int]] = set()
+    for n, item in enumerate(items, 1):
+        try:
+            rev = msgspec.convert(item, BlockRevision)
+            check_label(rev.label)
+            check_max_tokens(rev.max_tokens)
+            check_description(rev.description)
+            check_reason(rev.reason)
+            if rev.revision < 1 or rev.tokens < 0 or (rev.label, rev.revision) in seen:
+                raise InvalidParamsError("revision: must be a new positive number")
+        except (msgspec.ValidationError, InvalidParamsError) as exc:
+            raise InvalidParamsError(
+                f"{BLOCKS_FILE}: line {n}: {exc}", data={"field": BLOCKS_FILE, "line": n}
+            ) from None
+        seen.add((rev.label, rev.revision))
+        out.append(msgspec.structs.replace(rev, session_id=session_id))
+    if len({r.label for r in out}) > MAX_BLOCKS_PER_SCOPE:
+        raise InvalidParamsError(
+            f"{BLOCKS_FILE}: more than {MAX_BLOCKS_PER_SCOPE} blocks", data={"field": BLOCKS_FILE}
+        )
+    return out

@@ -136,3 +136,64 @@ async def test_token_scopes_of_blocks(tmp_path: Path) -> None:
                 await limited.set_block("note", "theirs", session_id="s2")
             with pytest.raises(ForbiddenError):
                 await limited.list_blocks()  # the agent's blocks: not this token's
+
+
+async def test_export_import_carry_a_sessions_blocks_with_history(tmp_path: Path) -> None:
+    async with running_server(tmp_path / "mem") as running:
+        async with SessionClient(running.url, AGENT) as client:
+            sid = await client.create_session(session_id="s1")
+            await client.set_block("task", "one", session_id=sid, reason="first")
+            await client.set_block("task", "two", session_id=sid)
+            await client.set_block("persona", "the agent's own")
+            exported = await client.export_session(sid)
+        assert "blocks.jsonl" in exported["files"]
+        assert "the agent's own" not in exported["files"]["blocks.jsonl"]
+        async with SessionClient(running.url, "other-agent") as other:
+            for files, lossless in (
+                (exported["files"], True),
+                (_lenient(exported["files"]), False),
+            ):
+                target = "lossless" if lossless else "lenient"
+                answer = await other.import_session(files, session_id=target)
+                assert answer["lossless"] is lossless
+                history = await other.block_history("task", session_id=target)
+                assert [(r["revision"], r["value"], r["reason"]) for r in history["revisions"]] == [
+                    (2, "two", None),
+                    (1, "one", "first"),
+                ]
+                built = await other.call("context.build", {"session_id": target})
+                assert "two" in "\n".join(built["system_instructions"])
+            bad = dict(exported["files"], **{"blocks.jsonl": '{"label": "bad label"}\n'})
+            with pytest.raises(InvalidParamsError) as refused:
+                await other.import_session(bad, session_id="never")
+            assert refused.value.data is not None and refused.value.data["field"] == "blocks.jsonl"
+            with pytest.raises(NotFoundError):
+                await other.call("session.get", {"session_id": "never"})
+
+
+def _lenient(files: dict[str, str]) -> dict[str, str]:
+    """The export without its lossless rows file: imported from the reference files."""
+    return {k: v for k, v in files.items() if k != "session_rows.jsonl"}
+
+
+async def test_backup_and_restore_carry_blocks_and_history(tmp_path: Path) -> None:
+    async with (
+        running_server(tmp_path / "mem") as running,
+        SessionClient(running.url, AGENT) as client,
+    ):
+        sid = await client.create_session(session_id="s1")
+        await client.set_block("persona", "v1")
+        await client.set_block("persona", "v2")
+        await client.set_block("task", "kept", session_id=sid)
+        backup = await client.backup_agent()
+        await client.set_block("persona", "after the backup")
+        await client.delete_block("task", session_id=sid)
+        await client.restore_agent(backup["data"], backup["sha256"], force=True)
+        assert (await client.get_block("persona"))["value"] == "v2"
+        assert [r["revision"] for r in (await client.block_history("persona"))["revisions"]] == [
+            2,
+            1,
+        ]
+        built = await client.call("context.build", {"session_id": sid})
+        system = "\n".join(built["system_instructions"])
+        assert "kept" in system and "after the backup" not in system

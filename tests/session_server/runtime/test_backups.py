@@ -182,11 +182,11 @@ async def test_a_good_backup_is_restored(tmp_path: Path) -> None:
 
 def _older(version: int) -> Callable[[sqlite3.Connection], None]:
     """The file as an older server wrote it (the migrations' steps undone)."""
-    statements = [
-        "CREATE INDEX idx_events_session_created ON events(session_id, created_at)",
-        "DROP TABLE memory_blocks",
-        f"PRAGMA user_version = {version}",
-    ]
+    statements = ["DROP TABLE memory_blocks", f"PRAGMA user_version = {version}"]
+    if version < 3:  # version 3 dropped the index
+        statements.append(
+            "CREATE INDEX idx_events_session_created ON events(session_id, created_at)"
+        )
     if version == 1:  # the sessions table of version 1 (schema.sql at that version)
         v1 = (
             "id, agent_id, created_at, updated_at, metadata, last_seq, last_turn,"
