@@ -80,5 +80,9 @@ CREATE TABLE IF NOT EXISTS memory_blocks (
   tool_call_id TEXT,                        -- the model's tool call that wrote it
   session_seq INTEGER NOT NULL DEFAULT 0,   -- the session's last_seq when written
   created_at INTEGER NOT NULL,              -- ms since epoch
+  head INTEGER NOT NULL DEFAULT 0,          -- 1: the block's latest revision (its value)
   PRIMARY KEY (session_id, label, revision)
 ) WITHOUT ROWID;
+-- the current revision of each block, found without scanning the history
+CREATE INDEX IF NOT EXISTS idx_memory_blocks_head ON memory_blocks(session_id, label)
+  WHERE head = 1;

@@ -49,7 +49,6 @@ from ..core.needs import (
     NeedState,
     NeedWindow,
 )
-from ..storage.block_sql import current_blocks
 from ..storage.store import AgentStore
 from ..storage.store_connections import Synchronous
 from ..values.blocks import Author, BlockRevision, BlockSet
@@ -61,7 +60,7 @@ from .activity import ActivityScope
 from .actor_host import ActorHost
 from .commit_effects import GroupCommit
 from .compaction_turns import CompactionTurns
-from .memory_blocks import MemoryBlocks
+from .memory_blocks import MemoryBlocks, read_for_build, remember_count
 from .mirror_link import MirrorLink, snapshot_from_file
 from .session_edits import SessionEdits
 from .session_reads import SessionReads
@@ -327,7 +326,11 @@ class AgentActor(SessionReads, SessionWrites, SessionEdits):
             )
         if isinstance(need, NeedBlocks):
             sid = need.session_id
-            return await self.run_read(lambda s: s.read_blocks(lambda c: current_blocks(c, sid)))
+            blocks, text, tokens = await self.run_read(
+                lambda s: s.read_blocks(lambda c: read_for_build(c, sid))
+            )
+            remember_count(text, tokens)
+            return blocks
         if isinstance(need, NeedCount):
             sid, low, high = need.session_id, need.from_seq, need.before_seq
             return await self.run_read(lambda s: s.count_events(sid, low, high))

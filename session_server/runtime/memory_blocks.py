@@ -39,12 +39,13 @@ from ..values.blocks import (
     check_max_tokens,
     check_reason,
     check_value_tokens,
+    render_blocks,
 )
 from ..values.errors import ConflictError, InvalidParamsError, NotFoundError
 from ..values.tokens import get_counter
 from .off_loop import LARGE_CONTENT_CHARS, on_worker
 
-__all__ = ["BlockPump", "MemoryBlocks"]
+__all__ = ["BlockPump", "MemoryBlocks", "read_for_build", "remember_count"]
 
 T = TypeVar("T")
 
@@ -59,6 +60,23 @@ class BlockPump(Protocol):
     async def run_read(self, fn: Callable[[AgentStore], Awaitable[T]]) -> T: ...
 
     async def run_write(self, fn: Callable[[AgentStore], Awaitable[T]]) -> T: ...
+
+
+def read_for_build(conn: sqlite3.Connection, session_id: str) -> tuple[BlockSet, str, int]:
+    """The blocks a build of ``session_id`` renders (``NeedBlocks``), with their text
+    under no pin and its token count, taken here on the store's thread: the loop then
+    finds the count remembered (``remember_count``) instead of tokenising the text."""
+    blocks = current_blocks(conn, session_id)
+    text = render_blocks(blocks)
+    return blocks, text, get_counter().count(text)
+
+
+def remember_count(text: str, tokens: int) -> None:
+    """Make ``count_instruction(text)`` answer ``tokens`` without counting (on the loop)."""
+    if text:
+        counter = get_counter()
+        counter.pin_instructions({text: tokens})
+        counter.unpin_instructions({text: tokens})  # remembered as any count is
 
 
 def _not_found(label: str, session_id: str | None) -> NotFoundError:

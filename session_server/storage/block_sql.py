@@ -20,6 +20,7 @@ import msgspec
 from ..values.blocks import (
     AGENT_SCOPE,
     MAX_BLOCKS_PER_SCOPE,
+    MAX_SCOPE_TOKENS,
     Author,
     BlockRevision,
     BlockSet,
@@ -41,12 +42,16 @@ _COLUMNS: Final = (
     "session_id, label, revision, value, description, max_tokens, tokens, author, reason,"
     " tool_call_id, session_seq, created_at"
 )
-# The latest revision of each block of the scopes asked for.
+# The current revision of each block of the scopes asked for (the partial head index).
 _CURRENT: Final = (
-    f"SELECT {_COLUMNS} FROM memory_blocks AS b WHERE session_id IN (?, ?)"
-    " AND revision = (SELECT MAX(revision) FROM memory_blocks"
-    " WHERE session_id = b.session_id AND label = b.label)"
+    f"SELECT {_COLUMNS} FROM memory_blocks INDEXED BY idx_memory_blocks_head"
+    " WHERE session_id IN (?, ?) AND head = 1"
     " ORDER BY session_id = '' DESC, label"
+)
+# The tokens of a scope's current blocks other than one label.
+_OTHER_TOKENS: Final = (
+    "SELECT COALESCE(SUM(tokens), 0) FROM memory_blocks INDEXED BY idx_memory_blocks_head"
+    " WHERE session_id = ? AND head = 1 AND label != ?"
 )
 
 
@@ -74,7 +79,8 @@ def _revision(row: sqlite3.Row) -> BlockRevision:
 
 def _missing_table(exc: sqlite3.OperationalError) -> bool:
     """A file of schema 3 read without migrating (a read-only store) has no blocks."""
-    return "no such table: memory_blocks" in str(exc)
+    text = str(exc)
+    return "no such table: memory_blocks" in text or "no such index: idx_memory_blocks" in text
 
 
 def current_blocks(conn: sqlite3.Connection, session_id: str | None) -> BlockSet:
@@ -97,8 +103,8 @@ def current_block(
 ) -> BlockRevision | None:
     try:
         row = conn.execute(
-            f"SELECT {_COLUMNS} FROM memory_blocks WHERE session_id = ? AND label = ?"
-            " ORDER BY revision DESC LIMIT 1",
+            f"SELECT {_COLUMNS} FROM memory_blocks INDEXED BY idx_memory_blocks_head"
+            " WHERE session_id = ? AND label = ? AND head = 1",
             (_scope(session_id), label),
         ).fetchone()
     except sqlite3.OperationalError as exc:
@@ -189,7 +195,9 @@ def write_revision(
         session_seq = int(row[0])
     if current is None:
         count = conn.execute(
-            "SELECT COUNT(DISTINCT label) FROM memory_blocks WHERE session_id = ?", (scope,)
+            "SELECT COUNT(*) FROM memory_blocks INDEXED BY idx_memory_blocks_head"
+            " WHERE session_id = ? AND head = 1",
+            (scope,),
         ).fetchone()[0]
         if count >= MAX_BLOCKS_PER_SCOPE:
             raise InvalidParamsError(
@@ -197,6 +205,13 @@ def write_revision(
                 "may hold; delete one first",
                 data={"field": "label"},
             )
+    others = conn.execute(_OTHER_TOKENS, (scope, write.label)).fetchone()[0]
+    if others + write.tokens > MAX_SCOPE_TOKENS:
+        raise InvalidParamsError(
+            f"value: {write.tokens} tokens, and the scope's other blocks hold {others}: "
+            f"past the {MAX_SCOPE_TOKENS} tokens the blocks of one scope may hold together",
+            data={"field": "value", "tokens": write.tokens, "scope_tokens": others},
+        )
     rev = BlockRevision(
         label=write.label,
         session_id=write.session_id,
@@ -218,9 +233,19 @@ def write_revision(
 
 
 def insert_revisions(conn: sqlite3.Connection, revisions: list[BlockRevision]) -> None:
-    """Insert revisions as they are (imports and restores carry their history)."""
+    """Insert revisions as they are (imports carry their history); the latest of each
+    block becomes its head (the one before it, if stored, stops being one)."""
+    latest: dict[tuple[str, str], int] = {}
+    for r in revisions:
+        key = (_scope(r.session_id), r.label)
+        latest[key] = max(latest.get(key, 0), r.revision)
     conn.executemany(
-        f"INSERT INTO memory_blocks ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "UPDATE memory_blocks SET head = 0 WHERE session_id = ? AND label = ? AND head = 1",
+        list(latest),
+    )
+    conn.executemany(
+        f"INSERT INTO memory_blocks ({_COLUMNS}, head)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         [
             (
                 _scope(r.session_id),
@@ -235,6 +260,7 @@ def insert_revisions(conn: sqlite3.Connection, revisions: list[BlockRevision]) -
                 r.tool_call_id,
                 r.session_seq,
                 r.created_at,
+                int(latest[(_scope(r.session_id), r.label)] == r.revision),
             )
             for r in revisions
         ],

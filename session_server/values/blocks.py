@@ -30,6 +30,7 @@ __all__ = [
     "MAX_HISTORY_PAGE",
     "MAX_IMPORTED_REVISIONS",
     "MAX_REASON_CHARS",
+    "MAX_SCOPE_TOKENS",
     "Author",
     "BlockRevision",
     "BlockSet",
@@ -57,8 +58,10 @@ MAX_REASON_CHARS: Final = 1024
 # A block's limit when its first revision names none, and the largest limit allowed.
 DEFAULT_BLOCK_TOKENS: Final = 2000
 MAX_BLOCK_TOKENS: Final = 16_384
-# Blocks per scope (the agent's, each session's): what one build renders is bounded.
+# Blocks per scope (the agent's, each session's) and their tokens together: what one
+# build renders (and counts, once per change) is bounded.
 MAX_BLOCKS_PER_SCOPE: Final = 64
+MAX_SCOPE_TOKENS: Final = 32_768
 # The most revisions one ``memory.blocks.history`` answer holds.
 MAX_HISTORY_PAGE: Final = 500
 
