@@ -10,12 +10,15 @@ with the real tokenizer, off the event loop when large.
 
 from __future__ import annotations
 
+import functools
 import sqlite3
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import Executor
+from pathlib import Path
 from typing import Any, Final, Protocol, TypeVar
 
 from ..core.block_cache import BlockCache
+from ..mirror_io.block_files import append_revision, drop_label, write_blocks_file
 from ..storage.block_sql import (
     BlockWrite,
     all_revisions,
@@ -87,12 +90,38 @@ def _not_found(label: str, session_id: str | None) -> NotFoundError:
     )
 
 
-class MemoryBlocks:
-    """The block operations of one agent (``AgentActor`` delegates to it)."""
+class BlockMirror(Protocol):
+    """What ``MemoryBlocks`` needs of the agent's mirror (``MirrorLink``)."""
 
-    def __init__(self, cache: BlockCache, executor: Executor) -> None:
+    @property
+    def enabled(self) -> bool: ...
+
+    def session_dir(self, session_id: str) -> Path: ...
+
+    def run_later(self, fn: Callable[[], object]) -> None: ...
+
+    async def drain(self) -> None: ...
+
+
+class MemoryBlocks:
+    """The block operations of one agent (``AgentActor`` delegates to it).
+
+    The mirror gets ``blocks.jsonl`` in the agent's folder (agent blocks) and in each
+    session's folder: a line per revision, appended after its commit in commit order; a
+    deleted block's lines are removed from the file before its delete commits (a crash
+    between leaves the mirror short of a block SQLite still has, never the reverse).
+    """
+
+    def __init__(
+        self, cache: BlockCache, executor: Executor, mirror: BlockMirror, agent_dir: Path
+    ) -> None:
         self.cache = cache
         self.executor = executor
+        self.mirror = mirror
+        self.agent_dir = agent_dir
+
+    def _folder(self, session_id: str | None) -> Path:
+        return self.agent_dir if session_id is None else self.mirror.session_dir(session_id)
 
     async def _count(self, value: str) -> int:
         counter = get_counter()
@@ -127,6 +156,9 @@ class MemoryBlocks:
         async def run(store: AgentStore) -> BlockRevision:
             rev = await store.write_blocks("memory block write", body)
             self.cache.written(write.session_id)
+            self.mirror.run_later(
+                functools.partial(append_revision, self._folder(write.session_id), rev)
+            )
             return rev
 
         return await pump.run_write(run)
@@ -262,6 +294,9 @@ class MemoryBlocks:
         check_label(label)
 
         async def run(store: AgentStore) -> bool:
+            # The mirror first: once the delete is answered, no file holds the block.
+            self.mirror.run_later(functools.partial(drop_label, self._folder(session_id), label))
+            await self.mirror.drain()
             rows = await store.erase_blocks("memory block delete", delete_block, label, session_id)
             self.cache.written(session_id)
             return rows > 0
@@ -296,6 +331,9 @@ class MemoryBlocks:
         async def run(store: AgentStore) -> None:
             await store.erase_blocks("memory blocks import", body)
             self.cache.written(session_id)
+            self.mirror.run_later(
+                functools.partial(write_blocks_file, self._folder(session_id), list(revisions))
+            )
 
         await pump.run_write(run)
 

@@ -22,6 +22,7 @@ __all__ = [
     "AGENT_SCOPE",
     "AUTHORS",
     "BLOCKS_FILE",
+    "BLOCKS_OPEN",
     "DEFAULT_BLOCK_TOKENS",
     "LABEL_PATTERN",
     "MAX_BLOCKS_PER_SCOPE",
@@ -43,6 +44,7 @@ __all__ = [
     "imported_revisions",
     "render_blocks",
     "usage_header",
+    "without_blocks",
 ]
 
 Author = Literal["client", "model", "operator"]
@@ -164,6 +166,8 @@ def usage_header(block: BlockRevision) -> str:
     return f"[{block.label} · {pct}% of {block.max_tokens:,} tokens]"
 
 
+BLOCKS_OPEN: Final = "<memory_blocks>"
+
 _INTRO: Final = (
     "Memory blocks: notes kept across turns. Keep them current with the memory_block_* "
     "tools; each header shows how full the block is."
@@ -194,7 +198,7 @@ def render_blocks(blocks: BlockSet, pin: Sequence[str] | None = None) -> str:
     if not agent and not session:
         return ""
     lines = [
-        "<memory_blocks>",
+        BLOCKS_OPEN,
         _INTRO,
         "",
         *_section("Agent blocks (shared by all sessions):", agent),
@@ -204,6 +208,13 @@ def render_blocks(blocks: BlockSet, pin: Sequence[str] | None = None) -> str:
         lines.pop()
     lines.append("</memory_blocks>")
     return "\n".join(lines)
+
+
+def without_blocks(instructions: list[str]) -> list[str]:
+    """``instructions`` without the rendered blocks (``render_blocks``' text)."""
+    if not any(text.startswith(BLOCKS_OPEN + "\n") for text in instructions):
+        return instructions
+    return [text for text in instructions if not text.startswith(BLOCKS_OPEN + "\n")]
 
 
 def block_at_seq(revisions: Iterable[BlockRevision], seq: int) -> BlockRevision | None:

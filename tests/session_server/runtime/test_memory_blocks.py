@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from pathlib import Path
 
@@ -203,11 +204,15 @@ async def test_a_deleted_block_leaves_no_trace_in_the_files(tmp_path: Path) -> N
         await actor.set_block("codes", secret, session_id="s1")
         await actor.set_block("codes", secret + " (confirmed)", session_id="s1")
         await actor.build_working_context("s1")
+        await _turn(actor, "s1", "q", "a")  # its instructions held the block
+        await actor.mirror_settled()
         assert await actor.delete_block("codes", "s1")
+        await actor.mirror_settled()
         folder = _db(tmp_path).parent
-        for path in folder.iterdir():
-            if path.is_file():
-                assert b"ZEBRA-7731" not in path.read_bytes(), path
+        files = [p for p in folder.rglob("*") if p.is_file()]
+        assert any(p.name == "working_context_snapshot.json" for p in files)
+        for path in files:
+            assert b"ZEBRA-7731" not in path.read_bytes(), path
 
 
 async def test_model_tools_edit_blocks_with_author_and_call_id(tmp_path: Path) -> None:
@@ -247,3 +252,30 @@ async def test_model_tools_edit_blocks_with_author_and_call_id(tmp_path: Path) -
         # The session's revision records the session's last seq (fork/rewind points).
         history = await actor.block_history("profile", "s1")
         assert all(r.session_seq == 2 for r in history)
+
+
+async def test_the_mirror_holds_blocks_jsonl_per_agent_and_session(tmp_path: Path) -> None:
+    async with ActorRegistry(tmp_path, idle_timeout=None) as reg:
+        await _session(reg)
+        actor = await reg.get(AGENT)
+        await actor.set_block("persona", "bot v1")
+        await actor.set_block("persona", "bot v2")
+        await actor.set_block("task", "ZEBRA-7731", session_id="s1")
+        await actor.set_block("notes", "kept", session_id="s1")
+        await actor.mirror_settled()
+        agent_dir = _db(tmp_path).parent
+        session_file = agent_dir / "sessions" / "s1" / "blocks.jsonl"
+        agent_lines = [
+            json.loads(line) for line in (agent_dir / "blocks.jsonl").read_text().splitlines()
+        ]
+        assert [(r["label"], r["revision"], r["value"]) for r in agent_lines] == [
+            ("persona", 1, "bot v1"),
+            ("persona", 2, "bot v2"),
+        ]
+        assert "ZEBRA-7731" in session_file.read_text()
+        await actor.delete_block("task", "s1")
+        # Gone from the mirror once the delete is answered.
+        assert "ZEBRA-7731" not in session_file.read_text()
+        assert [json.loads(x)["label"] for x in session_file.read_text().splitlines()] == ["notes"]
+        await actor.delete_session("s1")
+        assert not session_file.exists()
