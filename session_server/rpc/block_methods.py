@@ -18,6 +18,7 @@ from ..values.blocks import (
     MAX_DESCRIPTION_CHARS,
     MAX_HISTORY_PAGE,
     MAX_REASON_CHARS,
+    MAX_VALUE_CHARS,
     BlockRevision,
 )
 from ..values.errors import ForbiddenError
@@ -45,7 +46,7 @@ Revision = Annotated[int, Field(ge=1)]
 
 class BlockSetParams(RpcParams):
     label: Label
-    value: str
+    value: Annotated[str, Field(max_length=MAX_VALUE_CHARS)]
     session_id: SessionId | None = None
     description: Annotated[str, Field(max_length=MAX_DESCRIPTION_CHARS)] | None = None
     max_tokens: Annotated[int, Field(ge=1, le=MAX_BLOCK_TOKENS)] | None = None

@@ -41,6 +41,7 @@ from ..values.blocks import (
     check_label,
     check_max_tokens,
     check_reason,
+    check_value_chars,
     check_value_tokens,
     render_blocks,
 )
@@ -183,6 +184,7 @@ class MemoryBlocks:
         check_reason(reason)
         if not isinstance(value, str):
             raise InvalidParamsError("value: must be a string", data={"field": "value"})
+        check_value_chars(value)
         if expected_revision is not None and expected_revision < 0:
             raise InvalidParamsError(
                 "expected_revision: must be 0 or more", data={"field": "expected_revision"}

@@ -15,7 +15,7 @@ from typing import Any, Final
 
 import msgspec
 
-from .blocks import BlockRevision, BlockSet
+from .blocks import MAX_VALUE_CHARS, BlockRevision, BlockSet
 
 __all__ = [
     "BLOCK_TOOLS",
@@ -28,7 +28,7 @@ __all__ = [
 
 # The longest text a tool argument may carry (characters); the block's token limit is
 # the real bound, this one keeps a runaway argument from being tokenised at all.
-MAX_TOOL_TEXT_CHARS: Final = 200_000
+MAX_TOOL_TEXT_CHARS: Final = MAX_VALUE_CHARS
 
 _LABEL_SCHEMA: Final = {
     "type": "string",
@@ -143,11 +143,11 @@ def plan_block_edit(name: str, arguments: object, blocks: BlockSet) -> BlockEdit
         raise BlockToolError(f"no memory block {label!r}; {hint}")
     current = block.value
     if name == "memory_block_set":
-        return BlockEdit(block, _text(arguments, "value"))
+        return _edit(block, _text(arguments, "value"))
     if name == "memory_block_append":
         text = _text(arguments, "text", empty=False)
         sep = "" if not current or current.endswith("\n") else "\n"
-        return BlockEdit(block, current + sep + text)
+        return _edit(block, current + sep + text)
     old = _text(arguments, "old", empty=False)
     new = _text(arguments, "new")
     count = current.count(old)
@@ -161,4 +161,13 @@ def plan_block_edit(name: str, arguments: object, blocks: BlockSet) -> BlockEdit
             f"`old` occurs {count} times in block {label!r}; include more of the "
             "surrounding text so that it occurs exactly once"
         )
-    return BlockEdit(block, current.replace(old, new, 1))
+    return _edit(block, current.replace(old, new, 1))
+
+
+def _edit(block: BlockRevision, value: str) -> BlockEdit:
+    if len(value) > MAX_TOOL_TEXT_CHARS:
+        raise BlockToolError(
+            f"block {block.label!r} would be {len(value)} characters, far past its limit of "
+            f"{block.max_tokens} tokens; shorten it"
+        )
+    return BlockEdit(block, value)

@@ -32,6 +32,7 @@ __all__ = [
     "MAX_IMPORTED_REVISIONS",
     "MAX_REASON_CHARS",
     "MAX_SCOPE_TOKENS",
+    "MAX_VALUE_CHARS",
     "Author",
     "BlockRevision",
     "BlockSet",
@@ -40,6 +41,7 @@ __all__ = [
     "check_label",
     "check_max_tokens",
     "check_reason",
+    "check_value_chars",
     "check_value_tokens",
     "imported_revisions",
     "render_blocks",
@@ -60,6 +62,9 @@ MAX_REASON_CHARS: Final = 1024
 # A block's limit when its first revision names none, and the largest limit allowed.
 DEFAULT_BLOCK_TOKENS: Final = 2000
 MAX_BLOCK_TOKENS: Final = 16_384
+# The longest value taken to the tokenizer at all (characters): far above what the
+# largest limit holds in any text, so only a value that could never fit is refused here.
+MAX_VALUE_CHARS: Final = 256 * 1024
 # Blocks per scope (the agent's, each session's) and their tokens together: what one
 # build renders (and counts, once per change) is bounded.
 MAX_BLOCKS_PER_SCOPE: Final = 64
@@ -149,6 +154,14 @@ def check_max_tokens(max_tokens: int | None) -> int | None:
             f"max_tokens: must be between 1 and {MAX_BLOCK_TOKENS}", data={"field": "max_tokens"}
         )
     return max_tokens
+
+
+def check_value_chars(value: str, field: str = "value") -> None:
+    if len(value) > MAX_VALUE_CHARS:
+        raise InvalidParamsError(
+            f"{field}: {len(value)} characters, more than a block may hold ({MAX_VALUE_CHARS})",
+            data={"field": field},
+        )
 
 
 def check_value_tokens(tokens: int, max_tokens: int, field: str = "value") -> None:

@@ -11,7 +11,12 @@ import pytest
 from session_server.events import ContextMessage
 from session_server.runtime.actor import AgentActor
 from session_server.runtime.registry import ActorRegistry
-from session_server.values.blocks import MAX_BLOCKS_PER_SCOPE, usage_header
+from session_server.values.blocks import (
+    MAX_BLOCKS_PER_SCOPE,
+    MAX_SCOPE_TOKENS,
+    MAX_VALUE_CHARS,
+    usage_header,
+)
 from session_server.values.errors import ConflictError, InvalidParamsError, NotFoundError
 from session_server.values.tokens import get_counter
 
@@ -94,6 +99,9 @@ async def test_refusals_name_the_field(tmp_path: Path) -> None:
                 await actor.set_block(bad, "v")
             assert exc.value.data == {"field": "label"}
         with pytest.raises(InvalidParamsError) as exc:
+            await actor.set_block("notes", "x" * (MAX_VALUE_CHARS + 1))
+        assert exc.value.data == {"field": "value"}
+        with pytest.raises(InvalidParamsError) as exc:
             await actor.set_block("notes", "v", max_tokens=0)
         assert exc.value.data == {"field": "max_tokens"}
         with pytest.raises(NotFoundError) as missing:
@@ -111,6 +119,15 @@ async def test_blocks_per_scope_are_bounded(tmp_path: Path) -> None:
             await actor.set_block("one-more", "v", session_id="s1")
         await actor.set_block("b0", "a new revision is fine", session_id="s1")
         await actor.set_block("agent-scope-is-apart", "v")
+        # Tokens of a scope's blocks together: the next block past the total is refused.
+        word = "lorem " * 2000
+        per_block = get_counter().count(word)
+        n = 0
+        with pytest.raises(InvalidParamsError, match="together") as exc:
+            while n * per_block <= MAX_SCOPE_TOKENS:
+                await actor.set_block(f"big{n}", word, max_tokens=per_block)
+                n += 1
+        assert exc.value.data is not None and exc.value.data["field"] == "value"
 
 
 async def test_build_renders_blocks_stably_and_after_a_write(tmp_path: Path) -> None:

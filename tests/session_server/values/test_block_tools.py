@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from session_server.values.block_tools import (
     BLOCK_TOOLS,
+    MAX_TOOL_TEXT_CHARS,
     BlockToolError,
     plan_block_edit,
 )
@@ -99,3 +100,9 @@ def test_replace_changes_exactly_the_one_occurrence(prefix: str, old: str, new: 
         return
     edited = plan_block_edit("memory_block_replace", arguments, blocks).value
     assert edited == prefix + new
+
+
+def test_an_edit_far_past_any_limit_is_refused_before_counting() -> None:
+    blocks = BlockSet((block("a", "x" * MAX_TOOL_TEXT_CHARS),))
+    with pytest.raises(BlockToolError, match="shorten it"):
+        plan_block_edit("memory_block_append", {"label": "a", "text": "more"}, blocks)
