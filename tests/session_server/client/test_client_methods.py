@@ -49,6 +49,12 @@ CLIENT_METHODS = {
     "memory.list_snapshots": "list_snapshots",
     "adapters.list": "list_adapters",
     "metrics.get": "get_metrics",
+    "memory.blocks.set": "set_block",
+    "memory.blocks.get": "get_block",
+    "memory.blocks.list": "list_blocks",
+    "memory.blocks.history": "block_history",
+    "memory.blocks.revert": "revert_block",
+    "memory.blocks.delete": "delete_block",
 }
 
 
