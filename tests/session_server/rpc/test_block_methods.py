@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from session_server.auth import mint_token
+from session_server.auth import Scope, mint_token
 from session_server.client import SessionClient
 from session_server.client.sync_client import SyncSessionClient
 from session_server.values.errors import (
@@ -96,14 +96,14 @@ def test_the_sync_client_wraps_the_block_methods(tmp_path: Path) -> None:
 
 
 async def test_token_scopes_of_blocks(tmp_path: Path) -> None:
-    def token(scope: str, *, blocks: bool = False, sessions: list[str] | None = None) -> str:
+    def token(scope: Scope, *, blocks: bool = False, sessions: list[str] | None = None) -> str:
         return mint_token(
             SECRET,
             agents=[AGENT],
             scope=scope,
             ttl=600,
             blocks=blocks,
-            sessions=sessions,  # type: ignore[arg-type]
+            sessions=sessions,
         )
 
     async with running_server(tmp_path / "mem", secrets=[SECRET]) as running:
