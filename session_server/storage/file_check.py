@@ -275,7 +275,38 @@ def invariant_problems(conn: sqlite3.Connection) -> list[str]:
     if not out:
         out.extend(_record_problems(conn))
         out.extend(_strategy_problems(conn))
+        out.extend(_block_problems(conn))
     return out
+
+
+# Memory blocks: one current revision per block, the latest; a session block's session
+# exists; every revision's fields are ones this server writes.
+_BLOCK_CHECKS: Final = (
+    (
+        "SELECT session_id, label FROM memory_blocks GROUP BY session_id, label"
+        " HAVING SUM(head = 1) != 1 OR MAX(CASE WHEN head = 1 THEN revision END) != MAX(revision)"
+        " LIMIT 1",
+        "memory block {1!r} of scope {0!r}: not exactly one current revision, the latest",
+    ),
+    (
+        "SELECT b.session_id, b.label FROM memory_blocks AS b WHERE b.session_id != ''"
+        " AND NOT EXISTS (SELECT 1 FROM sessions AS s WHERE s.id = b.session_id) LIMIT 1",
+        "memory block {1!r}: its session {0!r} does not exist",
+    ),
+    (
+        "SELECT session_id, label FROM memory_blocks WHERE author NOT IN"
+        " ('client', 'model', 'operator') OR revision < 1 OR max_tokens < 1 OR tokens < 0"
+        " OR head NOT IN (0, 1) LIMIT 1",
+        "memory block {1!r} of scope {0!r}: a revision this server could not have written",
+    ),
+)
+
+
+def _block_problems(conn: sqlite3.Connection) -> Iterator[str]:
+    for sql, problem in _BLOCK_CHECKS:
+        row = _first(conn, sql)
+        if row is not None:
+            yield problem.format(*row)
 
 
 def _strategy_problems(conn: sqlite3.Connection) -> Iterator[str]:

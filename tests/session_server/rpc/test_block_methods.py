@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import base64
+import hashlib
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -197,3 +200,38 @@ async def test_backup_and_restore_carry_blocks_and_history(tmp_path: Path) -> No
         built = await client.call("context.build", {"session_id": sid})
         system = "\n".join(built["system_instructions"])
         assert "kept" in system and "after the backup" not in system
+
+
+async def test_a_restored_file_with_broken_blocks_is_refused(tmp_path: Path) -> None:
+    async with (
+        running_server(tmp_path / "mem") as running,
+        SessionClient(running.url, AGENT) as client,
+    ):
+        await client.create_session(session_id="s1")
+        await client.set_block("persona", "v1")
+        await client.set_block("persona", "v2")
+        backup = await client.backup_agent()
+        for change, problem in (
+            ("UPDATE memory_blocks SET head = 1", "not exactly one current revision"),
+            (
+                "INSERT INTO memory_blocks (session_id, label, revision, value, max_tokens,"
+                " tokens, author, created_at, head) VALUES ('ghost', 'x', 1, '', 5, 0,"
+                " 'client', 0, 1)",
+                "its session 'ghost' does not exist",
+            ),
+            ("UPDATE memory_blocks SET author = 'someone'", "could not have written"),
+        ):
+            path = tmp_path / "altered.sqlite"
+            path.write_bytes(base64.b64decode(backup["data"]))
+            conn = sqlite3.connect(path, isolation_level=None)
+            try:
+                conn.execute(change)
+            finally:
+                conn.close()
+            raw = path.read_bytes()
+            path.unlink()
+            with pytest.raises(InvalidParamsError, match=problem):
+                await client.restore_agent(
+                    base64.b64encode(raw).decode(), hashlib.sha256(raw).hexdigest(), force=True
+                )
+        assert (await client.get_block("persona"))["value"] == "v2"  # the agent kept its file
