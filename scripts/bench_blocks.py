@@ -7,7 +7,8 @@ Local API (``AgentActor``), real agent files in a temporary folder, ``synchronou
 - build: ``build_working_context`` of a session of ``--events`` events (default 50, the
   store benchmark's window) with 0, 10 and 50 blocks (half the agent's, half the
   session's, each about 200 tokens), ``--builds`` times after one warm-up build; the mean
-  and p50/p99 per build, and the extra cost over 0 blocks in percent;
+  and p50/p99 per build, and the p50's change from 0 blocks in percent (the mean of a
+  build of tens of microseconds moves with the machine's load);
 - the first build after a block write (the block read and the new text's render and
   count): the same figures;
 - write: ``set_block`` of a session block, ``--writes`` times (each a new revision,
@@ -94,9 +95,11 @@ async def main(builds: int, writes: int, events: int) -> None:
                     )
                     have += 1
                 samples = await _builds(actor, builds)
-                mean = statistics.fmean(samples)
-                extra = "" if base is None else f", +{(mean / base - 1) * 100:.1f}% over 0 blocks"
-                base = mean if base is None else base
+                median = statistics.median(samples)  # the mean moves with the machine's load
+                extra = (
+                    "" if base is None else f", p50 {(median / base - 1) * 100:+.1f}% vs 0 blocks"
+                )
+                base = median if base is None else base
                 print(f"build with {count:2d} blocks: {_ms(samples)}{extra}")
             after_write = []
             for n in range(min(builds, 200)):

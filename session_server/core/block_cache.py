@@ -14,7 +14,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Final
 
-from ..values.blocks import BlockRevision, BlockSet, render_blocks
+from ..values.blocks import BlockSet, render_blocks
 from .needs import NeedBlocks
 
 __all__ = ["MAX_CACHED_SESSIONS", "BlockCache"]
@@ -24,11 +24,12 @@ MAX_CACHED_SESSIONS: Final = 256
 
 
 class BlockCache:
-    """The agent's blocks, the blocks of recently built sessions, their rendered text."""
+    """The blocks recently built sessions see (the agent's and their own), and their text."""
 
     def __init__(self) -> None:
-        self._agent: tuple[BlockRevision, ...] | None = None
-        self._sessions: OrderedDict[str, tuple[BlockRevision, ...]] = OrderedDict()
+        # Per session: the blocks it sees (the agent's and its own), as the last read
+        # returned them; an agent block's write drops every session's.
+        self._sessions: OrderedDict[str, BlockSet] = OrderedDict()
         # Per session: the pin of its last build and the text rendered for it (one per
         # session, so requests naming ever new pins cannot grow the cache).
         self._text: dict[str, tuple[tuple[str, ...] | None, str]] = {}
@@ -36,18 +37,17 @@ class BlockCache:
 
     def lookup(self, session_id: str) -> BlockSet | NeedBlocks:
         """The blocks ``session_id`` sees, or the read that gets them."""
-        session = self._sessions.get(session_id)
-        if self._agent is None or session is None:
+        blocks = self._sessions.get(session_id)
+        if blocks is None:
             return NeedBlocks(session_id, self._generation)
         self._sessions.move_to_end(session_id)
-        return BlockSet(self._agent, session)
+        return blocks
 
     def learn(self, need: NeedBlocks, answer: BlockSet) -> None:
         """Remember a read's answer unless a block was written since it was issued."""
         if need.generation != self._generation:
             return
-        self._agent = answer.agent
-        self._sessions[need.session_id] = answer.session
+        self._sessions[need.session_id] = answer
         self._sessions.move_to_end(need.session_id)
         while len(self._sessions) > MAX_CACHED_SESSIONS:
             old, _ = self._sessions.popitem(last=False)
@@ -71,7 +71,7 @@ class BlockCache:
         """A block of ``session_id`` (``None``: of the agent) was written or deleted."""
         self._generation += 1
         if session_id is None:
-            self._agent = None
+            self._sessions.clear()
             self._text.clear()
         else:
             self._sessions.pop(session_id, None)
@@ -84,6 +84,5 @@ class BlockCache:
     def clear(self) -> None:
         """The store closed (hibernation, a restore): everything may have changed."""
         self._generation += 1
-        self._agent = None
         self._sessions.clear()
         self._text.clear()
