@@ -43,11 +43,16 @@ class BlockCache:
         self._sessions.move_to_end(session_id)
         return blocks
 
-    def learn(self, need: NeedBlocks, answer: BlockSet) -> None:
-        """Remember a read's answer unless a block was written since it was issued."""
+    def learn(self, need: NeedBlocks, answer: BlockSet, text: str | None = None) -> None:
+        """Remember a read's answer unless a block was written since it was issued;
+        ``text``: its rendering under no pin, made where the read ran (the very string
+        whose count was remembered there: a build then finds it without comparing the
+        text character by character)."""
         if need.generation != self._generation:
             return
         self._sessions[need.session_id] = answer
+        if text is not None:
+            self._text[need.session_id] = (None, text)
         self._sessions.move_to_end(need.session_id)
         while len(self._sessions) > MAX_CACHED_SESSIONS:
             old, _ = self._sessions.popitem(last=False)

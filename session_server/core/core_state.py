@@ -121,7 +121,11 @@ class CoreState:
         elif isinstance(need, NeedCount):
             known.counts[(need.session_id, need.from_seq, need.before_seq)] = int(answer)
         elif isinstance(need, NeedBlocks):
-            self.blocks.learn(need, answer)
+            # A ``BlockSet``, or ``(BlockSet, its text under no pin)``.
+            if isinstance(answer, tuple):
+                self.blocks.learn(need, answer[0], answer[1])
+            else:
+                self.blocks.learn(need, answer)
         else:  # pragma: no cover - every Need is handled above
             raise TypeError(f"unknown need {need!r}")
 

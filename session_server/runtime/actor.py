@@ -332,7 +332,7 @@ class AgentActor(SessionReads, SessionWrites, SessionEdits):
                 lambda s: s.read_blocks(lambda c: read_for_build(c, sid))
             )
             remember_count(text, tokens)
-            return blocks
+            return blocks, text
         if isinstance(need, NeedCount):
             sid, low, high = need.session_id, need.from_seq, need.before_seq
             return await self.run_read(lambda s: s.count_events(sid, low, high))
