@@ -1,4 +1,4 @@
--- session-server schema, version 4 (PRAGMA user_version). The store executes this file
+-- session-server schema, version 5 (PRAGMA user_version). The store executes this file
 -- on a new database; older files are brought forward by the migrations in
 -- session_server/storage/sqlite_ops.py (MIGRATIONS).
 
@@ -88,3 +88,24 @@ CREATE TABLE IF NOT EXISTS stream_segments (
   data TEXT NOT NULL,                       -- the chunks, one JSON object per line
   PRIMARY KEY (session_id, first_cursor)
 ) WITHOUT ROWID;
+-- memory blocks: every revision of every block (the current value is the latest);
+-- session_id '' is the agent's scope. A delete erases every revision of the block.
+CREATE TABLE IF NOT EXISTS memory_blocks (
+  session_id TEXT NOT NULL,                 -- '' for an agent block, else its session
+  label TEXT NOT NULL,
+  revision INTEGER NOT NULL,                -- 1, 2, 3 ... per block
+  value TEXT NOT NULL,
+  description TEXT NOT NULL DEFAULT '',
+  max_tokens INTEGER NOT NULL,
+  tokens INTEGER NOT NULL,                  -- tokens of value (the real tokenizer)
+  author TEXT NOT NULL,                     -- client, model or operator
+  reason TEXT,
+  tool_call_id TEXT,                        -- the model's tool call that wrote it
+  session_seq INTEGER NOT NULL DEFAULT 0,   -- the session's last_seq when written
+  created_at INTEGER NOT NULL,              -- ms since epoch
+  head INTEGER NOT NULL DEFAULT 0,          -- 1: the block's latest revision (its value)
+  PRIMARY KEY (session_id, label, revision)
+) WITHOUT ROWID;
+-- the current revision of each block, found without scanning the history
+CREATE INDEX IF NOT EXISTS idx_memory_blocks_head ON memory_blocks(session_id, label)
+  WHERE head = 1;

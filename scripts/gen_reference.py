@@ -66,6 +66,8 @@ STRATEGY_MEANINGS: Mapping[str, str] = {
     "compaction_ratio": "token pressure: a persist whose prompt exceeds this fraction of "
     "`max_context_tokens - max_output_tokens - safety_margin_tokens` flags the session "
     "for compaction (both modes)",
+    "blocks": "memory blocks: the labels of the blocks `context.build` renders for the "
+    "session (agent and session scope alike); `null`: every block, `[]`: none",
 }
 
 _MARKER = re.compile(r"<!-- gen:(?P<name>[a-z-]+):start -->\n.*?<!-- gen:(?P=name):end -->", re.S)

@@ -126,6 +126,9 @@ class Grant:
     sessions: frozenset[str] | None = None
     expires_at: float | None = None
     signed: bool = False
+    # The ``blocks`` claim: a ``write`` token may also write the agent's memory blocks
+    # (without it that takes ``admin``).
+    blocks: bool = False
 
     def __post_init__(self) -> None:
         # Agent ids are compared in NFC (``validate_agent_id``); so are the patterns.
@@ -149,13 +152,19 @@ class Grant:
     def allows(self, needed: Scope) -> bool:
         return scope_allows(self.scope, needed)
 
+    def allows_agent_blocks(self) -> bool:
+        """True when this token may write the agent's memory blocks: ``admin``, or
+        ``write`` with the ``blocks`` claim."""
+        return self.allows("admin") or (self.blocks and self.allows("write"))
+
     def expired(self, now: float) -> bool:
         return self.expires_at is not None and now >= self.expires_at
 
     def __repr__(self) -> str:  # never print the secret
         return (
             f"Grant(token=<{len(self.token)} chars>, patterns={self.patterns!r}, "
-            f"scope={self.scope!r}, sessions={self.sessions!r}, expires_at={self.expires_at!r})"
+            f"scope={self.scope!r}, sessions={self.sessions!r}, expires_at={self.expires_at!r}, "
+            f"blocks={self.blocks!r})"
         )
 
 
@@ -305,6 +314,7 @@ class TokenClaims(msgspec.Struct, frozen=True, omit_defaults=True):
     exp: int | float
     sessions: _Items | None = None
     nbf: int | float | None = None
+    blocks: bool | None = None
 
 
 def mint_token(
@@ -315,6 +325,7 @@ def mint_token(
     ttl: float,
     sessions: Sequence[str] | None = None,
     now: float | None = None,
+    blocks: bool = False,
 ) -> str:
     """A signed token (HS256 JWT) for ``agents`` (fnmatch patterns), optionally limited to
     ``sessions``, with ``scope``, valid for ``ttl`` seconds from ``now`` (default: the time).
@@ -322,6 +333,8 @@ def mint_token(
     This is what a backend calls to hand one user a token for that user's session::
 
         mint_token(secret, agents=["support-bot"], sessions=[sid], scope="read", ttl=900)
+
+    ``blocks``: a ``write`` token may also write the agent's memory blocks.
     """
     key = secret.encode("utf-8") if isinstance(secret, str) else secret
     if len(key.strip()) < MIN_SECRET_BYTES:
@@ -338,6 +351,7 @@ def mint_token(
         scope=scope,
         exp=int(issued + ttl),
         sessions=None if sessions is None else list(sessions),
+        blocks=True if blocks else None,
     )
     payload: dict[str, Any] = msgspec.to_builtins(claims)
     try:  # the same bounds the server applies when it reads the token
@@ -393,6 +407,7 @@ class Authenticator:
             None if claims.sessions is None else frozenset(claims.sessions),
             float(claims.exp),
             signed=True,
+            blocks=bool(claims.blocks),
         )
 
     def recheck(self, grant: Grant | None, agent_id: str | None, now: float) -> Grant | None:

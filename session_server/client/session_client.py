@@ -568,3 +568,77 @@ class SessionClient(RpcConnection):
     async def get_metrics(self) -> dict[str, Any]:
         """Compaction counters and open agents (server endpoint)."""
         return dict(await self.call("metrics.get"))
+
+    # -- memory blocks ----------------------------------------------------------------------
+
+    async def set_block(
+        self,
+        label: str,
+        value: str,
+        *,
+        session_id: str | None = None,
+        description: str | None = None,
+        max_tokens: int | None = None,
+        reason: str | None = None,
+        expected_revision: int | None = None,
+    ) -> dict[str, Any]:
+        """``memory.blocks.set``: a new revision of the agent's block (or ``session_id``'s)
+        -> ``{label, session_id, revision, tokens, max_tokens}``; -32602 past
+        ``max_tokens``, -32002 when ``expected_revision`` is stale (0: must not exist)."""
+        params = _set(
+            label=label,
+            value=value,
+            session_id=session_id,
+            description=description,
+            max_tokens=max_tokens,
+            reason=reason,
+            expected_revision=expected_revision,
+        )
+        return dict(await self.call("memory.blocks.set", params))
+
+    async def get_block(self, label: str, *, session_id: str | None = None) -> dict[str, Any]:
+        """``memory.blocks.get``: the block's current revision (-32001 when none)."""
+        return dict(await self.call("memory.blocks.get", _set(label=label, session_id=session_id)))
+
+    async def list_blocks(self, *, session_id: str | None = None) -> list[dict[str, Any]]:
+        """``memory.blocks.list``: the agent's blocks, then ``session_id``'s, by label."""
+        answer = await self.call("memory.blocks.list", _set(session_id=session_id))
+        return list(answer["blocks"])
+
+    async def block_history(
+        self,
+        label: str,
+        *,
+        session_id: str | None = None,
+        before_revision: int | None = None,
+        limit: int | None = None,
+    ) -> dict[str, Any]:
+        """``memory.blocks.history``: ``{revisions, next_before_revision}``, newest first."""
+        params = _set(
+            label=label, session_id=session_id, before_revision=before_revision, limit=limit
+        )
+        return dict(await self.call("memory.blocks.history", params))
+
+    async def revert_block(
+        self,
+        label: str,
+        revision: int,
+        *,
+        session_id: str | None = None,
+        reason: str | None = None,
+        expected_revision: int | None = None,
+    ) -> dict[str, Any]:
+        """``memory.blocks.revert``: a new revision equal to ``revision``."""
+        params = _set(
+            label=label,
+            revision=revision,
+            session_id=session_id,
+            reason=reason,
+            expected_revision=expected_revision,
+        )
+        return dict(await self.call("memory.blocks.revert", params))
+
+    async def delete_block(self, label: str, *, session_id: str | None = None) -> bool:
+        """``memory.blocks.delete``: erase every revision; false when there was none."""
+        answer = await self.call("memory.blocks.delete", _set(label=label, session_id=session_id))
+        return bool(answer["deleted"])

@@ -56,6 +56,8 @@ class StrategyConfig(BaseModel):
     ``context_window_tokens`` left; 0.2 when no other trigger is set). Token pressure
     (``input_budget = max_context_tokens - max_output_tokens - safety_margin_tokens``,
     early trigger at ``compaction_ratio * input_budget``) applies to both strategies.
+    ``blocks`` pins the memory blocks a session's context shows, by label (``None``:
+    every block of the agent and of the session).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
@@ -81,12 +83,16 @@ class StrategyConfig(BaseModel):
     max_output_tokens: int = Field(default=0, ge=0)
     safety_margin_tokens: int = Field(default=256, ge=0)
     compaction_ratio: float = Field(default=0.8, gt=0.0, le=1.0)
+    # memory blocks: the labels a session's context shows (None: every block)
+    blocks: list[str] | None = Field(default=None, max_length=64)
 
     @model_validator(mode="after")
     def _check_budget(self, info: ValidationInfo) -> StrategyConfig:
         for name in ("compact_exclude_tools", "compact_include_tools"):
             if any(not t for t in getattr(self, name)):
                 raise ValueError(f"{name} must not contain empty tool names")
+        if self.blocks is not None and any(not b for b in self.blocks):
+            raise ValueError("blocks must not contain empty labels")
         if isinstance(info.context, dict) and info.context.get("partial"):
             return self
         reserved = self.max_output_tokens + self.safety_margin_tokens

@@ -32,6 +32,7 @@ from typing import Any
 
 from ..compaction.config import validate_strategy
 from ..compaction.triggers import token_pressure, usage_prompt_tokens
+from ..values.blocks import without_blocks
 from ..values.codec import message_to_event, new_event_ids, now_ms
 from ..values.context import WorkingContext
 from ..values.errors import InvalidParamsError
@@ -142,7 +143,9 @@ class AgentCore(ContextBuilds, CompactionDecisions):
         )
         # The end of a turn: the snapshot is the default context as SQLite stands when the
         # mirror batch is written, not the caller's ctx (which may hold only this turn).
-        return AppendPlan(batch, SnapshotDue(sid, turn.instructions))
+        # Rendered memory blocks stay out of it: a block's delete erases them from SQLite
+        # and the mirror, and a snapshot file must not keep them.
+        return AppendPlan(batch, SnapshotDue(sid, without_blocks(turn.instructions)))
 
     def _pressure_flag(self, turn: PreparedTurn, known: Known) -> bool | Need | None:
         """``True`` when the turn puts the session under token pressure, under the
@@ -226,6 +229,7 @@ class AgentCore(ContextBuilds, CompactionDecisions):
         self._removals[session_id] = self._removals.get(session_id, 0) + 1
         self._futile.pop(session_id, None)
         self._futile_turn.pop(session_id, None)
+        self.blocks.forget(session_id)
 
     def events_deleted(self, session_id: str) -> None:
         """Events of the session were removed (committed; the write lock is held)."""
@@ -242,3 +246,4 @@ class AgentCore(ContextBuilds, CompactionDecisions):
         self._removals.clear()  # nothing planned is in flight: the actor was idle
         self._agent_loaded = False
         self._agent_generation = 0
+        self.blocks.clear()

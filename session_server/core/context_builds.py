@@ -73,7 +73,16 @@ class ContextBuilds(CoreState):
         """
         if limit is not None and (not isinstance(limit, int) or limit < 1):
             raise InvalidParamsError("limit: must be a positive integer")
-        if may_compact and limit is None and strategy is None and session_id not in self._built:
+        blocks = self.blocks.lookup(session_id)
+        if isinstance(blocks, Need):
+            return blocks
+        if (
+            may_compact
+            and limit is None
+            and strategy is None
+            and blocks.empty  # a snapshot holds no blocks: rendered below
+            and session_id not in self._built
+        ):
             restored = self._restore(session_id, instructions, known)
             if restored is not None:
                 return restored
@@ -84,6 +93,11 @@ class ContextBuilds(CoreState):
         config = self.resolve(view.strategy, strategy)
         if isinstance(config, Need):
             return config
+        rendered = self.blocks.rendered(session_id, config.blocks)
+        if isinstance(rendered, Need):
+            return rendered
+        if rendered:  # after the caller's instructions, before the summary memory
+            instructions = [*instructions, rendered]
         due = (
             may_compact
             and not known.compacted

@@ -22,11 +22,13 @@ from ..values.events import SessionEvent
 from ..values.plans import AppendBatch, NewSession
 from ..values.recent import RecentCache, SessionView
 from ..values.validation import parse_event
+from .block_cache import BlockCache
 from .decisions import AppendPlan, StrategyWrite
 from .needs import (
     Known,
     Need,
     NeedAgentStrategy,
+    NeedBlocks,
     NeedCount,
     NeedSnapshot,
     NeedState,
@@ -94,6 +96,8 @@ class CoreState:
         # read issued before one is not remembered.
         self._strategies: OrderedDict[str, dict[str, Any] | None] = OrderedDict()
         self._strategy_epoch = 0
+        # The memory blocks builds render (read once, dropped by a block write).
+        self.blocks = BlockCache()
 
     # -- reads the actor ran ------------------------------------------------------------
 
@@ -116,6 +120,12 @@ class CoreState:
             known.snapshots[need.session_id] = answer
         elif isinstance(need, NeedCount):
             known.counts[(need.session_id, need.from_seq, need.before_seq)] = int(answer)
+        elif isinstance(need, NeedBlocks):
+            # A ``BlockSet``, or ``(BlockSet, its text under no pin)``.
+            if isinstance(answer, tuple):
+                self.blocks.learn(need, answer[0], answer[1])
+            else:
+                self.blocks.learn(need, answer)
         else:  # pragma: no cover - every Need is handled above
             raise TypeError(f"unknown need {need!r}")
 

@@ -1,7 +1,8 @@
 """What ``AgentCore`` may need first, and what one request's reads returned (pure).
 
 A ``Need`` names a read the actor runs before asking the core again (``NeedState``,
-``NeedAgentStrategy``, ``NeedWindow``, ``NeedSnapshot``, ``NeedCount``); its answer goes
+``NeedAgentStrategy``, ``NeedWindow``, ``NeedSnapshot``, ``NeedCount``,
+``NeedBlocks``); its answer goes
 into the request's ``Known`` (``AgentCore.learn``). ``known_state``/``existing_state``
 read a session's state from ``Known``, or name the read that gets it.
 """
@@ -19,6 +20,7 @@ __all__ = [
     "Known",
     "Need",
     "NeedAgentStrategy",
+    "NeedBlocks",
     "NeedCount",
     "NeedSnapshot",
     "NeedState",
@@ -41,6 +43,14 @@ class NeedState(Need, frozen=True):
 class NeedAgentStrategy(Need, frozen=True):
     """The agent's stored strategy (``store.get_setting(AGENT_STRATEGY_KEY)``)."""
 
+    generation: int
+
+
+class NeedBlocks(Need, frozen=True):
+    """The agent's current memory blocks and the session's (``block_sql.current_blocks``),
+    asked at the block cache's ``generation``."""
+
+    session_id: str
     generation: int
 
 

@@ -2,7 +2,8 @@
 
 Every method is a row here: its name, params model, handler, endpoint and the token scope
 it needs (docs/reference.md "Method scopes" lists the same). Only the rows marked
-``creates_agent`` (session.create, memory.set_strategy, import.session, agent.restore) may
+``creates_agent`` (session.create, memory.set_strategy, import.session, agent.restore,
+memory.blocks.set) may
 make a new agent: ``events.append`` and ``turn.persist`` need a session, so an agent that
 has none cannot be their target. Nothing is
 registered by importing a module; a server given another table (tests, embedders)
@@ -15,6 +16,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Final
 
+from . import block_methods as blocks
 from . import memory_methods as memory
 from . import methods as session
 from . import session_methods as edits
@@ -123,6 +125,25 @@ ROWS: Final[tuple[MethodSpec, ...]] = (
         sessions="none",
     ),
     MethodSpec("metrics.get", NoParams, memory.metrics_get, SERVER, scope="admin"),
+    # Memory blocks (``block_methods``): agent-scope writes need admin or the blocks claim.
+    MethodSpec(
+        "memory.blocks.set",
+        blocks.BlockSetParams,
+        blocks.blocks_set,
+        scope="write",
+        creates_agent=True,  # an agent's blocks may come before its first session
+    ),
+    MethodSpec("memory.blocks.get", blocks.BlockParams, blocks.blocks_get, scope="read"),
+    MethodSpec("memory.blocks.list", blocks.BlocksListParams, blocks.blocks_list, scope="read"),
+    MethodSpec(
+        "memory.blocks.history", blocks.BlockHistoryParams, blocks.blocks_history, scope="read"
+    ),
+    MethodSpec(
+        "memory.blocks.revert", blocks.BlockRevertParams, blocks.blocks_revert, scope="write"
+    ),
+    MethodSpec(
+        "memory.blocks.delete", blocks.BlockDeleteParams, blocks.blocks_delete, scope="write"
+    ),
 )
 
 BUILTIN_METHODS: Final[Mapping[str, MethodSpec]] = MappingProxyType(method_table(ROWS))

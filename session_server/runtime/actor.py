@@ -43,6 +43,7 @@ from ..core.needs import (
     Known,
     Need,
     NeedAgentStrategy,
+    NeedBlocks,
     NeedCount,
     NeedSnapshot,
     NeedState,
@@ -50,6 +51,7 @@ from ..core.needs import (
 )
 from ..storage.store import AgentStore
 from ..storage.store_connections import Synchronous
+from ..values.blocks import Author, BlockRevision, BlockSet
 from ..values.context import WorkingContext
 from ..values.plans import AppendResult
 from ..values.recent import SessionView
@@ -59,6 +61,7 @@ from .actor_host import ActorHost
 from .commit_effects import GroupCommit
 from .compaction_turns import CompactionTurns
 from .live_streams import LiveStreams
+from .memory_blocks import MemoryBlocks, read_for_build, remember_count
 from .mirror_link import MirrorLink, snapshot_from_file
 from .session_edits import SessionEdits
 from .session_reads import SessionReads
@@ -126,6 +129,9 @@ class AgentActor(SessionReads, SessionWrites, SessionEdits):
         self.queue = WriteQueue(self._write_lock, self.group_commit.commit_group)
         self.compactions = CompactionTurns(agent_id, self.core, host)
         self.streams = LiveStreams(agent_id, host.stream_limits)
+        self.blocks = MemoryBlocks(
+            self.core.blocks, host.executor, self.mirror, self.mirror.writer.agent_dir
+        )
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -323,6 +329,13 @@ class AgentActor(SessionReads, SessionWrites, SessionEdits):
             return await self.run_read(
                 lambda s: s.context_window(sid, limit=limit, from_record=True)
             )
+        if isinstance(need, NeedBlocks):
+            sid = need.session_id
+            blocks, text, tokens = await self.run_read(
+                lambda s: s.read_blocks(lambda c: read_for_build(c, sid))
+            )
+            remember_count(text, tokens)
+            return blocks, text
         if isinstance(need, NeedCount):
             sid, low, high = need.session_id, need.from_seq, need.before_seq
             return await self.run_read(lambda s: s.count_events(sid, low, high))
@@ -487,3 +500,89 @@ class AgentActor(SessionReads, SessionWrites, SessionEdits):
             )
         )
         return compaction_report(await self.compactions.compaction(self, due))
+
+    # -- memory blocks (``memory_blocks.MemoryBlocks``) ---------------------------------
+
+    async def set_block(
+        self,
+        label: str,
+        value: str,
+        *,
+        session_id: str | None = None,
+        description: str | None = None,
+        max_tokens: int | None = None,
+        reason: str | None = None,
+        expected_revision: int | None = None,
+        author: Author = "client",
+    ) -> BlockRevision:
+        """Write a new revision of a block (the agent's, or ``session_id``'s); refused past
+        ``max_tokens`` (-32602) or when ``expected_revision`` is stale (-32002)."""
+        return await self.blocks.set(
+            self,
+            label,
+            value,
+            session_id=session_id,
+            description=description,
+            max_tokens=max_tokens,
+            reason=reason,
+            expected_revision=expected_revision,
+            author=author,
+        )
+
+    async def get_block(self, label: str, session_id: str | None = None) -> BlockRevision:
+        """The block's current revision (-32001 when it has none)."""
+        return await self.blocks.get(self, label, session_id)
+
+    async def list_blocks(self, session_id: str | None = None) -> BlockSet:
+        """The agent's current blocks and, with ``session_id``, the session's."""
+        return await self.blocks.current(self, session_id)
+
+    async def block_history(
+        self,
+        label: str,
+        session_id: str | None = None,
+        *,
+        before_revision: int | None = None,
+        limit: int = 100,
+    ) -> list[BlockRevision]:
+        """The block's revisions, newest first (``before_revision``: the next page)."""
+        return await self.blocks.history(
+            self, label, session_id, before_revision=before_revision, limit=limit
+        )
+
+    async def revert_block(
+        self,
+        label: str,
+        revision: int,
+        *,
+        session_id: str | None = None,
+        reason: str | None = None,
+        expected_revision: int | None = None,
+        author: Author = "client",
+    ) -> BlockRevision:
+        """A new revision equal to ``revision``; nothing is rewritten."""
+        return await self.blocks.revert(
+            self,
+            label,
+            revision,
+            session_id=session_id,
+            reason=reason,
+            expected_revision=expected_revision,
+            author=author,
+        )
+
+    async def delete_block(self, label: str, session_id: str | None = None) -> bool:
+        """Erase every revision of the block (as ``events.delete`` erases)."""
+        return await self.blocks.delete(self, label, session_id)
+
+    async def run_block_tool(
+        self,
+        session_id: str,
+        name: str,
+        arguments: Any,
+        tool_call_id: str | None = None,
+    ) -> tuple[str, bool]:
+        """Run one model tool call (``values.block_tools.BLOCK_TOOLS``) for
+        ``session_id``: ``(content, is_error)``; each write is a revision with author
+        ``model`` and ``tool_call_id``."""
+        return await self.blocks.run_tool(self, session_id, name, arguments, tool_call_id)

@@ -175,6 +175,12 @@ class MirrorLink(MirrorActivation):
 
         self._chain = asyncio.ensure_future(run())
 
+    def run_later(self, fn: Callable[[], object]) -> None:
+        """Run ``fn`` on the mirror's worker after every mirror write scheduled before it
+        (memory blocks' ``blocks.jsonl``: ``runtime.memory_blocks``)."""
+        if self.enabled:
+            self._later(fn)
+
     async def drain(self) -> None:
         """Write what is pending now (held snapshots too) and wait until every mirror
         operation finished."""

@@ -11,6 +11,10 @@ ids). A folder without that file (or whose JSONL files changed since the export)
 leniently from the reference files into a new session. Either way one transaction
 writes it: the session exists with all its events, or (on any error) not at all. Every
 file operation runs on the registry's worker threads, never on the event loop.
+
+The session's memory blocks travel beside them as ``blocks.jsonl`` (every revision); an
+import writes them, after the session, in a transaction of their own (agent blocks are
+the agent's, carried by its backup, not by a session's export).
 """
 
 from __future__ import annotations
@@ -27,9 +31,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import msgspec
 
 from ..mirror.rows_file import ROWS_FILE
+from ..mirror_io.block_files import read_blocks_file, write_blocks_file
 from ..mirror_io.export import export_session as write_export
 from ..mirror_io.import_ import find_reference_folder, import_reference_folder, read_rows_file
 from ..storage.staging import staging
+from ..values.blocks import BLOCKS_FILE, imported_revisions
 from ..values.codec import hydrate_event
 from ..values.errors import InvalidParamsError, TooLargeError
 from ..values.events import SessionEvent
@@ -50,6 +56,7 @@ REFERENCE_FILES = (
     "semantic.jsonl",
     "working_context_snapshot.json",
     ROWS_FILE,
+    BLOCKS_FILE,
 )
 
 
@@ -65,6 +72,7 @@ async def export_session(
     rows = await actor.session_rows(session_id)  # NotFoundError for an unknown session
     # An export reads only: the snapshot is the context as it stands, never compacted now.
     ctx = await actor.current_context(session_id)
+    blocks = await actor.blocks.revisions(actor, session_id)
 
     def write() -> tuple[Any, list[SessionEvent]]:
         # Rows become events here, on the worker: 200k of them are seconds of Python.
@@ -78,6 +86,8 @@ async def export_session(
             progress=progress,
             rows=rows,
         )
+        if write_blocks_file(result.folder, blocks):  # the session's blocks, with history
+            result.files.append(BLOCKS_FILE)
         return result, events
 
     result, events = await _off_loop(actor, write)
@@ -141,6 +151,8 @@ async def import_session(
     why a ``session_rows.jsonl`` beside the files was not used.
     """
     where = await _off_loop(actor, functools.partial(find_reference_folder, folder))
+    block_items = await _off_loop(actor, functools.partial(read_blocks_file, where))
+    imported_revisions(block_items, None)  # refused before anything is written
     parsed, why = await _off_loop(
         actor, functools.partial(read_rows_file, where, progress=progress)
     )
@@ -153,6 +165,9 @@ async def import_session(
             )
             rows = await _off_loop(actor, copy)  # a copy of every row
         await actor.import_rows(rows)
+        if block_items:
+            revisions = imported_revisions(block_items, rows.session.id)
+            await actor.blocks.import_revisions(actor, rows.session.id, revisions)
         return {
             "session_id": rows.session.id,
             "name": where.name,
@@ -167,6 +182,8 @@ async def import_session(
     sid, result = await actor.import_events(
         imported.events, session_id=session_id, metadata={"imported_from": imported.name}
     )
+    if block_items:
+        await actor.blocks.import_revisions(actor, sid, imported_revisions(block_items, sid))
     return {
         "session_id": sid,
         "name": imported.name,

@@ -57,6 +57,8 @@ __all__ = ["check_agent_file", "file_shape", "invariant_problems", "reference_sh
 
 # Objects of older schema versions that the migrations remove.
 _OLD_INDEXES: Final = frozenset({"idx_events_session_created"})
+# Tables a migration adds: the schema version that first has each (an older file lacks it).
+_ADDED_TABLES: Final = {"streams": 4, "stream_segments": 4, "memory_blocks": 5}
 _SHOWN: Final = 3  # problems named in a refusal (the rest are counted)
 
 
@@ -116,7 +118,7 @@ def reference_shape() -> SchemaShape:
         conn.close()
 
 
-def _known_objects(conn: sqlite3.Connection) -> list[str]:
+def _known_objects(conn: sqlite3.Connection, version: int) -> list[str]:
     """Before any migration runs: only tables and indexes that some version of this
     server's schema has (a migration must not run over a trigger, view or stranger)."""
     expected = reference_shape()
@@ -130,6 +132,8 @@ def _known_objects(conn: sqlite3.Connection) -> list[str]:
             continue
         out.append(f"{kind} {name!r} is not part of this server's schema")
     for name in sorted(known_tables):
+        if version < _ADDED_TABLES.get(name, 0):
+            continue  # the migration adds it
         if not conn.execute(
             "SELECT 1 FROM main.sqlite_master WHERE type = 'table' AND name = ?", (name,)
         ).fetchone():
@@ -271,7 +275,38 @@ def invariant_problems(conn: sqlite3.Connection) -> list[str]:
     if not out:
         out.extend(_record_problems(conn))
         out.extend(_strategy_problems(conn))
+        out.extend(_block_problems(conn))
     return out
+
+
+# Memory blocks: one current revision per block, the latest; a session block's session
+# exists; every revision's fields are ones this server writes.
+_BLOCK_CHECKS: Final = (
+    (
+        "SELECT session_id, label FROM memory_blocks GROUP BY session_id, label"
+        " HAVING SUM(head = 1) != 1 OR MAX(CASE WHEN head = 1 THEN revision END) != MAX(revision)"
+        " LIMIT 1",
+        "memory block {1!r} of scope {0!r}: not exactly one current revision, the latest",
+    ),
+    (
+        "SELECT b.session_id, b.label FROM memory_blocks AS b WHERE b.session_id != ''"
+        " AND NOT EXISTS (SELECT 1 FROM sessions AS s WHERE s.id = b.session_id) LIMIT 1",
+        "memory block {1!r}: its session {0!r} does not exist",
+    ),
+    (
+        "SELECT session_id, label FROM memory_blocks WHERE author NOT IN"
+        " ('client', 'model', 'operator') OR revision < 1 OR max_tokens < 1 OR tokens < 0"
+        " OR head NOT IN (0, 1) LIMIT 1",
+        "memory block {1!r} of scope {0!r}: a revision this server could not have written",
+    ),
+)
+
+
+def _block_problems(conn: sqlite3.Connection) -> Iterator[str]:
+    for sql, problem in _BLOCK_CHECKS:
+        row = _first(conn, sql)
+        if row is not None:
+            yield problem.format(*row)
 
 
 def _strategy_problems(conn: sqlite3.Connection) -> Iterator[str]:
@@ -361,7 +396,7 @@ def _check(conn: sqlite3.Connection, field: str) -> int:
             ],
             field,
         )
-    problems = _known_objects(conn)
+    problems = _known_objects(conn, version)
     if problems:
         raise _refuse(problems, field)
     if version < SCHEMA_VERSION:

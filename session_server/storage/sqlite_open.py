@@ -112,6 +112,18 @@ MIGRATIONS: dict[int, Sequence[str]] = {
         " chunks INTEGER NOT NULL, data TEXT NOT NULL,"
         " PRIMARY KEY (session_id, first_cursor)) WITHOUT ROWID",
     ),
+    # 4 -> 5: memory blocks (every revision; see ``storage/block_sql``).
+    4: (
+        "CREATE TABLE IF NOT EXISTS memory_blocks ("
+        " session_id TEXT NOT NULL, label TEXT NOT NULL, revision INTEGER NOT NULL,"
+        " value TEXT NOT NULL, description TEXT NOT NULL DEFAULT '',"
+        " max_tokens INTEGER NOT NULL, tokens INTEGER NOT NULL, author TEXT NOT NULL,"
+        " reason TEXT, tool_call_id TEXT, session_seq INTEGER NOT NULL DEFAULT 0,"
+        " created_at INTEGER NOT NULL, head INTEGER NOT NULL DEFAULT 0,"
+        " PRIMARY KEY (session_id, label, revision)) WITHOUT ROWID",
+        "CREATE INDEX IF NOT EXISTS idx_memory_blocks_head ON memory_blocks(session_id, label)"
+        " WHERE head = 1",
+    ),
 }
 
 

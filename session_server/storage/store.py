@@ -88,7 +88,14 @@ class AgentStore(StoreConnections):
         def body(conn: sqlite3.Connection) -> tuple[bool, int]:
             deleted = conn.execute("DELETE FROM sessions WHERE id = ?", (session_id,)).rowcount > 0
             rows = 0
-            for table in ("events", "tool_calls", "idempotency", "streams", "stream_segments"):
+            for table in (
+                "events",
+                "tool_calls",
+                "idempotency",
+                "streams",
+                "stream_segments",
+                "memory_blocks",
+            ):
                 rows += conn.execute(
                     f"DELETE FROM {table} WHERE session_id = ?", (session_id,)
                 ).rowcount
@@ -383,6 +390,20 @@ class AgentStore(StoreConnections):
             return int(row[0])
 
         return await self._read(fn)
+
+    # -- memory blocks (the bodies: ``block_sql``; the rules: ``runtime.memory_blocks``) --
+
+    async def read_blocks(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """``fn(reader)``: a read of ``memory_blocks`` on the read connection."""
+        return await self._read(fn)
+
+    async def write_blocks(self, what: str, body: Callable[..., T], *args: Any) -> T:
+        """``body(writer, *args)`` in one write transaction."""
+        return await self._write(what, body, *args)
+
+    async def erase_blocks(self, what: str, body: Callable[..., T], *args: Any) -> T:
+        """A write that removes block revisions: the WAL erased after it when it did."""
+        return await self._delete(what, body, *args)
 
     async def get_setting(self, key: str) -> str | None:
         def fn(conn: sqlite3.Connection) -> str | None:

@@ -9,7 +9,9 @@ const EVENT_LIMIT = 500;
 const FOLD_CHARS = 1200;
 const FOLD_LINES = 24;
 const PREVIEW_LINES = 10;
-const TABS = ["conversation", "context", "episodic", "semantic", "raw", "compactions"];
+const TABS = ["conversation", "context", "episodic", "semantic", "raw", "blocks", "compactions"];
+const HISTORY_LIMIT = 50;
+const DIFF_MAX_LINES = 2000;
 const RECONNECT_MAX_MS = 10000;
 // Used when the token may not call adapters.list (it touches no session, but a token
 // limited to sessions may call nothing else server-wide).
@@ -626,6 +628,13 @@ const LOADERS = {
     });
     return renderCompactions(events);
   },
+  async blocks() {
+    const { blocks } = await state.agentRpc.call("memory.blocks.list", { session_id: state.sessionId });
+    const histories = await Promise.all(blocks.map((b) => state.agentRpc.call("memory.blocks.history", {
+      label: b.label, session_id: b.session_id || state.sessionId, limit: HISTORY_LIMIT,
+    }).then((h) => h.revisions, () => [])));
+    return renderBlocks(blocks, histories);
+  },
 };
 
 function memoryView(parts) {
@@ -950,6 +959,83 @@ function renderCompactions(events) {
       el("div", { class: "muted", text: e.content }));
   });
   return [el("ol", { class: "timeline", "aria-label": "Compactions, newest first" }, items)];
+}
+
+// ---------------------------------------------------------------- memory blocks
+
+// Line diff of two texts (longest common subsequence): [kind, line] with kind " ", "-"
+// or "+"; null when either side is too long to diff here.
+function lineDiff(before, after) {
+  const a = before.split("\n");
+  const b = after.split("\n");
+  if (a.length > DIFF_MAX_LINES || b.length > DIFF_MAX_LINES) return null;
+  const rows = a.length + 1;
+  const cols = b.length + 1;
+  const lcs = new Uint32Array(rows * cols);
+  for (let i = a.length - 1; i >= 0; i--) {
+    for (let j = b.length - 1; j >= 0; j--) {
+      lcs[i * cols + j] = a[i] === b[j] ? lcs[(i + 1) * cols + j + 1] + 1
+        : Math.max(lcs[(i + 1) * cols + j], lcs[i * cols + j + 1]);
+    }
+  }
+  const out = [];
+  let i = 0;
+  let j = 0;
+  while (i < a.length && j < b.length) {
+    if (a[i] === b[j]) { out.push([" ", a[i]]); i++; j++; }
+    else if (lcs[(i + 1) * cols + j] >= lcs[i * cols + j + 1]) { out.push(["-", a[i]]); i++; }
+    else { out.push(["+", b[j]]); j++; }
+  }
+  while (i < a.length) out.push(["-", a[i++]]);
+  while (j < b.length) out.push(["+", b[j++]]);
+  return out;
+}
+
+function renderDiff(before, after) {
+  const diff = lineDiff(before, after);
+  if (diff === null) return el("p", { class: "muted", text: "Too long to diff here." });
+  const lines = diff.map(([kind, line]) => el("span", {
+    class: kind === "+" ? "ins" : kind === "-" ? "del" : null,
+    text: `${kind} ${line}\n`,
+  }));
+  return el("pre", { class: "diff", "aria-label": "Changes from the previous revision" }, lines);
+}
+
+function usage(block) {
+  const pct = block.max_tokens ? Math.round((100 * block.tokens) / block.max_tokens) : 0;
+  return `[${block.label} · ${pct}% of ${block.max_tokens.toLocaleString("en-US")} tokens]`;
+}
+
+function renderRevision(rev, previous) {
+  const who = rev.author + (rev.tool_call_id ? ` · tool call ${rev.tool_call_id}` : "");
+  const node = el("li", { class: "revision", "data-revision": rev.revision },
+    el("div", {}, badge(`r${rev.revision}`, "mode"), " ", badge(rev.author, "author"), " ",
+      el("span", { class: "muted", text: `${fmtTime(rev.created_at)} · ${who}` +
+        (rev.session_id ? ` · at seq ${rev.session_seq}` : "") })),
+    rev.reason ? el("div", { text: `reason: ${rev.reason}` }) : null);
+  if (previous) {
+    node.append(el("details", { class: "fold" },
+      el("summary", { text: `Diff from r${previous.revision}` }), renderDiff(previous.value, rev.value)));
+  } else {
+    node.append(el("details", { class: "fold" }, el("summary", { text: "Value" }), el("pre", { text: rev.value })));
+  }
+  return node;
+}
+
+function renderBlocks(blocks, histories) {
+  if (!blocks.length) return [empty("No memory blocks for this session or its agent.")];
+  return blocks.map((block, k) => {
+    const revisions = histories[k] || [];
+    const items = revisions.map((rev, n) => renderRevision(rev, revisions[n + 1]));
+    return el("article", { class: "block", "data-label": block.label, "aria-label": `Block ${block.label}` },
+      el("h3", {}, el("span", { class: "mono", text: usage(block) }), " ",
+        badge(block.session_id ? "session" : "agent", "scope")),
+      block.description ? el("p", { class: "muted", text: block.description }) : null,
+      folded(block.value, "pre"),
+      el("details", { class: "fold history" },
+        el("summary", { text: `History (${revisions.length}${revisions.length >= HISTORY_LIMIT ? "+" : ""} revisions)` }),
+        el("ol", { class: "timeline", "aria-label": `Revisions of ${block.label}, newest first` }, items)));
+  });
 }
 
 // ---------------------------------------------------------------- live

@@ -52,6 +52,12 @@ CLIENT_METHODS = {
     "stream.open": "stream_open",
     "stream.append": "stream_append",
     "stream.close": "stream_close",
+    "memory.blocks.set": "set_block",
+    "memory.blocks.get": "get_block",
+    "memory.blocks.list": "list_blocks",
+    "memory.blocks.history": "block_history",
+    "memory.blocks.revert": "revert_block",
+    "memory.blocks.delete": "delete_block",
 }
 
 

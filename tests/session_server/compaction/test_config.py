@@ -33,6 +33,7 @@ DEFAULTS: dict[str, Any] = {
     "max_output_tokens": 0,
     "safety_margin_tokens": 256,
     "compaction_ratio": 0.8,
+    "blocks": None,
 }
 
 
@@ -60,6 +61,7 @@ VALID: dict[str, Any] = {
     "max_output_tokens": 4096,
     "safety_margin_tokens": 512,
     "compaction_ratio": 0.5,
+    "blocks": ["persona", "user_profile"],
 }
 
 

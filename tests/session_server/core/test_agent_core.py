@@ -28,12 +28,14 @@ from session_server.core.decisions import (
 from session_server.core.needs import (
     Known,
     NeedAgentStrategy,
+    NeedBlocks,
     NeedCount,
     NeedSnapshot,
     NeedState,
     NeedWindow,
 )
 from session_server.mirror.snapshot import RestoredSnapshot
+from session_server.values.blocks import BlockRevision, BlockSet, render_blocks
 from session_server.values.cache_budget import CacheBudget
 from session_server.values.codec import message_to_event
 from session_server.values.context import WorkingContext
@@ -56,9 +58,47 @@ COMPACT = {"mode": "compact", "compact_keep": 1, "compact_trigger_turns": 1}
 
 
 def new_core(**kw: Any) -> AgentCore:
+    """A core that knows ``SID`` has no memory blocks (its first build asks no block
+    read: ``test_a_cold_build_asks_for_the_blocks_first`` shows that step)."""
     options: dict[str, Any] = {"context_limit": 50, "server_strategy": None, "snapshots": False}
     options.update(kw)
-    return AgentCore("agent", **options)
+    core = AgentCore("agent", **options)
+    need = core.blocks.lookup(SID)
+    assert isinstance(need, NeedBlocks)
+    core.learn(need, BlockSet(), Known())
+    return core
+
+
+def test_a_cold_build_asks_for_the_blocks_first_then_renders_them() -> None:
+    core, known = (
+        AgentCore("agent", context_limit=50, server_strategy=None, snapshots=False),
+        Known(),
+    )
+    step = core.build(SID, known, instructions=["sys"], limit=None, strategy=None)
+    assert step == NeedBlocks(SID, 0)
+    persona = BlockRevision(
+        label="persona",
+        session_id=None,
+        revision=1,
+        value="calm",
+        description="",
+        max_tokens=10,
+        tokens=1,
+        author="client",
+    )
+    core.learn(step, BlockSet((persona,)), known)
+    step = core.build(SID, known, instructions=["sys"], limit=None, strategy=None)
+    assert step == NeedWindow(SID, 50, 0)
+    core.learn(step, window_of(stored(chat(1))), known)
+    core.learn(core.build(SID, known, instructions=["sys"], limit=None, strategy=None), None, known)
+    ctx = core.build(SID, known, instructions=["sys"], limit=None, strategy=None)
+    assert isinstance(ctx, WorkingContext)
+    assert ctx.system_instructions == ["sys", render_blocks(BlockSet((persona,)))]
+    # A block write drops the cache: the next build reads the blocks again.
+    core.blocks.written(None)
+    assert isinstance(
+        core.build(SID, Known(), instructions=[], limit=None, strategy=None), NeedBlocks
+    )
 
 
 def stored(events: list[SessionEvent], first_seq: int = 1) -> list[SessionEvent]:
