@@ -97,7 +97,9 @@ class Topic:
     once for every subscriber); a deletion goes out after the events before it.
     """
 
-    __slots__ = ("deleted", "key", "pending", "running", "server", "subs", "unsubscribe")
+    __slots__ = (
+        "deleted", "key", "pending", "rewinds", "running", "server", "subs", "unsubscribe",
+    )  # fmt: skip
 
     def __init__(self, server: TopicIndex, key: tuple[str, str]) -> None:
         self.server = server
@@ -105,6 +107,7 @@ class Topic:
         self.subs: list[Subscription] = []
         self.unsubscribe: Callable[[], None] = lambda: None
         self.pending: list[SessionEvent] = []
+        self.rewinds: list[bytes] = []
         self.deleted = False
         self.running = False
 
@@ -117,6 +120,12 @@ class Topic:
         self.deleted = True
         self._kick()
 
+    def on_rewound(self, to_seq: int, rewind_seq: int) -> None:
+        """A rewind: ``session.rewound`` goes out after the events committed before it."""
+        params = {"session_id": self.key[1], "to_seq": to_seq, "rewind_seq": rewind_seq}
+        self.rewinds.append(encode_message(notification("session.rewound", params)))
+        self._kick()
+
     def _kick(self) -> None:
         if not self.running:
             self.running = True
@@ -127,6 +136,12 @@ class Topic:
             events, self.pending = self.pending, []
             self._step(events, _appended(self.key[1], events), list(self.subs), 0)
             return
+        if self.rewinds:
+            payloads, self.rewinds = self.rewinds, []
+            for sub in list(self.subs):
+                if sub.topic is self and not sub.deleted:
+                    for payload in payloads:
+                        sub.conn.send(payload)
         self.running = False
         if self.deleted:
             for sub in list(self.subs):

@@ -101,6 +101,19 @@ MIGRATIONS: dict[int, Sequence[str]] = {
     # which now scan the session's events by seq; every append paid for it (about 1.8 of
     # the 12 WAL pages of a 4-event turn).
     2: ("DROP INDEX IF EXISTS idx_events_session_created",),
+    # 3 -> 4: branches (issue 36): a session's parent and fork point, and the rewinds.
+    3: (
+        "ALTER TABLE sessions ADD COLUMN parent_session_id TEXT",
+        "ALTER TABLE sessions ADD COLUMN fork_seq INTEGER",
+        "ALTER TABLE sessions ADD COLUMN fork_kind TEXT",
+        "CREATE INDEX IF NOT EXISTS idx_sessions_parent ON sessions(parent_session_id)"
+        " WHERE parent_session_id IS NOT NULL",
+        "CREATE TABLE IF NOT EXISTS rewinds (session_id TEXT NOT NULL, seq INTEGER NOT NULL,"
+        " to_seq INTEGER NOT NULL, abandoned_from INTEGER NOT NULL,"
+        " abandoned_to INTEGER NOT NULL, branch_session_id TEXT,"
+        " erased INTEGER NOT NULL DEFAULT 0, reason TEXT, created_at INTEGER NOT NULL,"
+        " PRIMARY KEY (session_id, seq)) WITHOUT ROWID",
+    ),
 }
 
 
