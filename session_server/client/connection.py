@@ -326,6 +326,9 @@ class RpcConnection:
                 for sub in self._subs.pop(params.get("session_id", ""), ()):
                     sub.deleted = True
                     sub.end(None)
+            elif message["method"] == "session.rewound":
+                for sub in self._subs.get(params.get("session_id", ""), ()):
+                    sub.rewound(int(params["to_seq"]), int(params["rewind_seq"]))
             elif message["method"] == "events.gap":
                 for sub in self._subs.get(params.get("session_id", ""), ()):
                     sub.gap(int(params["from_seq"]), int(params["to_seq"]))

@@ -21,7 +21,7 @@ from ..values.codec import encode_json
 from ..values.errors import InvalidParamsError
 from .subscriptions import Subscriptions
 
-__all__ = ["BranchRunner", "MAX_REASON_CHARS", "branches", "fork", "rewind"]
+__all__ = ["MAX_REASON_CHARS", "BranchRunner", "branches", "fork", "rewind"]
 
 T = TypeVar("T")
 

@@ -245,4 +245,3 @@ def list_branches(conn: sqlite3.Connection, session_id: str) -> list[Branch]:
         kind: BranchKind = "rewind" if r[2] == "rewind" else "fork"
         out.append(Branch(session_id=r[0], fork_seq=int(r[1] or 0), kind=kind))
     return out
-

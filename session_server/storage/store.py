@@ -22,8 +22,8 @@ import sqlite3
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any, Final, TypeVar
 
-from ..values.errors import AgentUnavailableError, NotFoundError, SessionServerError, StorageError
 from ..values.branches import Branch, ForkResult, RewindResult
+from ..values.errors import AgentUnavailableError, NotFoundError, SessionServerError, StorageError
 from ..values.events import SessionEvent
 from ..values.plans import AppendBatch, AppendOutcome, ContextWindow, SessionState
 from ..values.session_rows import SessionRows
