@@ -21,6 +21,7 @@ import pytest
 from session_server.client import SessionClient
 from session_server.storage.staging import STAGING_DIR
 from session_server.values.errors import InvalidParamsError
+from tests.support.old_schema import UNDO_V4
 from tests.support.server import running_server, turn_messages
 
 AGENT = "agent-r"
@@ -182,10 +183,11 @@ async def test_a_good_backup_is_restored(tmp_path: Path) -> None:
 
 def _older(version: int) -> Callable[[sqlite3.Connection], None]:
     """The file as an older server wrote it (the migrations' steps undone)."""
-    statements = [
-        "CREATE INDEX idx_events_session_created ON events(session_id, created_at)",
-        f"PRAGMA user_version = {version}",
-    ]
+    statements = [*UNDO_V4, f"PRAGMA user_version = {version}"]
+    if version < 3:
+        statements.insert(
+            0, "CREATE INDEX idx_events_session_created ON events(session_id, created_at)"
+        )
     if version == 1:  # the sessions table of version 1 (schema.sql at that version)
         v1 = (
             "id, agent_id, created_at, updated_at, metadata, last_seq, last_turn,"
@@ -205,7 +207,7 @@ def _older(version: int) -> Callable[[sqlite3.Connection], None]:
     return _script(*statements)
 
 
-@pytest.mark.parametrize("version", [1, 2])
+@pytest.mark.parametrize("version", [1, 2, 3])
 async def test_a_file_of_an_older_schema_is_migrated(tmp_path: Path, version: int) -> None:
     async with (
         running_server(tmp_path / "mem") as running,
@@ -220,7 +222,7 @@ async def test_a_file_of_an_older_schema_is_migrated(tmp_path: Path, version: in
     db = tmp_path / "mem" / "agents" / AGENT / "agent.sqlite"
     conn = sqlite3.connect(db)
     try:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == 3
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 4
         names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
         assert "idx_events_session_created" not in names
     finally:
