@@ -91,7 +91,7 @@ class AgentStore(StoreConnections):
         def body(conn: sqlite3.Connection) -> tuple[bool, int]:
             deleted = conn.execute("DELETE FROM sessions WHERE id = ?", (session_id,)).rowcount > 0
             rows = 0
-            for table in ("events", "tool_calls", "idempotency"):
+            for table in ("events", "tool_calls", "idempotency", "rewinds"):
                 rows += conn.execute(
                     f"DELETE FROM {table} WHERE session_id = ?", (session_id,)
                 ).rowcount

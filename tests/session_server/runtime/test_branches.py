@@ -317,3 +317,10 @@ async def test_the_rewind_row_records_what_it_did(actor: AgentActor, tmp_path: P
         conn.close()
     assert row == [(9, 4, 5, 8, result.branch_session_id, 0, "retry")]
     assert json.loads(json.dumps(result.to_builtins()))["abandoned"] == {"from_seq": 5, "to_seq": 8}
+    # Deleting the session deletes its rewinds (their reasons are the caller's text).
+    assert await actor.delete_session(sid)
+    conn = sqlite3.connect(tmp_path / "agents" / AGENT / "agent.sqlite")
+    try:
+        assert conn.execute("SELECT count(*) FROM rewinds").fetchone() == (0,)
+    finally:
+        conn.close()
