@@ -45,7 +45,7 @@ def rendered(ctx: WorkingContext) -> bytes:
     return msgspec.json.encode([ctx.system_instructions, ctx.messages])
 
 
-def shape(events: list[SessionEvent]) -> list[tuple[int, str, str, int]]:
+def shape(events: list[SessionEvent]) -> list[tuple[int, str, str, int | None]]:
     return [(e.seq, e.action, e.content, e.turn) for e in events]
 
 
