@@ -1,4 +1,4 @@
--- session-server schema, version 5 (PRAGMA user_version). The store executes this file
+-- session-server schema, version 6 (PRAGMA user_version). The store executes this file
 -- on a new database; older files are brought forward by the migrations in
 -- session_server/storage/sqlite_ops.py (MIGRATIONS).
 
@@ -18,8 +18,29 @@ CREATE TABLE IF NOT EXISTS sessions (
   mirror_state TEXT,                        -- mirror checkpoint at the last clean close (JSON)
   mirror_files TEXT,                        -- mirror file sizes and mtimes at that close (JSON)
   snapshot_seq INTEGER NOT NULL DEFAULT 0,  -- seq the trusted context snapshot reflects
-  snapshot_digest TEXT                      -- SHA-256 of that snapshot file; NULL: none trusted
+  snapshot_digest TEXT,                     -- SHA-256 of that snapshot file; NULL: none trusted
+  parent_session_id TEXT,                   -- the session this one was forked from, or NULL
+  fork_seq INTEGER,                         -- the parent's seq it was forked at, or NULL
+  fork_kind TEXT                            -- 'fork' or 'rewind' (a rewind's branch), or NULL
 );
+
+-- a session's forks and rewind branches (``session.branches``)
+CREATE INDEX IF NOT EXISTS idx_sessions_parent ON sessions(parent_session_id)
+  WHERE parent_session_id IS NOT NULL;
+
+-- one row per rewind: the seq it took (never reused) and what it abandoned
+CREATE TABLE IF NOT EXISTS rewinds (
+  session_id TEXT NOT NULL,
+  seq INTEGER NOT NULL,                     -- the rewind's own seq (the session's new last_seq)
+  to_seq INTEGER NOT NULL,                  -- the session continues from here
+  abandoned_from INTEGER NOT NULL,          -- first abandoned seq
+  abandoned_to INTEGER NOT NULL,            -- last abandoned seq (the old head)
+  branch_session_id TEXT,                   -- the branch holding the abandoned tail, or NULL
+  erased INTEGER NOT NULL DEFAULT 0,
+  reason TEXT,
+  created_at INTEGER NOT NULL,
+  PRIMARY KEY (session_id, seq)
+) WITHOUT ROWID;
 
 CREATE TABLE IF NOT EXISTS events (
   id TEXT PRIMARY KEY NOT NULL,

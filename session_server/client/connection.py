@@ -337,6 +337,9 @@ class RpcConnection:
                             sub.deliver_chunks(params)
                         else:
                             sub.deliver_closed(params)
+            elif message["method"] == "session.rewound":
+                for sub in self._subs.get(params.get("session_id", ""), ()):
+                    sub.rewound(int(params["to_seq"]), int(params["rewind_seq"]))
             elif message["method"] == "events.gap":
                 for sub in self._subs.get(params.get("session_id", ""), ()):
                     sub.gap(int(params["from_seq"]), int(params["to_seq"]))

@@ -44,6 +44,7 @@ REPLAYED: Final = frozenset(
         "export.session",
         "events.subscribe",
         "events.unsubscribe",
+        "session.branches",
         "adapters.list",
         # admin reads
         "agent.backup",
@@ -67,6 +68,8 @@ NOT_REPLAYED: Final = frozenset(
         "session.clear",
         "events.delete",
         "events.pop",
+        "session.fork",
+        "session.rewind",
         "memory.compact",
         "import.session",
         "agent.restore",

@@ -192,6 +192,36 @@ class SessionClient(RpcConnection):
         stays. Returns how many events were deleted."""
         return int((await self.call("session.clear", {"session_id": session_id}))["deleted"])
 
+    # -- branches ------------------------------------------------------------------------
+    async def fork_session(
+        self,
+        session_id: str,
+        *,
+        at_seq: int | None = None,
+        new_session_id: str | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """A new session whose history is ``session_id``'s up to ``at_seq`` (default: all
+        of it): ``{session_id, parent_session_id, fork_seq, last_seq}``."""
+        params = _set(
+            session_id=session_id, at_seq=at_seq, new_session_id=new_session_id,
+            metadata=metadata,
+        )  # fmt: skip
+        return dict(await self.call("session.fork", params))
+
+    async def rewind_session(
+        self, session_id: str, to_seq: int, *, reason: str | None = None, erase: bool = False
+    ) -> dict[str, Any]:
+        """Make the session continue from ``to_seq``: ``{session_id, to_seq, rewind_seq,
+        abandoned, branch_session_id, requested_to_seq, moved_to_turn_start, erased}``."""
+        params = _set(session_id=session_id, to_seq=to_seq, reason=reason, erase=erase)
+        return dict(await self.call("session.rewind", params))
+
+    async def session_branches(self, session_id: str) -> list[dict[str, Any]]:
+        """The forks and rewind branches of the session: ``[{session_id, fork_seq, kind}]``."""
+        result = await self.call("session.branches", {"session_id": session_id})
+        return list(result["branches"])
+
     # -- events --------------------------------------------------------------------------
     async def append_events(
         self,

@@ -56,6 +56,8 @@ class Subscription:
         self.session_id = session_id
         self.last_seq = 0
         self.deleted = False
+        # ``(to_seq, rewind_seq)`` of each ``session.rewound`` received, in order.
+        self.rewinds: list[tuple[int, int]] = []
         # The last seq received (or reported missing by a gap): a resumed subscription
         # asks for the events after it, and drops any it already has.
         self.cursor = 0
@@ -76,6 +78,12 @@ class Subscription:
         if fresh:
             self.cursor = max(e.seq for e in fresh)
             self._queue.put_nowait(fresh)
+
+    def rewound(self, to_seq: int, rewind_seq: int) -> None:
+        """The session was rewound to ``to_seq`` (called by the client's reader): its
+        events after ``to_seq`` left its history; the next events follow ``rewind_seq``."""
+        self.rewinds.append((to_seq, rewind_seq))
+        self.cursor = max(self.cursor, rewind_seq)
 
     def gap(self, from_seq: int, to_seq: int) -> None:
         """Queue a gap the server reported (called by the client's reader)."""

@@ -159,6 +159,9 @@ class _Backend(Protocol):
         self, session_id: str, event_id: str, replace_with: SessionEvent | None
     ) -> SessionEvent | None: ...
     async def clear(self, session_id: str) -> None: ...
+    async def fork(
+        self, session_id: str, at_seq: int | None, new_session_id: str | None
+    ) -> str: ...
     def close(self) -> None: ...
     async def aclose(self) -> None: ...
 
@@ -213,6 +216,12 @@ class _Remote:
 
     async def clear(self, session_id: str) -> None:
         await self.client.acall("clear_session", session_id)
+
+    async def fork(self, session_id: str, at_seq: int | None, new_session_id: str | None) -> str:
+        result: dict[str, Any] = await self.client.acall(
+            "fork_session", session_id, at_seq=at_seq, new_session_id=new_session_id
+        )
+        return str(result["session_id"])
 
     def close(self) -> None:
         self.client.close()
@@ -320,6 +329,14 @@ class _Local:
     async def _clear(self, session_id: str) -> None:
         await (await self._actor()).clear_session(session_id)
 
+    async def fork(self, session_id: str, at_seq: int | None, new_session_id: str | None) -> str:
+        return await self._on_home(self._fork(session_id, at_seq, new_session_id))
+
+    async def _fork(self, session_id: str, at_seq: int | None, new_session_id: str | None) -> str:
+        actor = await self._actor()
+        result = await actor.fork_session(session_id, at_seq=at_seq, new_session_id=new_session_id)
+        return result.session_id
+
     def close(self) -> None:
         return None  # the registry belongs to the caller
 
@@ -387,6 +404,8 @@ class SessionServerSession:
         )
         self._ensured = False
         self._usage: dict[str, Any] | None = None
+        # What ``fork`` needs to make a session object like this one.
+        self._url, self._registry, self._token = url, registry, token
 
     # -- the Session protocol ------------------------------------------------------------
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
@@ -467,6 +486,27 @@ class SessionServerSession:
     def usage_hooks(self) -> SessionUsageHooks:
         """``RunHooks`` that report each model call's usage to this session."""
         return SessionUsageHooks(self)
+
+    # -- branches ----------------------------------------------------------------------------
+    async def fork(
+        self, *, at_seq: int | None = None, new_session_id: str | None = None
+    ) -> SessionServerSession:
+        """A new session object on a fork of this session (``session.fork``): its items
+        are this session's (up to ``at_seq``, default all), and from then on the two
+        diverge. It has this object's server or registry, strategy and settings; a remote
+        one opens its own connection (close it as this one)."""
+        await self._ensure()
+        new_id = await self._backend.fork(self.session_id, at_seq, new_session_id)
+        if self._url is not None:
+            return SessionServerSession(
+                new_id, agent_id=self.agent_id, url=self._url, token=self._token,
+                strategy=self.strategy, session_settings=self.session_settings,
+                reconnect_budget=self.reconnect_budget,
+            )  # fmt: skip
+        return SessionServerSession(
+            new_id, agent_id=self.agent_id, registry=self._registry, strategy=self.strategy,
+            session_settings=self.session_settings,
+        )  # fmt: skip
 
     # -- lifecycle ---------------------------------------------------------------------------
     def close(self) -> None:

@@ -17,6 +17,7 @@ from types import MappingProxyType
 from typing import Final
 
 from . import block_methods as blocks
+from . import branch_methods as branch
 from . import memory_methods as memory
 from . import methods as session
 from . import session_methods as edits
@@ -79,6 +80,10 @@ ROWS: Final[tuple[MethodSpec, ...]] = (
         sessions="filter",
     ),
     MethodSpec("agents.list", AgentsListParams, session.agents_list, SERVER, scope="admin"),
+    # Branches (``branch_methods``): forking needs ``write`` on the source session.
+    MethodSpec("session.fork", branch.ForkParams, branch.session_fork, scope="write"),
+    MethodSpec("session.rewind", branch.RewindParams, branch.session_rewind, scope="write"),
+    MethodSpec("session.branches", branch.BranchesParams, branch.session_branches, scope="read"),
     # Compaction, rendering, views, export and import, server facts (``memory_methods``).
     MethodSpec(
         "memory.get_strategy", memory.StrategyQuery, memory.memory_get_strategy, scope="read"

@@ -52,10 +52,12 @@ from ..core.needs import (
 from ..storage.store import AgentStore
 from ..storage.store_connections import Synchronous
 from ..values.blocks import Author, BlockRevision, BlockSet
+from ..values.branches import Branch, ForkResult, RewindResult
 from ..values.context import WorkingContext
 from ..values.plans import AppendResult
 from ..values.recent import SessionView
 from ..values.tokens import get_counter, loaded_counter
+from . import branches
 from .activity import ActivityScope
 from .actor_host import ActorHost
 from .commit_effects import GroupCommit
@@ -358,14 +360,43 @@ class AgentActor(SessionReads, SessionWrites, SessionEdits):
         session_id: str,
         callback: Subscriber,
         on_deleted: Callable[[], None] | None = None,
+        on_rewound: Callable[[int, int], None] | None = None,
     ) -> Callable[[], None]:
-        """Call ``callback(events)`` after every committed append to ``session_id``, and
-        ``on_deleted()`` once when the session is deleted (the subscription ends then).
+        """Call ``callback(events)`` after every committed append to ``session_id``,
+        ``on_deleted()`` once when the session is deleted (the subscription ends then),
+        and ``on_rewound(to_seq, rewind_seq)`` after each rewind of it.
 
         Calls happen on the event loop, in seq order, while the write lock is still held,
         so no append can be missed or reordered. Returns the unsubscribe function.
         """
-        return self.subscriptions.subscribe(session_id, callback, on_deleted)
+        return self.subscriptions.subscribe(session_id, callback, on_deleted, on_rewound)
+
+    # -- branches (``runtime.branches``) -------------------------------------------------
+
+    async def fork_session(
+        self,
+        session_id: str,
+        *,
+        at_seq: int | None = None,
+        new_session_id: str | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> ForkResult:
+        """A new session whose history is ``session_id``'s up to ``at_seq`` (default: all
+        of it), compaction records included; the two diverge independently afterwards."""
+        return await branches.fork(
+            self, session_id, at_seq=at_seq, new_session_id=new_session_id, metadata=metadata
+        )
+
+    async def rewind_session(
+        self, session_id: str, to_seq: int, *, reason: str | None = None, erase: bool = False
+    ) -> RewindResult:
+        """Make ``session_id`` continue from ``to_seq`` (a turn's start when inside one);
+        the abandoned events become a branch, or are erased with ``erase``."""
+        return await branches.rewind(self, session_id, to_seq, reason=reason, erase=erase)
+
+    async def session_branches(self, session_id: str) -> list[Branch]:
+        """The forks and rewind branches of ``session_id``, oldest first."""
+        return await branches.branches(self, session_id)
 
     # -- live turns (``live_streams``) -----------------------------------------------------
 

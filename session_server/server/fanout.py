@@ -108,7 +108,8 @@ class Topic:
     """
 
     __slots__ = (
-        "deleted", "key", "pending", "running", "server", "subs", "unsubscribe", "waiters",
+        "deleted", "key", "pending", "rewinds", "running", "server", "subs", "unsubscribe",
+        "waiters",
     )  # fmt: skip
 
     def __init__(self, server: TopicIndex, key: tuple[str, str]) -> None:
@@ -117,6 +118,7 @@ class Topic:
         self.subs: list[Subscription] = []
         self.unsubscribe: Callable[[], None] = lambda: None
         self.pending: list[SessionEvent] = []
+        self.rewinds: list[bytes] = []
         self.deleted = False
         self.running = False
         self.waiters: list[Callable[[], None]] = []
@@ -136,6 +138,12 @@ class Topic:
         self.deleted = True
         self._kick()
 
+    def on_rewound(self, to_seq: int, rewind_seq: int) -> None:
+        """A rewind: ``session.rewound`` goes out after the events committed before it."""
+        params = {"session_id": self.key[1], "to_seq": to_seq, "rewind_seq": rewind_seq}
+        self.rewinds.append(encode_message(notification("session.rewound", params)))
+        self._kick()
+
     def _kick(self) -> None:
         if not self.running:
             self.running = True
@@ -146,6 +154,12 @@ class Topic:
             events, self.pending = self.pending, []
             self._step(events, _appended(self.key[1], events), list(self.subs), 0)
             return
+        if self.rewinds:
+            payloads, self.rewinds = self.rewinds, []
+            for sub in list(self.subs):
+                if sub.topic is self and not sub.deleted:
+                    for payload in payloads:
+                        sub.conn.send(payload)
         self.running = False
         waiters, self.waiters = self.waiters, []
         for callback in waiters:

@@ -385,7 +385,9 @@ class SessionServer:
         topic = self.topics.get(key)
         if topic is None:
             topic = Topic(self, key)
-            topic.unsubscribe = actor.subscribe(session_id, topic.on_events, topic.on_deleted)
+            topic.unsubscribe = actor.subscribe(
+                session_id, topic.on_events, topic.on_deleted, topic.on_rewound
+            )
             self.topics[key] = topic
         return topic
 

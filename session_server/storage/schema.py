@@ -8,11 +8,11 @@ from pathlib import Path
 
 __all__ = ["READABLE_SCHEMA_VERSION", "SCHEMA_VERSION", "schema_sql"]
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
-# The oldest version a read-only store reads as it is (it cannot migrate): version 3 only
-# dropped an index (``MIGRATIONS[2]``), so a file of version 2 has every column it reads.
-READABLE_SCHEMA_VERSION = 2
+# The oldest version a read-only store reads as it is (it cannot migrate): a session row
+# is read with its fork columns (version 6, ``MIGRATIONS[5]``).
+READABLE_SCHEMA_VERSION = 6
 
 
 @functools.cache

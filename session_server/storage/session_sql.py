@@ -18,7 +18,9 @@ from .stored_rows import EVENT_COLUMNS, hydrate_or_skip, session_row
 
 __all__ = ["clear_events", "list_sessions_page", "pop_event", "replace_metadata"]
 
-_SESSION_COLUMNS: Final = "id, agent_id, created_at, updated_at, metadata, last_seq"
+_SESSION_COLUMNS: Final = (
+    "id, agent_id, created_at, updated_at, metadata, last_seq, parent_session_id, fork_seq"
+)
 
 
 def replace_metadata(

@@ -124,6 +124,19 @@ MIGRATIONS: dict[int, Sequence[str]] = {
         "CREATE INDEX IF NOT EXISTS idx_memory_blocks_head ON memory_blocks(session_id, label)"
         " WHERE head = 1",
     ),
+    # 5 -> 6: branches (issue 36): a session's parent and fork point, and the rewinds.
+    5: (
+        "ALTER TABLE sessions ADD COLUMN parent_session_id TEXT",
+        "ALTER TABLE sessions ADD COLUMN fork_seq INTEGER",
+        "ALTER TABLE sessions ADD COLUMN fork_kind TEXT",
+        "CREATE INDEX IF NOT EXISTS idx_sessions_parent ON sessions(parent_session_id)"
+        " WHERE parent_session_id IS NOT NULL",
+        "CREATE TABLE IF NOT EXISTS rewinds (session_id TEXT NOT NULL, seq INTEGER NOT NULL,"
+        " to_seq INTEGER NOT NULL, abandoned_from INTEGER NOT NULL,"
+        " abandoned_to INTEGER NOT NULL, branch_session_id TEXT,"
+        " erased INTEGER NOT NULL DEFAULT 0, reason TEXT, created_at INTEGER NOT NULL,"
+        " PRIMARY KEY (session_id, seq)) WITHOUT ROWID",
+    ),
 }
 
 

@@ -22,11 +22,12 @@ import sqlite3
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any, Final, TypeVar
 
+from ..values.branches import Branch, ForkResult, RewindResult
 from ..values.errors import AgentUnavailableError, NotFoundError, SessionServerError, StorageError
 from ..values.events import SessionEvent
 from ..values.plans import AppendBatch, AppendOutcome, ContextWindow, SessionState
 from ..values.session_rows import SessionRows
-from . import session_sql, stream_rows
+from . import branch_sql, session_sql, stream_rows
 from . import sqlite_ops as ops
 from .context_window import read_context_window
 from .event_queries import EVENT_SIZE_SQL, event_query, read_events
@@ -50,7 +51,9 @@ __all__ = [
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-_SESSION_COLUMNS: Final = "id, agent_id, created_at, updated_at, metadata, last_seq"
+_SESSION_COLUMNS: Final = (
+    "id, agent_id, created_at, updated_at, metadata, last_seq, parent_session_id, fork_seq"
+)
 
 
 class AgentStore(StoreConnections):
@@ -95,6 +98,7 @@ class AgentStore(StoreConnections):
                 "streams",
                 "stream_segments",
                 "memory_blocks",
+                "rewinds",
             ):
                 rows += conn.execute(
                     f"DELETE FROM {table} WHERE session_id = ?", (session_id,)
@@ -355,6 +359,38 @@ class AgentStore(StoreConnections):
     async def clear_events(self, session_id: str) -> int:
         deleted: int = await self._delete("clear_session", session_sql.clear_events, session_id)
         return deleted
+
+    # -- branches (bodies in ``branch_sql``) ---------------------------------------------
+
+    async def fork_session(
+        self, source_id: str, new_id: str, at_seq: int | None, metadata: str | None,
+        *, inherit_metadata: bool,
+    ) -> ForkResult:  # fmt: skip
+        result: ForkResult = await self._write(
+            "fork_session",
+            lambda conn: branch_sql.fork_session(
+                conn, self.agent_id, source_id, new_id, at_seq, metadata,
+                inherit_metadata=inherit_metadata,
+            ),
+        )  # fmt: skip
+        return result
+
+    async def rewind_session(
+        self, session_id: str, to_seq: int, *, reason: str | None, erase: bool, branch_id: str
+    ) -> RewindResult:
+        result: RewindResult = await self._write(
+            "rewind_session",
+            lambda conn: branch_sql.rewind_session(
+                conn, self.agent_id, session_id, to_seq,
+                reason=reason, erase=erase, branch_id=branch_id,
+            ),
+        )  # fmt: skip
+        if result.erased:  # erased text leaves the WAL too, as a delete's does
+            await self._erase_after_delete()
+        return result
+
+    async def branches(self, session_id: str) -> list[Branch]:
+        return await self._read(lambda conn: branch_sql.list_branches(conn, session_id))
 
     async def context_window(
         self,

@@ -413,13 +413,30 @@ async function openAgent(agentId, preferSession) {
   if (sessions.length) await openSession((preferred || sessions[0]).id);
 }
 
+// The sessions as a tree: a fork or rewind branch under the session it was forked from
+// (parent_session_id, fork_seq), children in fork order; a session whose parent is gone
+// (deleted) is a root.
 function renderSessions() {
   const list = $("sessions-list");
   list.replaceChildren();
   if (!state.sessions.length) list.append(el("li", { class: "empty", text: "No sessions." }));
+  const ids = new Set(state.sessions.map((s) => s.id));
+  const children = new Map();
+  const roots = [];
   for (const s of state.sessions) {
+    if (s.parent_session_id && ids.has(s.parent_session_id) && s.parent_session_id !== s.id) {
+      if (!children.has(s.parent_session_id)) children.set(s.parent_session_id, []);
+      children.get(s.parent_session_id).push(s);
+    } else {
+      roots.push(s);
+    }
+  }
+  for (const kids of children.values()) kids.sort((a, b) => (a.fork_seq || 0) - (b.fork_seq || 0));
+  const seen = new Set();
+  const item = (s) => {
+    seen.add(s.id);
     const meta = s.metadata && Object.keys(s.metadata).length ? oneLine(s.metadata, 60) : "no metadata";
-    list.append(el("li", {}, el("button", {
+    const button = el("button", {
       type: "button",
       class: "session-item",
       "data-session": s.id,
@@ -427,9 +444,17 @@ function renderSessions() {
       onclick: () => openSession(s.id),
     },
     el("span", { class: "title", text: s.id }),
+    s.parent_session_id ? el("span", { class: "sub branch-of", text: `branch at seq ${num(s.fork_seq)}` }) : null,
     el("span", { class: "sub", text: `${num(s.last_seq)} events · ${fmtTime(s.updated_at)}` }),
-    el("span", { class: "sub", text: meta }))));
-  }
+    el("span", { class: "sub", text: meta }));
+    const li = el("li", {}, button);
+    const kids = (children.get(s.id) || []).filter((k) => !seen.has(k.id));
+    if (kids.length) {
+      li.append(el("ul", { class: "branches", role: "group", "aria-label": `Branches of ${s.id}` }, ...kids.map(item)));
+    }
+    return li;
+  };
+  for (const s of roots) list.append(item(s));
 }
 
 // The agent connection: when it ends (the server's idle timeout or a restart, the
@@ -559,6 +584,14 @@ function renderMeta() {
     ["Updated", fmtTime(s.updated_at)],
   ];
   const nodes = items.map(([k, v]) => el("div", {}, el("dt", { text: k }), el("dd", { text: v })));
+  if (s.parent_session_id) {
+    const parent = s.parent_session_id;
+    const known = state.sessions.some((x) => x.id === parent);
+    const link = known
+      ? el("button", { type: "button", class: "link parent-link", onclick: () => openSession(parent), text: parent })
+      : el("span", { class: "mono", text: `${parent} (deleted)` });
+    nodes.push(el("div", {}, el("dt", { text: "Branch of" }), el("dd", {}, link, el("span", { text: ` at seq ${num(s.fork_seq)}` }))));
+  }
   if (s.metadata && Object.keys(s.metadata).length) {
     nodes.push(el("div", { style: null }, el("dt", { text: "Metadata" }), el("dd", { class: "mono", text: oneLine(s.metadata, 200) })));
   }
@@ -1054,6 +1087,12 @@ function onNotification(method, params) {
   if (method === "stream.chunk") { onStreamChunk(params); return; }
   if (method === "stream.closed") {
     if (state.live && state.live.streamId === params.stream_id) { state.live = null; drawLive(); }
+    return;
+  }
+  if (method === "session.rewound") {
+    // The session continues from to_seq (its tail left for a branch, or was erased):
+    // the agent's sessions and this one are read again.
+    openAgent(state.agentId, state.sessionId);
     return;
   }
   if (method !== "events.appended") return;

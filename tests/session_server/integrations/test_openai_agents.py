@@ -527,3 +527,29 @@ def test_the_reconnect_budget_reaches_the_client() -> None:
     for bad in (-1, float("inf"), float("nan"), True, "30"):
         with pytest.raises(InvalidParamsError, match="reconnect_budget"):
             SessionServerSession("s", url="ws://127.0.0.1:9", agent_id=AGENT, reconnect_budget=bad)  # type: ignore[arg-type]
+
+
+async def test_fork_returns_a_session_on_a_fork(
+    tmp_path: Path, fake_model: FakeOpenAIServer
+) -> None:
+    """``fork()`` gives a new session object whose items are this one's; the two diverge."""
+    agent = make_agent(fake_model)
+    server = RestartableServer(tmp_path / "memory")
+    async with server, SessionServerSession("user-f", url=server.url, agent_id=AGENT) as session:
+        await drive(agent, session, range(1, 3))
+        items = await session.get_items()
+        async with await session.fork(new_session_id="user-f-2") as forked:
+            assert forked.session_id == "user-f-2"
+            assert await forked.get_items() == items
+            await drive(agent, forked, range(3, 4))
+            assert len(await forked.get_items()) > len(items)
+        assert await session.get_items() == items
+    async with ActorRegistry(tmp_path / "local", idle_timeout=None) as registry:
+        local = SessionServerSession("user-l", registry=registry, agent_id=AGENT)
+        await drive(agent, local, range(1, 2))
+        forked_local = await local.fork()
+        assert forked_local.session_id != "user-l"
+        assert await forked_local.get_items() == await local.get_items()
+        actor = await registry.get(AGENT)
+        row = await actor.get_session(forked_local.session_id)
+        assert row is not None and row["parent_session_id"] == "user-l"

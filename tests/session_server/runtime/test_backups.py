@@ -19,8 +19,10 @@ import msgspec
 import pytest
 
 from session_server.client import SessionClient
+from session_server.storage.schema import SCHEMA_VERSION
 from session_server.storage.staging import STAGING_DIR
 from session_server.values.errors import InvalidParamsError
+from tests.support.old_schema import undo_to
 from tests.support.server import running_server, turn_messages
 
 AGENT = "agent-r"
@@ -182,9 +184,7 @@ async def test_a_good_backup_is_restored(tmp_path: Path) -> None:
 
 def _older(version: int) -> Callable[[sqlite3.Connection], None]:
     """The file as an older server wrote it (the migrations' steps undone)."""
-    statements = ["DROP TABLE memory_blocks", f"PRAGMA user_version = {version}"]
-    if version < 4:  # version 4 added the live turns' tables
-        statements[:0] = ["DROP TABLE streams", "DROP TABLE stream_segments"]
+    statements = [*undo_to(max(version, 3)), f"PRAGMA user_version = {version}"]
     if version < 3:  # version 3 dropped the index
         statements.append(
             "CREATE INDEX idx_events_session_created ON events(session_id, created_at)"
@@ -208,7 +208,7 @@ def _older(version: int) -> Callable[[sqlite3.Connection], None]:
     return _script(*statements)
 
 
-@pytest.mark.parametrize("version", [1, 2, 3, 4])
+@pytest.mark.parametrize("version", range(1, SCHEMA_VERSION))
 async def test_a_file_of_an_older_schema_is_migrated(tmp_path: Path, version: int) -> None:
     async with (
         running_server(tmp_path / "mem") as running,
@@ -223,7 +223,7 @@ async def test_a_file_of_an_older_schema_is_migrated(tmp_path: Path, version: in
     db = tmp_path / "mem" / "agents" / AGENT / "agent.sqlite"
     conn = sqlite3.connect(db)
     try:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == 5
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
         names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
         assert "idx_events_session_created" not in names
         assert "memory_blocks" in names

@@ -1,5 +1,5 @@
-"""Opening and migrating agent files (real files): version 2 -> 3, the WAL checkpoint
-size, and what a read-only store accepts."""
+"""Opening and migrating agent files (real files): versions 2 -> 3 -> 4, the WAL
+checkpoint size, and what a read-only store accepts."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from session_server.storage.sqlite_open import (
 )
 from session_server.values.errors import AgentUnavailableError
 from session_server.values.events import SessionEvent
+from tests.support.old_schema import undo_to
 
 AGENT = "agent-1"
 # What version 2 had beside the current schema.
@@ -52,8 +53,19 @@ async def file_of_version_2(root: Path) -> str:
         sid = await actor.create_session()
         await actor.append_events(sid, [stamped(f"u{i}", 1000 + i) for i in range(6)])
     with sqlite3.connect(db(root)) as conn:
+        for statement in undo_to(3):
+            conn.execute(statement)
         conn.execute(V2_INDEX)
         conn.execute("PRAGMA user_version=2")
+    return sid
+
+
+async def file_of_version_3(root: Path) -> str:
+    """An agent file as version 3 left it, with 6 events; the session id."""
+    sid = await file_of_version_2(root)
+    with sqlite3.connect(db(root)) as conn:
+        conn.execute("DROP INDEX idx_events_session_created")
+        conn.execute("PRAGMA user_version=3")
     return sid
 
 
@@ -64,7 +76,7 @@ def test_a_new_file_has_no_created_at_index(tmp_path: Path) -> None:
         names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='index'")}
         assert "idx_events_session_seq" in names
         assert "idx_events_session_created" not in names
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     finally:
         conn.close()
 
@@ -94,17 +106,39 @@ async def test_a_file_of_version_2_is_migrated_and_keeps_its_events(tmp_path: Pa
     assert "idx_events_session_created" not in indexes(db(tmp_path))
 
 
-async def test_a_read_only_store_reads_version_2_without_changing_it(tmp_path: Path) -> None:
-    """Version 3 only dropped an index: a reader beside an older server reads the file
-    as it is (it cannot migrate), and leaves it as it found it."""
-    sid = await file_of_version_2(tmp_path)
-    assert READABLE_SCHEMA_VERSION == 2
+async def test_a_file_of_version_3_is_migrated_and_forks(tmp_path: Path) -> None:
+    sid = await file_of_version_3(tmp_path)
+    async with ActorRegistry(tmp_path, idle_timeout=None) as reg:
+        actor = await reg.get(AGENT)
+        row = await actor.get_session(sid)
+        assert row is not None and row["parent_session_id"] is None and row["fork_seq"] is None
+        fork = await actor.fork_session(sid, at_seq=3)
+        assert [e.content for e in await actor.load_events(fork.session_id)] == ["u0", "u1", "u2"]
+        assert (await actor.rewind_session(sid, 2)).branch_session_id is not None
+    assert version(db(tmp_path)) == SCHEMA_VERSION == 4
+    assert "idx_sessions_parent" in indexes(db(tmp_path))
+
+
+async def test_a_read_only_store_reads_the_current_version(tmp_path: Path) -> None:
+    """A session row is read with its fork columns (version 4): a reader reads a file of
+    this version as it is and leaves it as it found it."""
+    sid = await file_of_version_3(tmp_path)
+    async with ActorRegistry(tmp_path, idle_timeout=None) as reg:
+        await (await reg.get(AGENT)).list_sessions()  # migrated by a writer
+    assert READABLE_SCHEMA_VERSION == SCHEMA_VERSION
     async with ActorRegistry(tmp_path, idle_timeout=None, readonly=True) as reg:
         actor = await reg.get(AGENT)
         assert [s["id"] for s in await actor.list_sessions()] == [sid]
         assert [e.seq for e in await actor.load_events(sid, since=1003)] == [4, 5, 6]
-    assert version(db(tmp_path)) == 2
-    assert "idx_events_session_created" in indexes(db(tmp_path))
+    assert version(db(tmp_path)) == SCHEMA_VERSION
+
+
+async def test_a_read_only_store_refuses_version_3(tmp_path: Path) -> None:
+    await file_of_version_3(tmp_path)
+    async with ActorRegistry(tmp_path, idle_timeout=None, readonly=True) as reg:
+        with pytest.raises(AgentUnavailableError, match="schema version 3, older than"):
+            await (await reg.get(AGENT)).list_sessions()
+    assert version(db(tmp_path)) == 3
 
 
 async def test_a_read_only_store_refuses_version_1(tmp_path: Path) -> None:

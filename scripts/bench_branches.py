@@ -1,0 +1,152 @@
+#!/usr/bin/env python3
+"""What branches cost (issue 36): fork time and file growth of a session of N events, the
+build of a fork 10 levels deep against the same history unforked, and rewind time.
+
+    .venv/bin/python scripts/bench_branches.py [--events 1000 100000] [--forks 5]
+
+Through the local API (``AgentActor``) on real files at ``synchronous=FULL``. A session
+of N events is N/2 turns (a user message and an answer, about 60 bytes of text each).
+
+- fork: the median of ``--forks`` forks at the head, and how much the agent file (main
+  file + WAL, after a checkpoint) grew per fork, in bytes and per copied event;
+- build: a cold ``context.build`` (a fresh registry: nothing cached) of a fork 10 levels
+  deep (each level forked at its parent's head, then one turn of its own) against a
+  session holding the same events written directly; best of 3 each, and their ratio;
+- rewind: a rewind to the middle of the session, keeping the tail as a branch, and one
+  with ``erase`` (which also truncates the WAL), each on a fresh fork of the session.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sqlite3
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from session_server import ActorRegistry, AgentActor
+from session_server.values.events import SessionEvent
+
+AGENT = "bench"
+BATCH = 10_000
+
+
+def turn_events(start: int, count: int) -> list[SessionEvent]:
+    out = []
+    for i in range(start, start + count):
+        action = "user_message" if i % 2 == 0 else "agent_message"
+        out.append(SessionEvent(action=action, content=f"message {i} " + "lorem ipsum " * 4))  # type: ignore[arg-type]
+    return out
+
+
+async def fill(actor: AgentActor, sid: str, events: int, start: int = 0) -> None:
+    for first in range(start, start + events, BATCH):
+        await actor.append_events(sid, turn_events(first, min(BATCH, start + events - first)))
+
+
+def file_bytes(memory_dir: Path) -> int:
+    path = memory_dir / "agents" / AGENT / "agent.sqlite"
+    conn = sqlite3.connect(path)
+    try:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        pages = conn.execute("PRAGMA page_count").fetchone()[0]
+        free = conn.execute("PRAGMA freelist_count").fetchone()[0]
+        size = conn.execute("PRAGMA page_size").fetchone()[0]
+    finally:
+        conn.close()
+    return int((pages - free) * size)
+
+
+async def bench_fork(memory_dir: Path, events: int, forks: int) -> dict[str, float]:
+    async with ActorRegistry(memory_dir, idle_timeout=None, synchronous="FULL") as reg:
+        actor = await reg.get(AGENT)
+        sid = await actor.create_session(session_id=f"src-{events}")
+        await fill(actor, sid, events)
+        times = []
+        growth = []
+        for _ in range(forks):
+            before = file_bytes(memory_dir)
+            started = time.perf_counter()
+            await actor.fork_session(sid)
+            times.append(time.perf_counter() - started)
+            growth.append(file_bytes(memory_dir) - before)
+        await actor.mirror_settled()
+    grown = statistics.median(growth)
+    return {
+        "fork_ms": statistics.median(times) * 1000,
+        "growth_bytes": grown,
+        "growth_per_event": grown / events,
+    }
+
+
+async def cold_build(memory_dir: Path, sid: str) -> float:
+    async with ActorRegistry(memory_dir, idle_timeout=None, synchronous="FULL") as reg:
+        actor = await reg.get(AGENT)
+        await actor.get_session(sid)  # activation is not part of the build
+        started = time.perf_counter()
+        await actor.build_working_context(sid, may_compact=False)
+        return time.perf_counter() - started
+
+
+async def bench_deep_build(memory_dir: Path, events: int, depth: int = 10) -> dict[str, float]:
+    async with ActorRegistry(memory_dir, idle_timeout=None, synchronous="FULL") as reg:
+        actor = await reg.get(AGENT)
+        base = await actor.create_session(session_id=f"deep-0-{events}")
+        flat = await actor.create_session(session_id=f"flat-{events}")
+        await fill(actor, base, events)
+        await fill(actor, flat, events)
+        current = base
+        for level in range(1, depth + 1):
+            fork = await actor.fork_session(current, new_session_id=f"deep-{level}-{events}")
+            current = fork.session_id
+            own = events + 2 * (level - 1)
+            await fill(actor, current, 2, start=own)
+            await fill(actor, flat, 2, start=own)
+        await actor.mirror_settled()
+    deep = min([await cold_build(memory_dir, current) for _ in range(3)])
+    unforked = min([await cold_build(memory_dir, flat) for _ in range(3)])
+    return {"deep_ms": deep * 1000, "flat_ms": unforked * 1000, "ratio": deep / unforked}
+
+
+async def bench_rewind(memory_dir: Path, events: int) -> dict[str, float]:
+    async with ActorRegistry(memory_dir, idle_timeout=None, synchronous="FULL") as reg:
+        actor = await reg.get(AGENT)
+        sid = await actor.create_session(session_id=f"rw-{events}")
+        await fill(actor, sid, events)
+        out = {}
+        for erase in (False, True):
+            target = (await actor.fork_session(sid)).session_id
+            started = time.perf_counter()
+            await actor.rewind_session(target, events // 2, erase=erase)
+            out["erase_ms" if erase else "branch_ms"] = (time.perf_counter() - started) * 1000
+        await actor.mirror_settled()
+    return out
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--events", type=int, nargs="+", default=[1000, 100_000])
+    parser.add_argument("--forks", type=int, default=5)
+    args = parser.parse_args()
+    print("| events | fork (median) | file growth per fork | per event | 10-deep fork build "
+          "| unforked build | ratio | rewind (branch) | rewind (erase) |")  # fmt: skip
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for events in args.events:
+        with tempfile.TemporaryDirectory() as tmp:
+            root = Path(tmp)
+            fork = await bench_fork(root / "fork", events, args.forks)
+            deep = await bench_deep_build(root / "deep", events)
+            rewind = await bench_rewind(root / "rewind", events)
+        print(
+            f"| {events:,} | {fork['fork_ms']:.1f} ms | {fork['growth_bytes'] / 1e6:.2f} MB "
+            f"| {fork['growth_per_event']:.0f} B | {deep['deep_ms']:.1f} ms "
+            f"| {deep['flat_ms']:.1f} ms | {deep['ratio']:.2f}x | {rewind['branch_ms']:.1f} ms "
+            f"| {rewind['erase_ms']:.1f} ms |",
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,47 @@
+"""Statements that turn a file of the current schema into one of an older version (the
+migrations' steps undone, newest first), for migration tests: ``undo_to(version)``. The
+caller sets ``PRAGMA user_version`` (and undoes versions 1-3, which changed indexes and
+the sessions table of the first files, itself)."""
+
+from __future__ import annotations
+
+from typing import Final
+
+from session_server.storage.schema import SCHEMA_VERSION
+
+__all__ = ["UNDO", "undo_to"]
+
+_V3_COLUMNS: Final = (
+    "id, agent_id, created_at, updated_at, metadata, last_seq, last_turn,"
+    " last_turn_start_seq, strategy, compaction_required, mirror_seq, mirror_state,"
+    " mirror_files, snapshot_seq, snapshot_digest"
+)
+
+# UNDO[n]: what version n added, removed again (a file of version n becomes one of n - 1).
+UNDO: Final[dict[int, tuple[str, ...]]] = {
+    # live turns
+    4: ("DROP TABLE streams", "DROP TABLE stream_segments"),
+    # memory blocks
+    5: ("DROP TABLE memory_blocks",),
+    # branches: the rewinds, and the sessions table without the branch columns (every
+    # column a later version added to it goes too)
+    6: (
+        "DROP TABLE rewinds",
+        "CREATE TABLE sessions_v3 (id TEXT PRIMARY KEY NOT NULL, agent_id TEXT NOT NULL,"
+        " created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL, metadata TEXT,"
+        " last_seq INTEGER NOT NULL DEFAULT 0, last_turn INTEGER NOT NULL DEFAULT 0,"
+        " last_turn_start_seq INTEGER NOT NULL DEFAULT 0, strategy TEXT,"
+        " compaction_required INTEGER NOT NULL DEFAULT 0, mirror_seq INTEGER NOT NULL DEFAULT 0,"
+        " mirror_state TEXT, mirror_files TEXT, snapshot_seq INTEGER NOT NULL DEFAULT 0,"
+        " snapshot_digest TEXT)",
+        f"INSERT INTO sessions_v3 SELECT {_V3_COLUMNS} FROM sessions",
+        "DROP TABLE sessions",
+        "ALTER TABLE sessions_v3 RENAME TO sessions",
+    ),
+}
+
+
+def undo_to(version: int) -> list[str]:
+    """The statements that turn a current file into one of ``version`` (at least 3)."""
+    assert max(UNDO) == SCHEMA_VERSION, "a migration was added without its undo here"
+    return [s for v in sorted(UNDO, reverse=True) if v > version for s in UNDO[v]]
