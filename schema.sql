@@ -1,4 +1,4 @@
--- session-server schema, version 3 (PRAGMA user_version). The store executes this file
+-- session-server schema, version 4 (PRAGMA user_version). The store executes this file
 -- on a new database; older files are brought forward by the migrations in
 -- session_server/storage/sqlite_ops.py (MIGRATIONS).
 
@@ -18,7 +18,9 @@ CREATE TABLE IF NOT EXISTS sessions (
   mirror_state TEXT,                        -- mirror checkpoint at the last clean close (JSON)
   mirror_files TEXT,                        -- mirror file sizes and mtimes at that close (JSON)
   snapshot_seq INTEGER NOT NULL DEFAULT 0,  -- seq the trusted context snapshot reflects
-  snapshot_digest TEXT                      -- SHA-256 of that snapshot file; NULL: none trusted
+  snapshot_digest TEXT,                     -- SHA-256 of that snapshot file; NULL: none trusted
+  budget TEXT,                              -- usage budget (JSON) or NULL
+  retention TEXT                            -- retention policy (JSON) or NULL
 );
 
 CREATE TABLE IF NOT EXISTS events (
@@ -63,4 +65,33 @@ CREATE TABLE IF NOT EXISTS idempotency (
 CREATE TABLE IF NOT EXISTS agent_settings (
   key TEXT PRIMARY KEY NOT NULL,
   value TEXT NOT NULL
+) WITHOUT ROWID;
+
+-- provider-reported usage, one row per persisted turn (seq: the turn's last event)
+CREATE TABLE IF NOT EXISTS turn_usage (
+  session_id TEXT NOT NULL,
+  seq INTEGER NOT NULL,
+  turn INTEGER NOT NULL,
+  created_at INTEGER NOT NULL,              -- ms since epoch
+  model TEXT,
+  input_tokens INTEGER NOT NULL,            -- the whole prompt, cached included
+  output_tokens INTEGER NOT NULL,           -- the whole output, reasoning included
+  cached_input_tokens INTEGER NOT NULL,
+  cache_write_tokens INTEGER NOT NULL,
+  reasoning_tokens INTEGER NOT NULL,
+  PRIMARY KEY (session_id, seq)
+) WITHOUT ROWID;
+
+-- running totals of turn_usage per session, model and UTC day (memory.usage reads these)
+CREATE TABLE IF NOT EXISTS usage_totals (
+  session_id TEXT NOT NULL,
+  model TEXT NOT NULL,                      -- '' when the turn named no model
+  day INTEGER NOT NULL,                     -- days since 1970-01-01 (UTC)
+  input_tokens INTEGER NOT NULL,
+  output_tokens INTEGER NOT NULL,
+  cached_input_tokens INTEGER NOT NULL,
+  cache_write_tokens INTEGER NOT NULL,
+  reasoning_tokens INTEGER NOT NULL,
+  turns INTEGER NOT NULL,
+  PRIMARY KEY (session_id, model, day)
 ) WITHOUT ROWID;

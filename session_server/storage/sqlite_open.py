@@ -101,6 +101,21 @@ MIGRATIONS: dict[int, Sequence[str]] = {
     # which now scan the session's events by seq; every append paid for it (about 1.8 of
     # the 12 WAL pages of a 4-event turn).
     2: ("DROP INDEX IF EXISTS idx_events_session_created",),
+    # 3 -> 4: usage per turn with running totals, budgets and retention policies.
+    3: (
+        "ALTER TABLE sessions ADD COLUMN budget TEXT",
+        "ALTER TABLE sessions ADD COLUMN retention TEXT",
+        "CREATE TABLE IF NOT EXISTS turn_usage (session_id TEXT NOT NULL,"
+        " seq INTEGER NOT NULL, turn INTEGER NOT NULL, created_at INTEGER NOT NULL,"
+        " model TEXT, input_tokens INTEGER NOT NULL, output_tokens INTEGER NOT NULL,"
+        " cached_input_tokens INTEGER NOT NULL, cache_write_tokens INTEGER NOT NULL,"
+        " reasoning_tokens INTEGER NOT NULL, PRIMARY KEY (session_id, seq)) WITHOUT ROWID",
+        "CREATE TABLE IF NOT EXISTS usage_totals (session_id TEXT NOT NULL,"
+        " model TEXT NOT NULL, day INTEGER NOT NULL, input_tokens INTEGER NOT NULL,"
+        " output_tokens INTEGER NOT NULL, cached_input_tokens INTEGER NOT NULL,"
+        " cache_write_tokens INTEGER NOT NULL, reasoning_tokens INTEGER NOT NULL,"
+        " turns INTEGER NOT NULL, PRIMARY KEY (session_id, model, day)) WITHOUT ROWID",
+    ),
 }
 
 

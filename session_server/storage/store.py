@@ -42,6 +42,7 @@ from .session_rows import read_session_rows, write_session_rows
 from .store_connections import StoreConnections
 from .stored_rows import read_session_state, session_row
 from .transactions import storage_error
+from .usage_rows import USAGE_TABLES
 
 __all__ = [
     "AgentStore",
@@ -88,7 +89,7 @@ class AgentStore(StoreConnections):
         def body(conn: sqlite3.Connection) -> tuple[bool, int]:
             deleted = conn.execute("DELETE FROM sessions WHERE id = ?", (session_id,)).rowcount > 0
             rows = 0
-            for table in ("events", "tool_calls", "idempotency"):
+            for table in ("events", "tool_calls", "idempotency", *USAGE_TABLES):
                 rows += conn.execute(
                     f"DELETE FROM {table} WHERE session_id = ?", (session_id,)
                 ).rowcount
@@ -364,6 +365,17 @@ class AgentStore(StoreConnections):
             return int(row[0])
 
         return await self._read(fn)
+
+    # -- bodies of other modules (``usage_rows``: usage, budgets, retention) ------------
+
+    async def query(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """``fn(conn)`` on the read connection, on a worker thread."""
+        return await self._read(fn)
+
+    async def transact(self, what: str, body: Callable[..., T], *args: Any) -> T:
+        """``body(conn, *args)`` as one write transaction (the caller holds the write lock)."""
+        result: T = await self._write(what, body, *args)
+        return result
 
     async def get_setting(self, key: str) -> str | None:
         def fn(conn: sqlite3.Connection) -> str | None:
