@@ -141,8 +141,10 @@ def error_from(error: dict[str, Any]) -> SessionServerError:
     code = error.get("code")
     cls = ERROR_CLASSES.get(code, InternalError) if isinstance(code, int) else InternalError
     data = error.get("data")
-    if cls is UnavailableError and isinstance(data, dict) and data.get("reason") == (
-        "budget_exceeded"
+    if (
+        cls is UnavailableError
+        and isinstance(data, dict)
+        and data.get("reason") == ("budget_exceeded")
     ):
         cls = BudgetExceededError
     return cls(str(error.get("message", "")), data=data if isinstance(data, dict) else None)

@@ -53,10 +53,10 @@ from ..storage.store_connections import Synchronous
 from ..storage.usage_rows import GroupBy
 from ..values.context import WorkingContext
 from ..values.errors import NotFoundError
-from ..values.usage import budget_json
 from ..values.plans import AppendResult
 from ..values.recent import SessionView
 from ..values.tokens import get_counter, loaded_counter
+from ..values.usage import budget_json
 from .activity import ActivityScope
 from .actor_host import ActorHost
 from .commit_effects import GroupCommit

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from functools import partial
 from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
 from typing import Any, Final, Protocol, TypeVar
 
 import msgspec
@@ -102,7 +102,9 @@ class RetentionKeeper:
         policy: RetentionPolicy | None = self._agent
         return policy
 
-    async def _session_row(self, host: RetentionHost, session_id: str) -> tuple[int, int, str | None]:
+    async def _session_row(
+        self, host: RetentionHost, session_id: str
+    ) -> tuple[int, int, str | None]:
         def fn(conn: sqlite3.Connection) -> tuple[int, int, str | None] | None:
             row = conn.execute(
                 "SELECT created_at, updated_at, retention FROM sessions WHERE id = ?",
@@ -146,9 +148,7 @@ class RetentionKeeper:
         text = None if parsed is None else msgspec.json.encode(parsed).decode()
 
         def body(conn: sqlite3.Connection) -> None:
-            cur = conn.execute(
-                "UPDATE sessions SET retention = ? WHERE id = ?", (text, session_id)
-            )
+            cur = conn.execute("UPDATE sessions SET retention = ? WHERE id = ?", (text, session_id))
             if cur.rowcount == 0:
                 raise NotFoundError.session(session_id or "")
 

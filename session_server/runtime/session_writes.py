@@ -27,13 +27,13 @@ from ..values.events import ContextMessage, SessionEvent
 from ..values.plans import AppendResult, NewSession
 from .compaction_turns import CompactionTurns
 from .mirror_link import MirrorLink
-from .usage_ledger import UsageLedger
 from .off_loop import (
     LARGE_CONTENT_CHARS,
     ExecutorHost,
     instructions_counted,
     off_loop_if_large,
 )
+from .usage_ledger import UsageLedger
 
 __all__ = [
     "SessionWrites",
@@ -337,7 +337,10 @@ async def _persist(
     if step.batch.compaction_required:
         actor.compactions.prime(actor, session_id, list(ctx.system_instructions), strategy)
     actor.compactions.report_futile(session_id)
-    if turn.recorded is not None and result.seqs:
-        if await actor.usage.after_turn(actor, session_id, turn.recorded):
-            result = msgspec.structs.replace(result, budget_exceeded=True)
+    if (
+        turn.recorded is not None
+        and result.seqs
+        and await actor.usage.after_turn(actor, session_id, turn.recorded)
+    ):
+        result = msgspec.structs.replace(result, budget_exceeded=True)
     return result

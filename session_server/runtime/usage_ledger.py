@@ -136,7 +136,10 @@ class UsageLedger:
         limit = max(1, min(limit, MAX_CHART_TURNS))
 
         def fn(conn: sqlite3.Connection) -> dict[str, Any] | None:
-            if conn.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone() is None:
+            if (
+                conn.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone()
+                is None
+            ):
                 return None
             return read_chart(conn, session_id, limit)
 

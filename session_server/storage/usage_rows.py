@@ -118,7 +118,7 @@ def read_totals(
     sql = (
         f"SELECT {key}, {model}, {_SUMS}, {turns} FROM {table}"
         + (" WHERE " + " AND ".join(where) if where else "")
-        + f" GROUP BY 1, 2 ORDER BY 1, 2"
+        + " GROUP BY 1, 2 ORDER BY 1, 2"
     )
     return [(r[0], _totals(r[2:], r[1])) for r in conn.execute(sql, args)]
 
@@ -154,7 +154,9 @@ def read_chart(conn: sqlite3.Connection, session_id: str, limit: int) -> dict[st
     return {"turns": turns, "compactions": compactions}
 
 
-def read_session_settings(conn: sqlite3.Connection, session_id: str) -> tuple[str | None, ...] | None:
+def read_session_settings(
+    conn: sqlite3.Connection, session_id: str
+) -> tuple[str | None, ...] | None:
     """``(budget, retention)`` JSON of one session, ``None`` when it does not exist."""
     row = conn.execute(
         "SELECT budget, retention FROM sessions WHERE id = ?", (session_id,)
@@ -173,7 +175,9 @@ def read_session_ages(conn: sqlite3.Connection, with_raw: bool) -> list[SessionA
         raw, boundary = 0, None
         if with_raw:
             raw, boundary = _raw_state(conn, sid)
-        out.append(SessionAge(sid, int(created), int(updated), policy, raw, boundary, int(last_seq)))
+        out.append(
+            SessionAge(sid, int(created), int(updated), policy, raw, boundary, int(last_seq))
+        )
     return out
 
 

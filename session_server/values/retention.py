@@ -202,17 +202,16 @@ def plan_retention(
             continue
         kept.append(s)
         keep = policy.max_raw_events
-        if keep is not None and s.summary_from_seq is not None and s.raw_events > keep:
-            # The newest ``keep`` raw events stay; of the rest only those the summary
-            # covers (seq below its tail) go (the shell selects them in SQL).
-            if s.summary_from_seq > 1:
-                cuts.append(RawCut(s.session_id, s.summary_from_seq, keep))
-    cap = None if override is None or only is not None else override.max_sessions
-    if cap is None and only is None:
-        cap = None if agent is None else agent.max_sessions
-        if override is not None:
-            cap = override.max_sessions
-    if cap is not None and only is None and len(kept) > cap:
+        boundary = s.summary_from_seq
+        # The newest ``keep`` raw events stay; of the rest only those the summary covers
+        # (seq below its tail) go (the shell selects them in SQL).
+        if keep is not None and boundary is not None and boundary > 1 and s.raw_events > keep:
+            cuts.append(RawCut(s.session_id, boundary, keep))
+    cap = None
+    if only is None:
+        source = override if override is not None else agent
+        cap = None if source is None else source.max_sessions
+    if cap is not None and len(kept) > cap:
         oldest = sorted(kept, key=lambda s: (s.updated_at, s.created_at, s.session_id))
         for s in oldest[: len(kept) - cap]:
             gone.append((s.session_id, "max_sessions"))

@@ -347,9 +347,9 @@ def budget_exceeded(
     if budget is None:
         return None
     rows = list(by_model)
-    if budget.max_total_tokens is not None:
-        if sum(r.total_tokens for r in rows) > budget.max_total_tokens:
-            return "max_total_tokens"
+    tokens = budget.max_total_tokens
+    if tokens is not None and sum(r.total_tokens for r in rows) > tokens:
+        return "max_total_tokens"
     if budget.max_cost is not None:
         cost = total_cost(rows, prices)
         if cost is not None and cost > budget.max_cost:
