@@ -23,7 +23,7 @@ import msgspec
 
 from ..process.usage_metrics import UsageMetrics
 from ..storage.store import AgentStore
-from ..storage.usage_rows import read_session_ages
+from ..storage.usage_rows import read_session_ages, read_session_column
 from ..values.errors import NotFoundError
 from ..values.retention import (
     RawCut,
@@ -106,11 +106,11 @@ class RetentionKeeper:
         self, host: RetentionHost, session_id: str
     ) -> tuple[int, int, str | None]:
         def fn(conn: sqlite3.Connection) -> tuple[int, int, str | None] | None:
+            exists, policy = read_session_column(conn, session_id, "retention")
             row = conn.execute(
-                "SELECT created_at, updated_at, retention FROM sessions WHERE id = ?",
-                (session_id,),
+                "SELECT created_at, updated_at FROM sessions WHERE id = ?", (session_id,)
             ).fetchone()
-            return None if row is None else (int(row[0]), int(row[1]), row[2])
+            return None if row is None or not exists else (int(row[0]), int(row[1]), policy)
 
         row = await host.run_read(lambda s: s.query(fn))
         if row is None:

@@ -23,7 +23,13 @@ import msgspec
 
 from ..process.usage_metrics import UsageMetrics
 from ..storage.store import AgentStore
-from ..storage.usage_rows import GroupBy, budget_of, read_chart, read_totals
+from ..storage.usage_rows import (
+    GroupBy,
+    budget_of,
+    read_chart,
+    read_session_column,
+    read_totals,
+)
 from ..values.errors import BudgetExceededError, InvalidParamsError, NotFoundError
 from ..values.usage import (
     Budget,
@@ -176,11 +182,9 @@ class UsageLedger:
         if session_id in self._budgets:
             return self._budgets[session_id]
 
-        def fn(conn: sqlite3.Connection) -> tuple[bool, str | None]:
-            row = conn.execute("SELECT budget FROM sessions WHERE id = ?", (session_id,)).fetchone()
-            return (row is not None, None if row is None else row[0])
-
-        exists, text = await host.run_read(lambda s: s.query(fn))
+        exists, text = await host.run_read(
+            lambda s: s.query(lambda c: read_session_column(c, session_id, "budget"))
+        )
         budget = budget_of(text)
         if exists:
             if len(self._budgets) >= MAX_CACHED_SESSIONS:

@@ -50,6 +50,17 @@ _UPSERT_TOTAL: Final = (
 )
 
 
+USAGE_SCHEMA_VERSION: Final = 4
+"""The first schema version with usage, budget and retention columns. A read-only store
+reads older files as they are (``READABLE_SCHEMA_VERSION``): they have no usage."""
+
+
+def has_usage(conn: sqlite3.Connection) -> bool:
+    """Whether the file has the usage tables and columns (a read-only store may read an
+    older file it cannot migrate)."""
+    return int(conn.execute("PRAGMA user_version").fetchone()[0]) >= USAGE_SCHEMA_VERSION
+
+
 def record_usage(
     conn: sqlite3.Connection,
     session_id: str,
@@ -82,6 +93,8 @@ def read_totals(
     """Usage summed per ``(group key, model)``: the key is the session id, the model,
     the UTC date (``YYYY-MM-DD``) or ``None`` (no grouping). ``since``/``until`` (ms,
     ``until`` exclusive) select turns by their time."""
+    if not has_usage(conn):
+        return []
     whole_days = all(t is None or t % DAY_MS == 0 for t in (since, until))
     table = "usage_totals" if whole_days else "turn_usage"
     where: list[str] = []
@@ -126,6 +139,8 @@ def read_totals(
 def read_chart(conn: sqlite3.Connection, session_id: str, limit: int) -> dict[str, Any]:
     """The newest ``limit`` turns of a session (oldest first) and the seqs of its
     compactions in their span: what the inspector's chart draws."""
+    if not has_usage(conn):
+        return {"turns": [], "compactions": []}
     rows = conn.execute(
         f"SELECT seq, turn, created_at, model, {_COUNTS} FROM turn_usage"
         " WHERE session_id = ? ORDER BY seq DESC LIMIT ?",
@@ -154,22 +169,22 @@ def read_chart(conn: sqlite3.Connection, session_id: str, limit: int) -> dict[st
     return {"turns": turns, "compactions": compactions}
 
 
-def read_session_settings(
-    conn: sqlite3.Connection, session_id: str
-) -> tuple[str | None, ...] | None:
-    """``(budget, retention)`` JSON of one session, ``None`` when it does not exist."""
-    row = conn.execute(
-        "SELECT budget, retention FROM sessions WHERE id = ?", (session_id,)
-    ).fetchone()
-    return None if row is None else (row[0], row[1])
+def read_session_column(
+    conn: sqlite3.Connection, session_id: str, column: Literal["budget", "retention"]
+) -> tuple[bool, str | None]:
+    """Whether the session exists, and its ``budget`` or ``retention`` JSON."""
+    name = column if has_usage(conn) else "NULL"
+    row = conn.execute(f"SELECT {name} FROM sessions WHERE id = ?", (session_id,)).fetchone()
+    return (row is not None, None if row is None else row[0])
 
 
 def read_session_ages(conn: sqlite3.Connection, with_raw: bool) -> list[SessionAge]:
     """Every session's times and retention policy; with ``with_raw``, also its count of
     raw events and the boundary of its latest summary (for ``max_raw_events``)."""
     out: list[SessionAge] = []
+    column = "retention" if has_usage(conn) else "NULL"
     for sid, created, updated, retention, last_seq in conn.execute(
-        "SELECT id, created_at, updated_at, retention, last_seq FROM sessions"
+        f"SELECT id, created_at, updated_at, {column}, last_seq FROM sessions"
     ):
         policy = None if retention is None else msgspec.json.decode(retention, type=RetentionPolicy)
         raw, boundary = 0, None

@@ -220,7 +220,7 @@ async def test_a_file_of_an_older_schema_is_migrated(tmp_path: Path, version: in
     db = tmp_path / "mem" / "agents" / AGENT / "agent.sqlite"
     conn = sqlite3.connect(db)
     try:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == 3
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 4
         names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
         assert "idx_events_session_created" not in names
     finally:

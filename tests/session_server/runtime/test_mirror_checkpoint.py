@@ -159,7 +159,7 @@ async def test_files_written_by_schema_1_are_migrated(tmp_path: Path) -> None:
         assert [m.content for m in ctx.messages] == ["q0", "a0", "q1", "a1"]
         events = await actor.load_events(sid, limit=None, tail=False)
     with sqlite3.connect(db(tmp_path)) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
     assert mirror_files(tmp_path, AGENT, sid) == expected_mirror(events)
 
 
