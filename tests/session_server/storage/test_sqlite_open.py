@@ -44,6 +44,14 @@ def stamped(text: str, ms: int) -> SessionEvent:
     return SessionEvent(action="user_message", content=text, timestamp=ms)
 
 
+V4_OBJECTS_DROPPED = (
+    "DROP TABLE turn_usage",
+    "DROP TABLE usage_totals",
+    "ALTER TABLE sessions DROP COLUMN budget",
+    "ALTER TABLE sessions DROP COLUMN retention",
+)
+
+
 async def file_of_version_2(root: Path) -> str:
     """An agent file as version 2 left it (its index and version number), with 6 events
     whose timestamps are 1000..1005; the session id."""
@@ -53,6 +61,8 @@ async def file_of_version_2(root: Path) -> str:
         await actor.append_events(sid, [stamped(f"u{i}", 1000 + i) for i in range(6)])
     with sqlite3.connect(db(root)) as conn:
         conn.execute(V2_INDEX)
+        for statement in V4_OBJECTS_DROPPED:  # what version 4 added
+            conn.execute(statement)
         conn.execute("PRAGMA user_version=2")
     return sid
 
@@ -90,6 +100,10 @@ async def test_a_file_of_version_2_is_migrated_and_keeps_its_events(tmp_path: Pa
         events = await actor.load_events(sid, limit=None, tail=False)
         assert [e.content for e in events] == [f"u{i}" for i in range(6)]
         assert [e.seq for e in await actor.load_events(sid, since=1004)] == [5, 6]
+        # version 4's usage tables and columns are there after the migration
+        await actor.append_events(sid, [stamped("u6", 1006)])
+        await actor.set_session_budget(sid, {"max_total_tokens": 5})
+        assert (await actor.memory_usage(session_id=sid))["totals"]["turns"] == 0
     assert version(db(tmp_path)) == SCHEMA_VERSION
     assert "idx_events_session_created" not in indexes(db(tmp_path))
 
@@ -103,6 +117,14 @@ async def test_a_read_only_store_reads_version_2_without_changing_it(tmp_path: P
         actor = await reg.get(AGENT)
         assert [s["id"] for s in await actor.list_sessions()] == [sid]
         assert [e.seq for e in await actor.load_events(sid, since=1003)] == [4, 5, 6]
+        # without version 4's columns: no usage, no budget, no expiry (nothing read)
+        row = await actor.get_session(sid) or {}
+        assert row["budget"] is None and row["expires_at"] is None
+        assert (await actor.memory_usage())["totals"]["turns"] == 0
+        assert await actor.retention_preview({"max_sessions": 1}) == {
+            "sessions": [],
+            "raw_events": [],
+        }
     assert version(db(tmp_path)) == 2
     assert "idx_events_session_created" in indexes(db(tmp_path))
 
