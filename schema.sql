@@ -82,16 +82,28 @@ CREATE TABLE IF NOT EXISTS turn_usage (
   PRIMARY KEY (session_id, seq)
 ) WITHOUT ROWID;
 
--- running totals of turn_usage per session, model and UTC day (memory.usage reads these)
+-- running totals of turn_usage per session and model ('' when the turn named none)
 CREATE TABLE IF NOT EXISTS usage_totals (
   session_id TEXT NOT NULL,
-  model TEXT NOT NULL,                      -- '' when the turn named no model
-  day INTEGER NOT NULL,                     -- days since 1970-01-01 (UTC)
+  model TEXT NOT NULL,
   input_tokens INTEGER NOT NULL,
   output_tokens INTEGER NOT NULL,
   cached_input_tokens INTEGER NOT NULL,
   cache_write_tokens INTEGER NOT NULL,
   reasoning_tokens INTEGER NOT NULL,
   turns INTEGER NOT NULL,
-  PRIMARY KEY (session_id, model, day)
+  PRIMARY KEY (session_id, model)
+) WITHOUT ROWID;
+
+-- running totals of the agent per UTC day (days since 1970-01-01) and model
+CREATE TABLE IF NOT EXISTS usage_days (
+  day INTEGER NOT NULL,
+  model TEXT NOT NULL,
+  input_tokens INTEGER NOT NULL,
+  output_tokens INTEGER NOT NULL,
+  cached_input_tokens INTEGER NOT NULL,
+  cache_write_tokens INTEGER NOT NULL,
+  reasoning_tokens INTEGER NOT NULL,
+  turns INTEGER NOT NULL,
+  PRIMARY KEY (day, model)
 ) WITHOUT ROWID;

@@ -111,10 +111,15 @@ MIGRATIONS: dict[int, Sequence[str]] = {
         " cached_input_tokens INTEGER NOT NULL, cache_write_tokens INTEGER NOT NULL,"
         " reasoning_tokens INTEGER NOT NULL, PRIMARY KEY (session_id, seq)) WITHOUT ROWID",
         "CREATE TABLE IF NOT EXISTS usage_totals (session_id TEXT NOT NULL,"
-        " model TEXT NOT NULL, day INTEGER NOT NULL, input_tokens INTEGER NOT NULL,"
+        " model TEXT NOT NULL, input_tokens INTEGER NOT NULL,"
         " output_tokens INTEGER NOT NULL, cached_input_tokens INTEGER NOT NULL,"
         " cache_write_tokens INTEGER NOT NULL, reasoning_tokens INTEGER NOT NULL,"
-        " turns INTEGER NOT NULL, PRIMARY KEY (session_id, model, day)) WITHOUT ROWID",
+        " turns INTEGER NOT NULL, PRIMARY KEY (session_id, model)) WITHOUT ROWID",
+        "CREATE TABLE IF NOT EXISTS usage_days (day INTEGER NOT NULL,"
+        " model TEXT NOT NULL, input_tokens INTEGER NOT NULL,"
+        " output_tokens INTEGER NOT NULL, cached_input_tokens INTEGER NOT NULL,"
+        " cache_write_tokens INTEGER NOT NULL, reasoning_tokens INTEGER NOT NULL,"
+        " turns INTEGER NOT NULL, PRIMARY KEY (day, model)) WITHOUT ROWID",
     ),
 }
 

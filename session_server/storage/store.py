@@ -42,7 +42,7 @@ from .session_rows import read_session_rows, write_session_rows
 from .store_connections import StoreConnections
 from .stored_rows import read_session_state, session_row
 from .transactions import storage_error
-from .usage_rows import USAGE_TABLES
+from .usage_rows import delete_session_usage
 
 __all__ = [
     "AgentStore",
@@ -88,8 +88,8 @@ class AgentStore(StoreConnections):
     async def delete_session(self, session_id: str) -> bool:
         def body(conn: sqlite3.Connection) -> tuple[bool, int]:
             deleted = conn.execute("DELETE FROM sessions WHERE id = ?", (session_id,)).rowcount > 0
-            rows = 0
-            for table in ("events", "tool_calls", "idempotency", *USAGE_TABLES):
+            rows = delete_session_usage(conn, session_id)
+            for table in ("events", "tool_calls", "idempotency"):
                 rows += conn.execute(
                     f"DELETE FROM {table} WHERE session_id = ?", (session_id,)
                 ).rowcount

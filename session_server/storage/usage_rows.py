@@ -21,8 +21,8 @@ from ..values.retention import RetentionPolicy, SessionAge
 from ..values.usage import USAGE_FIELDS, Budget, UsageTotals
 
 __all__ = [
-    "USAGE_TABLES",
     "GroupBy",
+    "delete_session_usage",
     "read_chart",
     "read_session_ages",
     "read_totals",
@@ -30,8 +30,6 @@ __all__ = [
 ]
 
 DAY_MS: Final = 86_400_000
-USAGE_TABLES: Final = ("turn_usage", "usage_totals")
-"""The tables a session's delete empties besides its events."""
 
 GroupBy = Literal["session", "model", "day"] | None
 
@@ -42,11 +40,27 @@ _INSERT_TURN: Final = (
     f"INSERT OR REPLACE INTO turn_usage (session_id, seq, turn, created_at, model, {_COUNTS})"
     " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
-_UPSERT_TOTAL: Final = (
-    f"INSERT INTO usage_totals (session_id, model, day, {_COUNTS}, turns)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, 1) ON CONFLICT(session_id, model, day) DO UPDATE SET "
-    + ", ".join(f"{f} = {f} + excluded.{f}" for f in USAGE_FIELDS)
-    + ", turns = turns + 1"
+
+
+def _upsert(table: str, key: str) -> str:
+    return (
+        f"INSERT INTO {table} ({key}, model, {_COUNTS}, turns)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, 1) ON CONFLICT DO UPDATE SET "
+        + ", ".join(f"{f} = {f} + excluded.{f}" for f in USAGE_FIELDS)
+        + ", turns = turns + 1"
+    )
+
+
+_UPSERT_SESSION: Final = _upsert("usage_totals", "session_id")
+_UPSERT_DAY: Final = _upsert("usage_days", "day")
+_SUBTRACT_DAYS: Final = (
+    "UPDATE usage_days SET "
+    + ", ".join(f"{f} = usage_days.{f} - gone.{f}" for f in USAGE_FIELDS)
+    + ", turns = usage_days.turns - gone.turns FROM ("
+    f"SELECT created_at / {DAY_MS} AS day, COALESCE(model, '') AS model, "
+    + ", ".join(f"SUM({f}) AS {f}" for f in USAGE_FIELDS)
+    + ", COUNT(*) AS turns FROM turn_usage WHERE session_id = ? GROUP BY 1, 2) AS gone"
+    " WHERE usage_days.day = gone.day AND usage_days.model = gone.model"
 )
 
 
@@ -71,8 +85,23 @@ def record_usage(
 ) -> None:
     """Store one turn's usage (inside the turn's append transaction)."""
     counts = usage.counts()
+    model = usage.model or ""
     conn.execute(_INSERT_TURN, (session_id, seq, turn, created_at, usage.model, *counts))
-    conn.execute(_UPSERT_TOTAL, (session_id, usage.model or "", created_at // DAY_MS, *counts))
+    conn.execute(_UPSERT_SESSION, (session_id, model, *counts))
+    conn.execute(_UPSERT_DAY, (created_at // DAY_MS, model, *counts))
+
+
+def delete_session_usage(conn: sqlite3.Connection, session_id: str) -> int:
+    """Inside a session delete's transaction: its usage rows go, and the agent's daily
+    totals lose what they counted of it. Returns the rows deleted."""
+    if not has_usage(conn):
+        return 0
+    conn.execute(_SUBTRACT_DAYS, (session_id,))
+    conn.execute("DELETE FROM usage_days WHERE turns <= 0")
+    rows = 0
+    for table in ("turn_usage", "usage_totals"):
+        rows += conn.execute(f"DELETE FROM {table} WHERE session_id = ?", (session_id,)).rowcount
+    return rows
 
 
 def _totals(row: Sequence[Any], model: str | None) -> UsageTotals:
@@ -92,36 +121,43 @@ def read_totals(
 ) -> list[tuple[str | None, UsageTotals]]:
     """Usage summed per ``(group key, model)``: the key is the session id, the model,
     the UTC date (``YYYY-MM-DD``) or ``None`` (no grouping). ``since``/``until`` (ms,
-    ``until`` exclusive) select turns by their time."""
+    ``until`` exclusive) select turns by their time.
+
+    The source is the smallest that answers: the per-session totals (no window, not by
+    day), the agent's daily totals (whole-day window or by day, not per session), or
+    else the turn rows (one session's: a key prefix; the agent's: a scan)."""
     if not has_usage(conn):
         return []
+    windowed = since is not None or until is not None
     whole_days = all(t is None or t % DAY_MS == 0 for t in (since, until))
-    table = "usage_totals" if whole_days else "turn_usage"
     where: list[str] = []
     args: list[Any] = []
-    if session_id is not None:
-        where.append("session_id = ?")
-        args.append(session_id)
-    if whole_days:
+    day = f"created_at / {DAY_MS}"
+    model = "model"
+    turns = "COUNT(*)"
+    if session_id is None and not windowed and group_by != "day":
+        table, model, turns = "usage_totals", "NULLIF(model, '')", "SUM(turns)"
+    elif session_id is None and whole_days and group_by != "session":
+        table, model, turns, day = "usage_days", "NULLIF(model, '')", "SUM(turns)", "day"
         if since is not None:
             where.append("day >= ?")
             args.append(since // DAY_MS)
         if until is not None:
             where.append("day < ?")
             args.append(until // DAY_MS)
-        model = "NULLIF(model, '')"
-        day = "day"
-        turns = "SUM(turns)"
+    elif session_id is not None and not windowed and group_by != "day":
+        table, model, turns = "usage_totals", "NULLIF(model, '')", "SUM(turns)"
     else:
+        table = "turn_usage"
         if since is not None:
             where.append("created_at >= ?")
             args.append(since)
         if until is not None:
             where.append("created_at < ?")
             args.append(until)
-        model = "model"
-        day = f"created_at / {DAY_MS}"
-        turns = "COUNT(*)"
+    if session_id is not None:
+        where.append("session_id = ?")
+        args.append(session_id)
     key = {
         None: "NULL",
         "session": "session_id",

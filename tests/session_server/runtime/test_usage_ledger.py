@@ -138,6 +138,8 @@ async def test_agent_budget_by_cost(registry: ActorRegistry) -> None:
         assert info.value.data is not None and info.value.data["scope"] == "agent"
     await actor.delete_session(b)  # its usage goes with it
     assert (await actor.memory_usage())["totals"]["turns"] == 1
+    days = (await actor.memory_usage(group_by="day"))["groups"]  # the daily totals too
+    assert [d["turns"] for d in days] == [1] and days[0]["input_tokens"] == 1000
     assert len((await actor.build_working_context(a)).messages) == 2
     assert await actor.get_budget() == {"budget": {"max_cost": 0.01}}
 

@@ -47,6 +47,7 @@ def stamped(text: str, ms: int) -> SessionEvent:
 V4_OBJECTS_DROPPED = (
     "DROP TABLE turn_usage",
     "DROP TABLE usage_totals",
+    "DROP TABLE usage_days",
     "ALTER TABLE sessions DROP COLUMN budget",
     "ALTER TABLE sessions DROP COLUMN retention",
 )
