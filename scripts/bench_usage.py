@@ -15,7 +15,7 @@ Run: ``.venv/bin/python scripts/bench_usage.py [--turns N] [--rounds R] [--usage
     days (it reads the turn rows, not the running totals).
 (c) a retention sweep of ``--sessions`` expired sessions (default 10k; 2 events each):
     the time of ``sweep_retention``, the longest wait of a client reading another session
-    of the same agent meanwhile (``build_working_context`` in a loop), and the disk space
+    of the same agent meanwhile (``build_working_context`` every 2 ms), and the disk space
     the deleted rows freed (SQLite free pages times the page size; the file does not
     shrink without VACUUM) and the WAL left after the sweep.
 
@@ -165,7 +165,7 @@ async def sweep(root: Path, sessions: int) -> dict[str, float]:
                 t0 = time.perf_counter()
                 await actor.build_working_context(reader)
                 stalls.append((time.perf_counter() - t0) * 1000)
-                await asyncio.sleep(0)
+                await asyncio.sleep(0.002)  # a client calling every 2 ms
 
         reading = asyncio.create_task(read_loop())
         t0 = time.perf_counter()

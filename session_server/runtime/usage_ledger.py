@@ -15,7 +15,7 @@ operator's current view of them).
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol, TypeVar
 
@@ -112,28 +112,24 @@ class UsageLedger:
         if since is not None and until is not None and until < since:
             raise InvalidParamsError("until: must not be before since", data={"field": "until"})
 
-        def fn(conn: sqlite3.Connection) -> tuple[bool, list[tuple[str | None, UsageTotals]]]:
-            exists = session_id is None or (
+        prices = self.settings.prices
+
+        def fn(conn: sqlite3.Connection) -> dict[str, Any] | None:
+            # On the read thread: the rows are as many as the sessions (group_by
+            # "session"), so the answer is built here, not on the event loop.
+            if session_id is not None and (
                 conn.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone()
-                is not None
-            )
+                is None
+            ):
+                return None
             rows = read_totals(
                 conn, session_id=session_id, since=since, until=until, group_by=group_by
             )
-            return exists, rows
+            return usage_answer(rows, prices, grouped=group_by is not None)
 
-        exists, rows = await host.run_read(lambda s: s.query(fn))
-        if not exists:
+        answer = await host.run_read(lambda s: s.query(fn))
+        if answer is None:
             raise NotFoundError.session(session_id or "")
-        prices = self.settings.prices
-        answer: dict[str, Any] = {"totals": _summed([t for _, t in rows], prices)}
-        if group_by is not None:
-            groups: dict[str | None, list[UsageTotals]] = {}
-            for key, totals in rows:
-                groups.setdefault(key, []).append(totals)
-            answer["groups"] = [
-                {"key": key, **_summed(parts, prices)} for key, parts in groups.items()
-            ]
         return answer
 
     async def chart(self, host: LedgerHost, session_id: str, limit: int) -> dict[str, Any]:
@@ -290,10 +286,27 @@ class UsageLedger:
             )
 
 
-def _summed(parts: Iterable[UsageTotals], prices: dict[str, ModelPrice]) -> dict[str, Any]:
+def usage_answer(
+    rows: list[tuple[str | None, UsageTotals]], prices: dict[str, ModelPrice], *, grouped: bool
+) -> dict[str, Any]:
+    """``{totals, groups?}`` from per-(key, model) rows, in their order."""
+    answer: dict[str, Any] = {"totals": _summed([t for _, t in rows], prices)}
+    if grouped:
+        groups: dict[str | None, list[UsageTotals]] = {}
+        for key, totals in rows:
+            groups.setdefault(key, []).append(totals)
+        answer["groups"] = [{"key": key, **_summed(parts, prices)} for key, parts in groups.items()]
+    return answer
+
+
+def _summed(parts: list[UsageTotals], prices: dict[str, ModelPrice]) -> dict[str, Any]:
     """One answer total of per-model parts (cost only when every part is priced)."""
-    rows = list(parts)
-    total = UsageTotals(turns=0)
-    for r in rows:
-        total = total.plus(r)
-    return totals_json(total, total_cost(rows, prices))
+    a = b = c = d = e = turns = 0
+    for r in parts:
+        a += r.input_tokens
+        b += r.output_tokens
+        c += r.cached_input_tokens
+        d += r.cache_write_tokens
+        e += r.reasoning_tokens
+        turns += r.turns
+    return totals_json(UsageTotals(a, b, c, d, e, turns), total_cost(parts, prices))
