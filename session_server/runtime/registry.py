@@ -253,6 +253,8 @@ class ActorRegistry:
         self._is_closed = False
 
     async def __aenter__(self) -> ActorRegistry:
+        if self.retention_sweeper is not None:  # retention runs with or without calls
+            self.retention_sweeper.start()
         return self
 
     async def __aexit__(
