@@ -5,9 +5,8 @@ Run: ``.venv/bin/python scripts/bench_usage.py [--turns N] [--rounds R] [--usage
 
 (a) the per-turn cost of storing usage: ``persist_working_context`` of a 2-message turn
     through the local API, with and without ``usage`` (OpenAI chat shape with cached and
-    reasoning details, and a model), alternating blocks of ``--turns`` turns for
-    ``--rounds`` rounds in two sessions of one agent; the ratio of the medians of the
-    per-block means.
+    reasoning details, and a model), ``--turns`` x ``--rounds`` turns of each interleaved
+    one by one in two sessions of one agent; the ratio of the medians of single turns.
 (b) ``memory.usage`` at ``--usage-turns`` turns (default 100k): the rows are written by the
     store's own ``record_usage`` (one per turn, 1,000 sessions, 3 models, 30 days) in one
     transaction, then ``memory.usage`` is timed (p50 and p95 of 50 calls) for the whole
@@ -66,6 +65,8 @@ def pct(values: list[float], q: float) -> float:
 
 
 async def per_turn(root: Path, turns: int, rounds: int, sync: Any) -> dict[str, float]:
+    """Turns without and with usage interleaved one by one (so a change of the machine's
+    load hits both alike); the medians of the single-turn times."""
     async with ActorRegistry(root, idle_timeout=None, synchronous=sync) as reg:
         actor = await reg.get("per-turn")
         plain = await actor.create_session()
@@ -75,14 +76,14 @@ async def per_turn(root: Path, turns: int, rounds: int, sync: Any) -> dict[str, 
             await actor.persist_working_context(kept, turn(n), usage=USAGE, model="gpt")
         without: list[float] = []
         with_usage: list[float] = []
-        for r in range(rounds):
-            for sid, usage, out in ((plain, None, without), (kept, USAGE, with_usage)):
+        for n in range(turns * rounds):
+            order = ((plain, None, without), (kept, USAGE, with_usage))
+            for sid, usage, out in order if n % 2 else order[::-1]:
                 start = time.perf_counter()
-                for n in range(turns):
-                    await actor.persist_working_context(
-                        sid, turn(r * turns + n), usage=usage, model="gpt" if usage else None
-                    )
-                out.append((time.perf_counter() - start) / turns)
+                await actor.persist_working_context(
+                    sid, turn(n), usage=usage, model="gpt" if usage else None
+                )
+                out.append(time.perf_counter() - start)
     a, b = statistics.median(without), statistics.median(with_usage)
     return {"without_us": a * 1e6, "with_us": b * 1e6, "overhead_pct": (b / a - 1) * 100}
 
@@ -216,7 +217,7 @@ async def main() -> None:
         print(
             f"\n(a) persist of a 2-message turn: {a['without_us']:.0f} us without usage, "
             f"{a['with_us']:.0f} us with usage: {a['overhead_pct']:+.1f}% "
-            f"(median of {args.rounds} blocks of {args.turns})"
+            f"(medians of {args.turns * args.rounds} interleaved turns each)"
         )
         b = await usage_queries(root / "b", args.usage_turns)
         print(f"\n(b) memory.usage at {args.usage_turns} turns (1000 sessions, 3 models, 30 days)")

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 import threading
-from typing import Final
+from typing import Any, Final
 
 from prometheus_client import CollectorRegistry, Counter
 
@@ -67,6 +67,7 @@ class UsageMetrics:
         label: AgentLabel | None = None,
     ) -> None:
         self.label = label or AgentLabel()
+        self._children: dict[str, tuple[Any, ...]] = {}
         ns, reg = namespace, registry
         self.tokens = Counter(
             "usage_tokens",
@@ -98,8 +99,12 @@ class UsageMetrics:
 
     def turn(self, agent_id: str, usage: UsageTotals, cost: float | None) -> None:
         group = self.label(agent_id)
-        for kind, count in zip(_KINDS, usage.counts(), strict=True):
+        children = self._children.get(group)
+        if children is None:  # at most max_labels + 2 groups
+            children = tuple(self.tokens.labels(group, kind) for kind in _KINDS)
+            self._children[group] = children
+        for child, count in zip(children, usage.counts(), strict=True):
             if count:
-                self.tokens.labels(group, kind).inc(count)
+                child.inc(count)
         if cost:
             self.cost.labels(group).inc(cost)
