@@ -900,7 +900,8 @@ function renderCompactions(events) {
 
 // ---------------------------------------------------------------- usage
 
-const SVG_NS = "http://www.w3.org/2000/svg";
+// The SVG namespace as the HTML parser gave it to the page's own <svg> (no URL here).
+const SVG_NS = document.getElementById("svg-namespace").namespaceURI;
 
 function svg(tag, attrs, ...children) {
   const node = document.createElementNS(SVG_NS, tag);

@@ -184,6 +184,12 @@ def _older(version: int) -> Callable[[sqlite3.Connection], None]:
     """The file as an older server wrote it (the migrations' steps undone)."""
     statements = [
         "CREATE INDEX idx_events_session_created ON events(session_id, created_at)",
+        # what version 4 added (usage, budgets, retention)
+        "DROP TABLE turn_usage",
+        "DROP TABLE usage_totals",
+        "DROP TABLE usage_days",
+        "ALTER TABLE sessions DROP COLUMN budget",
+        "ALTER TABLE sessions DROP COLUMN retention",
         f"PRAGMA user_version = {version}",
     ]
     if version == 1:  # the sessions table of version 1 (schema.sql at that version)
