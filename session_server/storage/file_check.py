@@ -57,6 +57,8 @@ __all__ = ["check_agent_file", "file_shape", "invariant_problems", "reference_sh
 
 # Objects of older schema versions that the migrations remove.
 _OLD_INDEXES: Final = frozenset({"idx_events_session_created"})
+# Tables a migration adds, with the version that has them first (an older file lacks them).
+_ADDED_TABLES: Final = {"turn_usage": 4, "usage_totals": 4, "usage_days": 4}
 _SHOWN: Final = 3  # problems named in a refusal (the rest are counted)
 
 
@@ -116,7 +118,7 @@ def reference_shape() -> SchemaShape:
         conn.close()
 
 
-def _known_objects(conn: sqlite3.Connection) -> list[str]:
+def _known_objects(conn: sqlite3.Connection, version: int) -> list[str]:
     """Before any migration runs: only tables and indexes that some version of this
     server's schema has (a migration must not run over a trigger, view or stranger)."""
     expected = reference_shape()
@@ -130,6 +132,8 @@ def _known_objects(conn: sqlite3.Connection) -> list[str]:
             continue
         out.append(f"{kind} {name!r} is not part of this server's schema")
     for name in sorted(known_tables):
+        if _ADDED_TABLES.get(name, 0) > version:
+            continue  # the migration creates it
         if not conn.execute(
             "SELECT 1 FROM main.sqlite_master WHERE type = 'table' AND name = ?", (name,)
         ).fetchone():
@@ -361,7 +365,7 @@ def _check(conn: sqlite3.Connection, field: str) -> int:
             ],
             field,
         )
-    problems = _known_objects(conn)
+    problems = _known_objects(conn, version)
     if problems:
         raise _refuse(problems, field)
     if version < SCHEMA_VERSION:
