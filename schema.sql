@@ -1,4 +1,4 @@
--- session-server schema, version 6 (PRAGMA user_version). The store executes this file
+-- session-server schema, version 7 (PRAGMA user_version). The store executes this file
 -- on a new database; older files are brought forward by the migrations in
 -- session_server/storage/sqlite_ops.py (MIGRATIONS).
 
@@ -21,7 +21,9 @@ CREATE TABLE IF NOT EXISTS sessions (
   snapshot_digest TEXT,                     -- SHA-256 of that snapshot file; NULL: none trusted
   parent_session_id TEXT,                   -- the session this one was forked from, or NULL
   fork_seq INTEGER,                         -- the parent's seq it was forked at, or NULL
-  fork_kind TEXT                            -- 'fork' or 'rewind' (a rewind's branch), or NULL
+  fork_kind TEXT,                           -- 'fork' or 'rewind' (a rewind's branch), or NULL
+  budget TEXT,                              -- usage budget (JSON) or NULL
+  retention TEXT                            -- retention policy (JSON) or NULL
 );
 
 -- a session's forks and rewind branches (``session.branches``)
@@ -130,3 +132,44 @@ CREATE TABLE IF NOT EXISTS memory_blocks (
 -- the current revision of each block, found without scanning the history
 CREATE INDEX IF NOT EXISTS idx_memory_blocks_head ON memory_blocks(session_id, label)
   WHERE head = 1;
+
+-- provider-reported usage, one row per persisted turn (seq: the turn's last event)
+CREATE TABLE IF NOT EXISTS turn_usage (
+  session_id TEXT NOT NULL,
+  seq INTEGER NOT NULL,
+  turn INTEGER NOT NULL,
+  created_at INTEGER NOT NULL,              -- ms since epoch
+  model TEXT,
+  input_tokens INTEGER NOT NULL,            -- the whole prompt, cached included
+  output_tokens INTEGER NOT NULL,           -- the whole output, reasoning included
+  cached_input_tokens INTEGER NOT NULL,
+  cache_write_tokens INTEGER NOT NULL,
+  reasoning_tokens INTEGER NOT NULL,
+  PRIMARY KEY (session_id, seq)
+) WITHOUT ROWID;
+
+-- running totals of turn_usage per session and model ('' when the turn named none)
+CREATE TABLE IF NOT EXISTS usage_totals (
+  session_id TEXT NOT NULL,
+  model TEXT NOT NULL,
+  input_tokens INTEGER NOT NULL,
+  output_tokens INTEGER NOT NULL,
+  cached_input_tokens INTEGER NOT NULL,
+  cache_write_tokens INTEGER NOT NULL,
+  reasoning_tokens INTEGER NOT NULL,
+  turns INTEGER NOT NULL,
+  PRIMARY KEY (session_id, model)
+) WITHOUT ROWID;
+
+-- running totals of the agent per UTC day (days since 1970-01-01) and model
+CREATE TABLE IF NOT EXISTS usage_days (
+  day INTEGER NOT NULL,
+  model TEXT NOT NULL,
+  input_tokens INTEGER NOT NULL,
+  output_tokens INTEGER NOT NULL,
+  cached_input_tokens INTEGER NOT NULL,
+  cache_write_tokens INTEGER NOT NULL,
+  reasoning_tokens INTEGER NOT NULL,
+  turns INTEGER NOT NULL,
+  PRIMARY KEY (day, model)
+) WITHOUT ROWID;

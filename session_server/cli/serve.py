@@ -5,16 +5,24 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import json
 import logging
+import re
 import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..auth.token_files import AuthSources
 from ..auth.tokens import Authenticator, parse_token_spec, split_env_specs
 from ..server.origins import parse_allowed_origin
 from ..values.cache_budget import DEFAULT_CACHE_BYTES
+from ..values.usage import ModelPrice, parse_prices
+
+if TYPE_CHECKING:
+    from ..runtime.usage_ledger import UsageSettings
+
 from .options import (
     DEFAULT_HOST,
     DEFAULT_PORT,
@@ -264,11 +272,55 @@ def serve_arguments(p: argparse.ArgumentParser) -> None:
         "(env SESSION_SERVER_MIRROR=0; default: keep it)",
     )
     p.add_argument(
+        "--prices",
+        type=Path,
+        default=env("PRICES"),
+        metavar="FILE",
+        help='JSON prices per model, per million tokens: {"MODEL": {"input": N, '
+        '"output": N, "cached_input": N?, "cache_write": N?}}; checked at start. '
+        "Without it memory.usage answers no cost (env SESSION_SERVER_PRICES)",
+    )
+    p.add_argument(
+        "--usage-label",
+        default=env("USAGE_LABEL"),
+        metavar="REGEX",
+        help="regular expression whose first group (or match) of an agent id labels the "
+        "usage metrics (at most 100 labels, then 'other'); default: one label, 'all', "
+        "never raw agent ids (env SESSION_SERVER_USAGE_LABEL)",
+    )
+    p.add_argument(
+        "--retention-interval",
+        type=positive_seconds,
+        default=positive_seconds(env("RETENTION_INTERVAL", "3600") or "3600"),
+        help="seconds between retention sweeps of every agent "
+        "(env SESSION_SERVER_RETENTION_INTERVAL; default 3600)",
+    )
+    p.add_argument(
         "--log-level",
         default=(env("LOG_LEVEL", "WARNING") or "WARNING").upper(),
         choices=("DEBUG", "INFO", "WARNING", "ERROR"),
         help="logging level on stderr (env SESSION_SERVER_LOG_LEVEL; default WARNING)",
     )
+
+
+def usage_settings(prices: Path | None, label: str | None) -> UsageSettings:
+    """The registry's usage settings from ``--prices`` and ``--usage-label``;
+    ``ValueError`` naming the file, the model and the field of a wrong price."""
+    from ..runtime.usage_ledger import UsageSettings
+
+    table: dict[str, ModelPrice] = {}
+    if prices is not None:
+        try:
+            data = json.loads(prices.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"--prices {prices}: {exc}") from None
+        table = parse_prices(data, where=f"--prices {prices}")
+    if label is not None:
+        try:
+            re.compile(label)
+        except re.error as exc:
+            raise ValueError(f"--usage-label: not a regular expression ({exc})") from None
+    return UsageSettings(prices=table, metrics_label=label)
 
 
 def _auth_sources(args: argparse.Namespace) -> AuthSources:
@@ -293,6 +345,11 @@ def run_serve(args: argparse.Namespace) -> int:
         return 2
     if sources.configured and not auth.enabled:
         print("session-server: the token file holds no token", file=sys.stderr)
+        return 2
+    try:
+        args.usage = usage_settings(args.prices, args.usage_label)
+    except ValueError as exc:
+        print(f"session-server: {exc}", file=sys.stderr)
         return 2
     try:
         factory = _loop_factory(args.loop)
@@ -399,6 +456,8 @@ async def _serve(args: argparse.Namespace, sources: AuthSources, auth: Authentic
         idempotency=IdempotencyRetention(args.idempotency_retention, args.idempotency_keys),
         recent_cache_bytes=args.recent_cache_bytes,
         stream_limits=StreamLimits(idle_seconds=args.stream_idle_seconds),
+        usage=args.usage,
+        retention_interval=args.retention_interval,
     ) as registry:
         server = SessionServer(
             registry,

@@ -13,6 +13,7 @@ from typing import Any, Final
 from websockets.exceptions import InvalidStatus
 
 from ..values.errors import (
+    BudgetExceededError,
     ConflictError,
     ForbiddenError,
     InternalError,
@@ -140,4 +141,10 @@ def error_from(error: dict[str, Any]) -> SessionServerError:
     code = error.get("code")
     cls = ERROR_CLASSES.get(code, InternalError) if isinstance(code, int) else InternalError
     data = error.get("data")
+    if (
+        cls is UnavailableError
+        and isinstance(data, dict)
+        and data.get("reason") == ("budget_exceeded")
+    ):
+        cls = BudgetExceededError
     return cls(str(error.get("message", "")), data=data if isinstance(data, dict) else None)

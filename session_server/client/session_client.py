@@ -299,9 +299,11 @@ class SessionClient(RpcConnection):
         system_instructions: str | Sequence[str] | None = None,
         limit: int | None = None,
         strategy: dict[str, Any] | None = None,
+        override_budget: bool = False,
     ) -> WorkingContext:
         """The working context for the next model call. Its messages are history: add the
-        turn's messages with ``add_message`` and send them with ``persist_context``."""
+        turn's messages with ``add_message`` and send them with ``persist_context``.
+        A session past its budget is ``BudgetExceededError`` unless ``override_budget``."""
         if isinstance(system_instructions, str):
             system_instructions = [system_instructions]
         result = await self.call(
@@ -313,6 +315,7 @@ class SessionClient(RpcConnection):
                 else list(system_instructions),
                 limit=limit,
                 strategy=strategy,
+                override_budget=override_budget or None,
             ),
         )
         return WorkingContext(
@@ -332,9 +335,12 @@ class SessionClient(RpcConnection):
         idempotency_key: str | None = None,
         usage: dict[str, Any] | None = None,
         strategy: dict[str, Any] | None = None,
+        model: str | None = None,
     ) -> AppendResult:
         """Persist one turn atomically; with ``base_seq`` a moved session is a conflict.
-        ``strategy`` is the request level of the strategy the pressure check uses."""
+        ``strategy`` is the request level of the strategy the pressure check uses.
+        ``usage`` (any provider shape) is stored with the turn, with ``model``; the
+        answer's ``budget_exceeded`` says a budget is now exceeded."""
         key = idempotency_key or new_event_id()
         params = _set(
             session_id=session_id,
@@ -343,6 +349,7 @@ class SessionClient(RpcConnection):
             idempotency_key=key,
             usage=usage,
             strategy=strategy,
+            model=model,
         )
         return msgspec.convert(await self._write("turn.persist", params, key), AppendResult)
 
@@ -355,6 +362,7 @@ class SessionClient(RpcConnection):
         usage: dict[str, Any] | None = None,
         on_conflict: Literal["append", "reject"] = "append",
         strategy: dict[str, Any] | None = None,
+        model: str | None = None,
     ) -> AppendResult:
         """``persist_turn`` of ``ctx.get_new_messages()``, like the local
         ``AgentActor.persist_working_context``."""
@@ -365,6 +373,7 @@ class SessionClient(RpcConnection):
             idempotency_key=idempotency_key,
             usage=usage,
             strategy=strategy,
+            model=model,
         )
 
     async def render_context(
@@ -375,6 +384,7 @@ class SessionClient(RpcConnection):
         system_instructions: str | Sequence[str] | None = None,
         limit: int | None = None,
         strategy: dict[str, Any] | None = None,
+        override_budget: bool = False,
     ) -> dict[str, Any]:
         """``context.render``: ``{adapter, payload, base_seq, token_count}``, ``payload``
         ready for the provider's SDK (``adapters.names()`` lists the adapters)."""
@@ -386,8 +396,62 @@ class SessionClient(RpcConnection):
             system_instructions=None if system_instructions is None else list(system_instructions),
             limit=limit,
             strategy=strategy,
+            override_budget=override_budget or None,
         )
         return dict(await self.call("context.render", params))
+
+    # -- usage, budgets, retention ---------------------------------------------------------
+
+    async def memory_usage(
+        self,
+        *,
+        session_id: str | None = None,
+        since: int | None = None,
+        until: int | None = None,
+        group_by: Literal["session", "model", "day"] | None = None,
+    ) -> dict[str, Any]:
+        """``memory.usage``: ``{totals, groups?}`` of the agent or one session."""
+        params = _set(session_id=session_id, since=since, until=until, group_by=group_by)
+        return dict(await self.call("memory.usage", params))
+
+    async def usage_chart(self, session_id: str, *, limit: int = 500) -> dict[str, Any]:
+        """``memory.usage_chart``: a session's newest turns with usage, its compactions,
+        totals, budget and expiry."""
+        return dict(
+            await self.call("memory.usage_chart", {"session_id": session_id, "limit": limit})
+        )
+
+    async def set_budget(self, budget: dict[str, Any] | None) -> dict[str, Any]:
+        """``memory.set_budget``: the agent's budget (``None`` clears it)."""
+        return dict(await self.call("memory.set_budget", {"budget": budget}))
+
+    async def get_budget(self) -> dict[str, Any]:
+        """``memory.get_budget``: ``{budget}`` of the agent."""
+        return dict(await self.call("memory.get_budget", {}))
+
+    async def set_session_budget(
+        self, session_id: str, budget: dict[str, Any] | None
+    ) -> dict[str, Any]:
+        """``session.update {session_id, budget}`` (``None`` clears it); the session."""
+        return dict(await self.call("session.update", {"session_id": session_id, "budget": budget}))
+
+    async def retention_set(
+        self, policy: dict[str, Any] | None, *, session_id: str | None = None
+    ) -> dict[str, Any]:
+        """``retention.set``: a policy for the agent or one session (``None`` clears it)."""
+        params = {"policy": policy, **_set(session_id=session_id)}
+        return dict(await self.call("retention.set", params))
+
+    async def retention_get(self, *, session_id: str | None = None) -> dict[str, Any]:
+        """``retention.get``: the agent's policy, or a session's with its expiry."""
+        return dict(await self.call("retention.get", _set(session_id=session_id)))
+
+    async def retention_preview(
+        self, policy: dict[str, Any] | None = None, *, session_id: str | None = None
+    ) -> dict[str, Any]:
+        """``retention.preview``: what the stored policies (or ``policy``) would remove."""
+        params = _set(policy=policy, session_id=session_id)
+        return dict(await self.call("retention.preview", params))
 
     # -- memory ------------------------------------------------------------------------------
     async def get_strategy(self, session_id: str | None = None) -> dict[str, Any]:

@@ -38,6 +38,7 @@ from ..values.context import WorkingContext
 from ..values.errors import InvalidParamsError
 from ..values.plans import AppendBatch, AppendOutcome, AppendResult, Effects, SnapshotDue
 from ..values.tokens import count_events
+from ..values.usage import normalise_usage
 from .compaction_decisions import CompactionDecisions
 from .context_builds import ContextBuilds
 from .decisions import (
@@ -83,6 +84,7 @@ class AgentCore(ContextBuilds, CompactionDecisions):
         validated: bool = False,
         strategy: Mapping[str, Any] | None = None,
         count: bool = False,
+        model: str | None = None,
     ) -> PreparedTurn:
         """Check a persist request and turn ``ctx.get_new_messages()`` into events.
 
@@ -91,12 +93,15 @@ class AgentCore(ContextBuilds, CompactionDecisions):
         ``strategy`` is the request level of the strategy precedence for the pressure
         check (as for a build). ``count``: take the events' token counts now (the caller
         runs this off the event loop for a large turn: a pressure check would otherwise
-        count it on the loop, and the commit uses the same counts).
+        count it on the loop, and the commit uses the same counts). ``usage`` (with the
+        optional ``model``) is normalised here (``values.usage.normalise_usage``) and
+        stored with the turn.
         """
         if on_conflict not in ("append", "reject"):
             raise InvalidParamsError("on_conflict: must be 'append' or 'reject'")
         if usage is not None and not isinstance(usage, Mapping):
             raise InvalidParamsError("usage: must be an object", data={"field": "usage"})
+        recorded = normalise_usage(usage, model)
         new = ctx.get_new_messages()
         checked = new if validated else check_messages(new)
         now = now_ms()  # one time for the turn's events
@@ -116,6 +121,7 @@ class AgentCore(ContextBuilds, CompactionDecisions):
             strategy=None
             if strategy is None
             else validate_strategy(strategy, source="request strategy"),
+            recorded=recorded,
         )
 
     def plan_turn(self, turn: PreparedTurn, known: Known) -> AppendPlan | AppendResult | Need:
@@ -140,6 +146,7 @@ class AgentCore(ContextBuilds, CompactionDecisions):
             expected_last_seq=expected,
             idempotency_key=turn.idempotency_key,
             compaction_required=flag,
+            usage=turn.recorded,
         )
         # The end of a turn: the snapshot is the default context as SQLite stands when the
         # mirror batch is written, not the caller's ctx (which may hold only this turn).

@@ -22,6 +22,7 @@ from ..values.events import ContextMessage, SessionEvent
 from ..values.plans import AppendBatch, SnapshotDue
 from ..values.recent import ViewMessages
 from ..values.records import CompactionRecord
+from ..values.usage import UsageTotals
 
 __all__ = [
     "LARGE_WINDOW_EVENTS",
@@ -162,3 +163,4 @@ class PreparedTurn(msgspec.Struct, frozen=True):
     on_conflict: Literal["append", "reject"]
     idempotency_key: str | None
     strategy: Mapping[str, Any] | None = None
+    recorded: UsageTotals | None = None  # the normalised usage, stored with the turn

@@ -73,6 +73,7 @@ class RenderParams(RpcParams):
     system_instructions: Instructions = None
     strategy: JsonObject | None = None
     limit: Limit | None = None
+    override_budget: bool = False
 
 
 class ViewParams(RpcParams):
@@ -143,6 +144,7 @@ async def context_render(ctx: CallContext, p: RenderParams) -> dict[str, Any]:
         limit=p.limit,
         strategy=p.strategy,
         may_compact=ctx.may_write,
+        override_budget=p.override_budget,
     )
     if len(wc.messages) + len(wc.system_instructions) > RENDER_ON_LOOP_ITEMS:
         payload = await _off_loop(

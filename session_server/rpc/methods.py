@@ -170,6 +170,7 @@ async def context_build(ctx: CallContext, p: BuildParams) -> dict[str, Any]:
         limit=p.limit,
         strategy=p.strategy,
         may_compact=ctx.may_write,
+        override_budget=p.override_budget,
     )
     if len(wc.messages) >= LARGE_WINDOW_EVENTS:  # freed on a worker once answered
         # Imported here: the runtime uses asyncio, which this module does not import.
@@ -210,6 +211,7 @@ async def turn_persist(ctx: CallContext, p: PersistParams) -> dict[str, Any]:
             on_conflict="reject" if p.base_seq is not None else "append",
             strategy=p.strategy,
             content_bound=ctx.frame_bytes,
+            model=p.model,
         )
     except ConflictError as exc:
         # The store checks an expected seq; the caller sent it as ``base_seq``.
@@ -221,7 +223,7 @@ async def turn_persist(ctx: CallContext, p: PersistParams) -> dict[str, Any]:
             "(build the context again, or persist without base_seq to append)",
             data={**exc.data, "field": "base_seq"},
         ) from exc
-    return _append_result(result)
+    return {**_append_result(result), "budget_exceeded": result.budget_exceeded}
 
 
 async def events_subscribe(ctx: CallContext, p: SubscribeParams) -> dict[str, Any]:

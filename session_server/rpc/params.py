@@ -167,6 +167,7 @@ class BuildParams(RpcParams):
     system_instructions: Instructions = None
     limit: Annotated[int, Field(ge=1)] | None = None
     strategy: JsonObject | None = None
+    override_budget: bool = False
 
 
 class SubscribeParams(RpcParams):
@@ -182,6 +183,7 @@ class PersistParams(RpcParams):
     idempotency_key: Annotated[str, Field(min_length=1, max_length=256)] | None = None
     usage: JsonObject | None = None
     strategy: JsonObject | None = None
+    model: Annotated[str, Field(min_length=1, max_length=256)] | None = None
 
 
 MAX_AGENTS_PAGE = 1000

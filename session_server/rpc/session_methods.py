@@ -13,9 +13,9 @@ import binascii
 from typing import Annotated, Any, Final
 
 import msgspec
-from pydantic import Field, PlainValidator
+from pydantic import Field, PlainValidator, model_validator
 
-from ..values.errors import InvalidParamsError
+from ..values.errors import InvalidParamsError, NotFoundError
 from ..values.events import SessionEvent
 from ..values.validation import parse_client_event
 from .method_spec import CallContext, RpcParams
@@ -51,8 +51,18 @@ class ListParams(RpcParams):
 
 
 class UpdateParams(RpcParams):
+    """``metadata`` and/or ``budget``: a field left out is left as it is; ``null``
+    clears it."""
+
     session_id: SessionId
-    metadata: SessionMetadata | None
+    metadata: SessionMetadata | None = None
+    budget: JsonObject | None = None
+
+    @model_validator(mode="after")
+    def _something(self) -> UpdateParams:
+        if not {"metadata", "budget"} & self.model_fields_set:
+            raise ValueError("give metadata, budget or both")
+        return self
 
 
 class PopParams(RpcParams):
@@ -124,8 +134,16 @@ def _decode_cursor(cursor: str) -> tuple[int, int, str]:
 
 
 async def session_update(ctx: CallContext, p: UpdateParams) -> dict[str, Any]:
-    """Replace the session's metadata (``null`` clears it); answer the session object."""
-    row = await (await ctx.actor()).update_session(p.session_id, p.metadata)
+    """Replace the session's metadata and/or budget (a field left out stays as it is,
+    ``null`` clears it); answer the session object."""
+    actor = await ctx.actor()
+    if "budget" in p.model_fields_set:
+        await actor.set_session_budget(p.session_id, p.budget)
+    if "metadata" in p.model_fields_set:
+        await actor.update_session(p.session_id, p.metadata)
+    row = await actor.get_session(p.session_id)
+    if row is None:
+        raise NotFoundError.session(p.session_id)
     return {**row, "session_id": p.session_id}
 
 

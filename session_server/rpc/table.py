@@ -22,6 +22,7 @@ from . import memory_methods as memory
 from . import methods as session
 from . import session_methods as edits
 from . import stream_methods as streams
+from . import usage_methods as usage
 from .method_spec import SERVER, MethodSpec, method_table
 from .params import (
     AgentsListParams,
@@ -97,6 +98,19 @@ ROWS: Final[tuple[MethodSpec, ...]] = (
     ),
     MethodSpec("memory.compact", memory.CompactParams, memory.memory_compact, scope="write"),
     MethodSpec("context.render", memory.RenderParams, memory.context_render, scope="read"),
+    # Usage, budgets and retention (``usage_methods``).
+    MethodSpec("memory.usage", usage.UsageParams, usage.memory_usage, scope="read"),
+    MethodSpec("memory.usage_chart", usage.ChartParams, usage.memory_usage_chart, scope="read"),
+    MethodSpec("memory.set_budget", usage.BudgetParams, usage.memory_set_budget, scope="write"),
+    MethodSpec("memory.get_budget", usage.NoBudgetParams, usage.memory_get_budget, scope="read"),
+    MethodSpec("retention.set", usage.RetentionSetParams, usage.retention_set, scope="admin"),
+    MethodSpec("retention.get", usage.RetentionGetParams, usage.retention_get, scope="read"),
+    MethodSpec(
+        "retention.preview",
+        usage.RetentionPreviewParams,
+        usage.retention_preview,
+        scope="read",
+    ),
     MethodSpec("memory.view", memory.ViewParams, memory.memory_view, scope="read"),
     MethodSpec(
         "memory.list_snapshots",

@@ -51,12 +51,15 @@ from ..core.needs import (
 )
 from ..storage.store import AgentStore
 from ..storage.store_connections import Synchronous
+from ..storage.usage_rows import GroupBy
 from ..values.blocks import Author, BlockRevision, BlockSet
 from ..values.branches import Branch, ForkResult, RewindResult
 from ..values.context import WorkingContext
+from ..values.errors import NotFoundError
 from ..values.plans import AppendResult
 from ..values.recent import SessionView
 from ..values.tokens import get_counter, loaded_counter
+from ..values.usage import budget_json
 from . import branches
 from .activity import ActivityScope
 from .actor_host import ActorHost
@@ -65,10 +68,12 @@ from .compaction_turns import CompactionTurns
 from .live_streams import LiveStreams
 from .memory_blocks import MemoryBlocks, read_for_build, remember_count
 from .mirror_link import MirrorLink, snapshot_from_file
+from .retention_keeper import RetentionKeeper
 from .session_edits import SessionEdits
 from .session_reads import SessionReads
 from .session_writes import SessionWrites
 from .subscriptions import Subscriber, Subscriptions
+from .usage_ledger import UsageLedger
 from .write_queue import WriteQueue
 
 __all__ = ["AgentActor", "Subscriber"]
@@ -134,6 +139,8 @@ class AgentActor(SessionReads, SessionWrites, SessionEdits):
         self.blocks = MemoryBlocks(
             self.core.blocks, host.executor, self.mirror, self.mirror.writer.agent_dir
         )
+        self.usage = UsageLedger(agent_id, host.usage_settings)
+        self.retention = RetentionKeeper(agent_id, host.usage_settings.metrics)
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -219,6 +226,8 @@ class AgentActor(SessionReads, SessionWrites, SessionEdits):
                     return
                 await self._drop_store()
             self.core.hibernated()
+            self.usage.forget()
+            self.retention.forget()
 
     async def _drop_store(self) -> None:
         """Under the open lock: close the store (if open) and forget its activation."""
@@ -244,6 +253,8 @@ class AgentActor(SessionReads, SessionWrites, SessionEdits):
                     await self._drop_store()
                     self.core.hibernated()
                     self.streams.forget()  # the new file's streams are read again
+                    self.usage.forget()
+                    self.retention.forget()
                     loop = asyncio.get_running_loop()
                     return await loop.run_in_executor(self.host.executor, fn)
 
@@ -334,7 +345,7 @@ class AgentActor(SessionReads, SessionWrites, SessionEdits):
         if isinstance(need, NeedBlocks):
             sid = need.session_id
             blocks, text, tokens = await self.run_read(
-                lambda s: s.read_blocks(lambda c: read_for_build(c, sid))
+                lambda s: s.query(lambda c: read_for_build(c, sid))
             )
             remember_count(text, tokens)
             return blocks, text
@@ -458,6 +469,7 @@ class AgentActor(SessionReads, SessionWrites, SessionEdits):
         limit: int | None = None,
         strategy: dict[str, Any] | None = None,
         may_compact: bool = True,
+        override_budget: bool = False,
     ) -> WorkingContext:
         """Build the context for the next model call (local use: no RPC involved).
 
@@ -475,7 +487,10 @@ class AgentActor(SessionReads, SessionWrites, SessionEdits):
         sets placeholder parameters (``compaction.fallback``).
         ``may_compact=False`` (a read-only caller, e.g. a read-scoped token) applies the
         latest record but never appends one.
+        A session past its budget (or its agent's) is refused with
+        ``BudgetExceededError`` unless ``override_budget``.
         """
+        await self.usage.check_build(self, session_id, override_budget)
         return await self.compactions.build(
             self,
             session_id,
@@ -617,3 +632,78 @@ class AgentActor(SessionReads, SessionWrites, SessionEdits):
         ``session_id``: ``(content, is_error)``; each write is a revision with author
         ``model`` and ``tool_call_id``."""
         return await self.blocks.run_tool(self, session_id, name, arguments, tool_call_id)
+
+    # -- sessions: what usage and retention add to them ------------------------------------
+
+    async def get_session(self, session_id: str) -> dict[str, Any] | None:
+        """The session object, with ``budget`` and ``expires_at`` (ms, or ``None``)."""
+        row = await SessionReads.get_session(self, session_id)
+        if row is not None:
+            row["budget"] = budget_json(await self.usage.session_budget(self, session_id))
+            row["expires_at"] = await self.retention.expires(self, session_id)
+        return row
+
+    async def delete_session(self, session_id: str) -> bool:
+        """``SessionEdits.delete_session``; its usage goes with it (and from the totals)."""
+        try:
+            return await SessionEdits.delete_session(self, session_id)
+        finally:
+            self.usage.forget(session_id)
+
+    # -- usage and budgets (``usage_ledger``) -------------------------------------------
+
+    async def memory_usage(
+        self,
+        *,
+        session_id: str | None = None,
+        since: int | None = None,
+        until: int | None = None,
+        group_by: GroupBy = None,
+    ) -> dict[str, Any]:
+        """Usage totals of the agent or one session (``memory.usage``)."""
+        return await self.usage.usage(
+            self, session_id=session_id, since=since, until=until, group_by=group_by
+        )
+
+    async def usage_chart(self, session_id: str, limit: int = 500) -> dict[str, Any]:
+        """A session's newest turns with their usage, its compactions, totals and budget."""
+        return await self.usage.chart(self, session_id, limit)
+
+    async def set_budget(self, budget: dict[str, Any] | None) -> dict[str, Any]:
+        """Store the agent's budget (``None`` clears it): ``{budget}``."""
+        return await self.usage.set_agent_budget(self, budget)
+
+    async def get_budget(self) -> dict[str, Any]:
+        """The agent's budget: ``{budget}``."""
+        return {"budget": budget_json(await self.usage.agent_budget(self))}
+
+    async def set_session_budget(
+        self, session_id: str, budget: dict[str, Any] | None
+    ) -> dict[str, Any]:
+        """Store a session's budget (``None`` clears it); the session object."""
+        await self.usage.set_session_budget(self, session_id, budget)
+        row = await self.get_session(session_id)
+        if row is None:
+            raise NotFoundError.session(session_id)
+        return row
+
+    # -- retention (``retention_keeper``) ---------------------------------------------
+
+    async def retention_get(self, session_id: str | None = None) -> dict[str, Any]:
+        return await self.retention.get(self, session_id)
+
+    async def retention_set(
+        self, policy: dict[str, Any] | None, session_id: str | None = None
+    ) -> dict[str, Any]:
+        return await self.retention.set(self, policy, session_id)
+
+    async def retention_preview(
+        self, policy: dict[str, Any] | None = None, session_id: str | None = None
+    ) -> dict[str, Any]:
+        return await self.retention.preview(self, policy=policy, session_id=session_id)
+
+    async def sweep_retention(
+        self, *, now_ms: int | None = None, max_steps: int | None = None
+    ) -> dict[str, Any]:
+        """Apply the stored retention policies now (the registry's sweeper calls this)."""
+        return await self.retention.sweep(self, now_ms=now_ms, max_steps=max_steps)

@@ -13,6 +13,7 @@ from ..storage.idempotency import IdempotencyRetention
 from ..values.cache_budget import CacheBudget
 from ..values.streams import StreamLimits
 from .compaction_turns import CompactionHost
+from .usage_ledger import UsageSettings
 
 __all__ = ["ActorHost"]
 
@@ -31,6 +32,11 @@ class ActorHost(CompactionHost, Protocol[A]):
 
     @property
     def mirror(self) -> bool: ...
+
+    @property
+    def usage_settings(self) -> UsageSettings:
+        """Prices and usage metrics (``usage_ledger``), shared by all agents."""
+        ...
 
     @property
     def count_executor(self) -> Executor:

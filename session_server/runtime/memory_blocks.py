@@ -155,7 +155,7 @@ class MemoryBlocks:
             )
 
         async def run(store: AgentStore) -> BlockRevision:
-            rev = await store.write_blocks("memory block write", body)
+            rev = await store.transact("memory block write", body)
             self.cache.written(write.session_id)
             self.mirror.run_later(
                 functools.partial(append_revision, self._folder(write.session_id), rev)
@@ -209,7 +209,7 @@ class MemoryBlocks:
     async def get(self, pump: BlockPump, label: str, session_id: str | None) -> BlockRevision:
         check_label(label)
         block = await pump.run_read(
-            lambda s: s.read_blocks(lambda c: current_block(c, label, session_id))
+            lambda s: s.query(lambda c: current_block(c, label, session_id))
         )
         if block is None:
             raise _not_found(label, session_id)
@@ -226,7 +226,7 @@ class MemoryBlocks:
                 raise NotFoundError.session(session_id)
             return current_blocks(conn, session_id)
 
-        return await pump.run_read(lambda s: s.read_blocks(read))
+        return await pump.run_read(lambda s: s.query(read))
 
     async def history(
         self,
@@ -243,7 +243,7 @@ class MemoryBlocks:
                 f"limit: must be between 1 and {MAX_HISTORY_PAGE}", data={"field": "limit"}
             )
         revs = await pump.run_read(
-            lambda s: s.read_blocks(
+            lambda s: s.query(
                 lambda c: block_history(
                     c, label, session_id, before_revision=before_revision, limit=limit
                 )
@@ -268,7 +268,7 @@ class MemoryBlocks:
         check_label(label)
         check_reason(reason)
         old = await pump.run_read(
-            lambda s: s.read_blocks(
+            lambda s: s.query(
                 lambda c: block_history(c, label, session_id, before_revision=revision + 1, limit=1)
             )
         )
@@ -299,7 +299,9 @@ class MemoryBlocks:
             # The mirror first: once the delete is answered, no file holds the block.
             self.mirror.run_later(functools.partial(drop_label, self._folder(session_id), label))
             await self.mirror.drain()
-            rows = await store.erase_blocks("memory block delete", delete_block, label, session_id)
+            rows = await store.transact_erasing(
+                "memory block delete", delete_block, label, session_id
+            )
             self.cache.written(session_id)
             return rows > 0
 
@@ -307,9 +309,7 @@ class MemoryBlocks:
 
     async def revisions(self, pump: BlockPump, session_id: str | None) -> list[BlockRevision]:
         """Every revision of one scope's blocks, by label then revision (exports)."""
-        return await pump.run_read(
-            lambda s: s.read_blocks(lambda c: list(all_revisions(c, session_id)))
-        )
+        return await pump.run_read(lambda s: s.query(lambda c: list(all_revisions(c, session_id))))
 
     async def import_revisions(
         self, pump: BlockPump, session_id: str | None, revisions: Sequence[BlockRevision]
@@ -331,7 +331,7 @@ class MemoryBlocks:
             return removed
 
         async def run(store: AgentStore) -> None:
-            await store.erase_blocks("memory blocks import", body)
+            await store.transact_erasing("memory blocks import", body)
             self.cache.written(session_id)
             self.mirror.run_later(
                 functools.partial(write_blocks_file, self._folder(session_id), list(revisions))

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import logging
 import os
@@ -37,6 +38,7 @@ from ..concurrency.io_threads import IoThreads
 from ..mirror_io.snapshot_index import SnapshotIndex
 from ..process.limits import derive_limits
 from ..process.ops_metrics import AgentCollector, OperationsMetrics
+from ..process.usage_metrics import AgentLabel, UsageMetrics
 from ..storage.idempotency import DEFAULT_RETENTION, IdempotencyRetention
 from ..storage.store_connections import Synchronous
 from ..storage.stored_rows import SKIPPED_RECORDS
@@ -52,8 +54,10 @@ from ..values.streams import StreamLimits
 from ..values.tokens import get_counter
 from .actor import AgentActor
 from .metrics import CompactionMetrics
+from .retention_sweeper import RetentionSweeper
 from .summarizers import Summarizer, default_summarizer
 from .summary_backoffs import SummaryBackoffs
+from .usage_ledger import UsageSettings
 
 __all__ = ["DEFAULT_MAX_AGENTS", "ActorRegistry", "default_memory_dir"]
 
@@ -124,6 +128,8 @@ class ActorRegistry:
         idempotency: IdempotencyRetention = DEFAULT_RETENTION,
         recent_cache_bytes: int = DEFAULT_CACHE_BYTES,
         stream_limits: StreamLimits | None = None,
+        usage: UsageSettings | None = None,
+        retention_interval: float | None = None,
     ) -> None:
         if synchronous not in ("FULL", "NORMAL"):
             raise ValueError(f"synchronous: must be 'FULL' or 'NORMAL', got {synchronous!r}")
@@ -202,6 +208,22 @@ class ActorRegistry:
         self.metrics.registry.register(
             AgentCollector(self._open_agent_ages, namespace=self.operations.namespace)
         )
+        usage = usage or UsageSettings()
+        if usage.metrics is None:
+            metrics_of_usage = UsageMetrics(
+                self.metrics.registry,
+                namespace=self.operations.namespace,
+                label=AgentLabel(usage.metrics_label),
+            )
+            usage = dataclasses.replace(usage, metrics=metrics_of_usage)
+        self.usage_settings = usage
+        self.retention_sweeper = (
+            None
+            if retention_interval is None or readonly
+            else RetentionSweeper(
+                self.list_agents_async, lambda a: self.get(a, create=False), retention_interval
+            )
+        )
         # SQLite calls run here, a whole transaction per call; the thread count is bounded
         # whatever the number of agents.
         self.executor = IoThreads(
@@ -236,6 +258,8 @@ class ActorRegistry:
         self._is_closed = False
 
     async def __aenter__(self) -> ActorRegistry:
+        if self.retention_sweeper is not None:  # retention runs with or without calls
+            self.retention_sweeper.start()
         return self
 
     async def __aexit__(
@@ -429,6 +453,8 @@ class ActorRegistry:
         _log_failure(task)
 
     def _start_sweeper(self) -> None:
+        if self.retention_sweeper is not None and not self._is_closed:
+            self.retention_sweeper.start()
         if self._sweeper is None and self.idle_timeout is not None:
             self._sweeper = asyncio.ensure_future(self._sweep())
 
@@ -458,6 +484,8 @@ class ActorRegistry:
     async def close(self) -> None:
         """Finish writes in flight and close every store."""
         self._is_closed = True
+        if self.retention_sweeper is not None:
+            await self.retention_sweeper.close()
         if self._sweeper is not None:
             self._sweeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -33,6 +33,7 @@ from .off_loop import (
     instructions_counted,
     off_loop_if_large,
 )
+from .usage_ledger import UsageLedger
 
 __all__ = [
     "SessionWrites",
@@ -157,7 +158,12 @@ class WriteRunner(Protocol):
 
     async def commit(self, plan: AppendPlan) -> AppendResult: ...
 
+    @property
+    def usage(self) -> UsageLedger: ...
+
     async def run_write(self, fn: Callable[[AgentStore], Awaitable[T]]) -> T: ...
+
+    async def run_read(self, fn: Callable[[AgentStore], Awaitable[T]]) -> T: ...
 
 
 class SessionWrites:
@@ -234,6 +240,7 @@ class SessionWrites:
         usage: dict[str, Any] | None = None,
         on_conflict: Literal["append", "reject"] = "append",
         strategy: Mapping[str, Any] | None = None,
+        model: str | None = None,
     ) -> AppendResult:
         """Write exactly ``ctx.get_new_messages()`` as events, in one transaction.
 
@@ -244,10 +251,13 @@ class SessionWrites:
         reports in any provider shape, or the server's own count of the context. A flag
         set under ``summarize`` starts the summary in the background at once. The end of
         the turn writes ``working_context_snapshot.json`` (with the mirror on).
+        ``usage`` (any provider shape) is stored with the turn, with ``model``; the answer's
+        ``budget_exceeded`` says the session or agent is now past its budget.
         """
         return await _persist(
-            self, session_id, ctx, idempotency_key, usage, on_conflict, strategy, False, None
-        )
+            self, session_id, ctx, idempotency_key, usage, on_conflict, strategy, False, None,
+            model,
+        )  # fmt: skip
 
 
 def persist_from_wire(
@@ -260,6 +270,7 @@ def persist_from_wire(
     on_conflict: Literal["append", "reject"] = "append",
     strategy: Mapping[str, Any] | None = None,
     content_bound: int | None = None,
+    model: str | None = None,
 ) -> Coroutine[Any, Any, AppendResult]:
     """``actor.persist_working_context`` for the RPC layer (``turn.persist``): the new
     messages come straight from ``values.validation.parse_messages`` (the params model
@@ -267,8 +278,9 @@ def persist_from_wire(
     they were decoded from, so a small turn is known to be small without a walk of its
     text (``_plan_size``). Wire concerns, kept out of the actor's public method."""
     return _persist(
-        actor, session_id, ctx, idempotency_key, usage, on_conflict, strategy, True, content_bound
-    )
+        actor, session_id, ctx, idempotency_key, usage, on_conflict, strategy, True, content_bound,
+        model,
+    )  # fmt: skip
 
 
 async def _persist(
@@ -281,6 +293,7 @@ async def _persist(
     strategy: Mapping[str, Any] | None,
     validated: bool,
     content_bound: int | None,
+    model: str | None = None,
 ) -> AppendResult:
     """The end of a turn (``persist_working_context``); ``validated``: the new messages
     are ``parse_messages``' own (not checked again)."""
@@ -296,6 +309,7 @@ async def _persist(
             validated=validated,
             strategy=strategy,
             count=size >= LARGE_CONTENT_CHARS,  # off the loop, then
+            model=model,
         )
 
     # The small turn (the sequential path) is prepared, planned and queued without
@@ -323,4 +337,10 @@ async def _persist(
     if step.batch.compaction_required:
         actor.compactions.prime(actor, session_id, list(ctx.system_instructions), strategy)
     actor.compactions.report_futile(session_id)
+    if (
+        turn.recorded is not None
+        and result.seqs
+        and await actor.usage.after_turn(actor, session_id, turn.recorded)
+    ):
+        result = msgspec.structs.replace(result, budget_exceeded=True)
     return result

@@ -59,7 +59,15 @@ __all__ = ["check_agent_file", "file_shape", "invariant_problems", "reference_sh
 _OLD_INDEXES: Final = frozenset({"idx_events_session_created"})
 # Tables a migration adds: the schema version that first has each (an older file lacks it
 # until its migration makes it; the shape comparison after the migrations requires it).
-_ADDED_TABLES: Final = {"streams": 4, "stream_segments": 4, "memory_blocks": 5, "rewinds": 6}
+_ADDED_TABLES: Final = {
+    "streams": 4,
+    "stream_segments": 4,
+    "memory_blocks": 5,
+    "rewinds": 6,
+    "turn_usage": 7,
+    "usage_totals": 7,
+    "usage_days": 7,
+}
 _SHOWN: Final = 3  # problems named in a refusal (the rest are counted)
 
 

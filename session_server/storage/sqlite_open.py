@@ -137,6 +137,26 @@ MIGRATIONS: dict[int, Sequence[str]] = {
         " erased INTEGER NOT NULL DEFAULT 0, reason TEXT, created_at INTEGER NOT NULL,"
         " PRIMARY KEY (session_id, seq)) WITHOUT ROWID",
     ),
+    # 6 -> 7: usage per turn with running totals, budgets and retention policies.
+    6: (
+        "ALTER TABLE sessions ADD COLUMN budget TEXT",
+        "ALTER TABLE sessions ADD COLUMN retention TEXT",
+        "CREATE TABLE IF NOT EXISTS turn_usage (session_id TEXT NOT NULL,"
+        " seq INTEGER NOT NULL, turn INTEGER NOT NULL, created_at INTEGER NOT NULL,"
+        " model TEXT, input_tokens INTEGER NOT NULL, output_tokens INTEGER NOT NULL,"
+        " cached_input_tokens INTEGER NOT NULL, cache_write_tokens INTEGER NOT NULL,"
+        " reasoning_tokens INTEGER NOT NULL, PRIMARY KEY (session_id, seq)) WITHOUT ROWID",
+        "CREATE TABLE IF NOT EXISTS usage_totals (session_id TEXT NOT NULL,"
+        " model TEXT NOT NULL, input_tokens INTEGER NOT NULL,"
+        " output_tokens INTEGER NOT NULL, cached_input_tokens INTEGER NOT NULL,"
+        " cache_write_tokens INTEGER NOT NULL, reasoning_tokens INTEGER NOT NULL,"
+        " turns INTEGER NOT NULL, PRIMARY KEY (session_id, model)) WITHOUT ROWID",
+        "CREATE TABLE IF NOT EXISTS usage_days (day INTEGER NOT NULL,"
+        " model TEXT NOT NULL, input_tokens INTEGER NOT NULL,"
+        " output_tokens INTEGER NOT NULL, cached_input_tokens INTEGER NOT NULL,"
+        " cache_write_tokens INTEGER NOT NULL, reasoning_tokens INTEGER NOT NULL,"
+        " turns INTEGER NOT NULL, PRIMARY KEY (day, model)) WITHOUT ROWID",
+    ),
 }
 
 

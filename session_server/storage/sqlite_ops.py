@@ -44,6 +44,7 @@ from .stored_rows import (
 )
 from .stream_rows import end_stream
 from .transactions import project_error
+from .usage_rows import record_usage
 
 __all__ = [
     "STALE_MIRROR_SEQ",
@@ -198,6 +199,8 @@ def append(
                 f"events: an event id already exists in this agent ({exc})",
                 data={"field": "events[].id", "last_seq": last_seq},
             ) from exc
+    if batch.usage is not None and stored:
+        record_usage(conn, session_id, seq, stored[-1].turn or 0, now, batch.usage)
     if added:
         # A reused id points at its latest call, as ``number_turns`` says: later results
         # join the latest call's turn.

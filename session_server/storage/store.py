@@ -43,6 +43,7 @@ from .session_rows import read_session_rows, write_session_rows
 from .store_connections import StoreConnections
 from .stored_rows import read_session_state, session_row
 from .transactions import storage_error
+from .usage_rows import delete_session_usage
 
 __all__ = [
     "AgentStore",
@@ -90,7 +91,7 @@ class AgentStore(StoreConnections):
     async def delete_session(self, session_id: str) -> bool:
         def body(conn: sqlite3.Connection) -> tuple[bool, int]:
             deleted = conn.execute("DELETE FROM sessions WHERE id = ?", (session_id,)).rowcount > 0
-            rows = 0
+            rows = delete_session_usage(conn, session_id)
             for table in (
                 "events",
                 "tool_calls",
@@ -427,18 +428,19 @@ class AgentStore(StoreConnections):
 
         return await self._read(fn)
 
-    # -- memory blocks (the bodies: ``block_sql``; the rules: ``runtime.memory_blocks``) --
+    # -- bodies of other modules (``block_sql``, ``usage_rows``) ---------------------------
 
-    async def read_blocks(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """``fn(reader)``: a read of ``memory_blocks`` on the read connection."""
+    async def query(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """``fn(conn)`` on the read connection, on a worker thread."""
         return await self._read(fn)
 
-    async def write_blocks(self, what: str, body: Callable[..., T], *args: Any) -> T:
-        """``body(writer, *args)`` in one write transaction."""
-        return await self._write(what, body, *args)
+    async def transact(self, what: str, body: Callable[..., T], *args: Any) -> T:
+        """``body(conn, *args)`` as one write transaction (the caller holds the write lock)."""
+        result: T = await self._write(what, body, *args)
+        return result
 
-    async def erase_blocks(self, what: str, body: Callable[..., T], *args: Any) -> T:
-        """A write that removes block revisions: the WAL erased after it when it did."""
+    async def transact_erasing(self, what: str, body: Callable[..., T], *args: Any) -> T:
+        """``transact`` for a body that removes rows: the WAL erased after it when it did."""
         return await self._delete(what, body, *args)
 
     async def get_setting(self, key: str) -> str | None:

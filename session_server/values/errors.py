@@ -11,6 +11,7 @@ from typing import Any, ClassVar
 
 __all__ = [
     "AgentUnavailableError",
+    "BudgetExceededError",
     "ConflictError",
     "CorruptRecordError",
     "ForbiddenError",
@@ -143,3 +144,10 @@ class UnavailableError(SessionServerError):
     call may succeed later. ``data["retryable"]`` is true and ``data["reason"]`` names it."""
 
     code = -32005
+
+
+class BudgetExceededError(UnavailableError):
+    """A session (or its agent) is past its usage budget: ``context.build`` and
+    ``context.render`` refuse until the budget is raised or the request says
+    ``override_budget: true``. Shares -32005 with ``UnavailableError`` (DESIGN §12);
+    ``data["reason"]`` is ``"budget_exceeded"`` and ``data["retryable"]`` false."""

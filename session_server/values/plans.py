@@ -18,6 +18,7 @@ import msgspec
 
 from .events import SessionEvent
 from .records import CompactionRecord
+from .usage import UsageTotals
 
 __all__ = [
     "AppendBatch",
@@ -56,6 +57,8 @@ class AppendResult(msgspec.Struct):
     seqs: list[int]
     last_seq: int
     compaction_required: bool = False
+    # The turn's usage took its session or agent past a budget (``turn.persist`` only).
+    budget_exceeded: bool = False
 
 
 class SessionState(msgspec.Struct, frozen=True):
@@ -133,10 +136,14 @@ class AppendBatch(msgspec.Struct, frozen=True):
     mirror_seq: int | None = None
     create: NewSession | None = None
     end_stream: str | None = None
+    # The provider's usage of the turn, stored with it (``storage.usage_rows``).
+    usage: UsageTotals | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.session_id, str):
             raise TypeError("session_id: must be a str")
+        if self.usage is not None and not isinstance(self.usage, UsageTotals):
+            raise TypeError("usage: must be a UsageTotals or None")
         if self.token_counts is not None and len(self.events) != len(self.token_counts):
             raise ValueError(
                 f"token_counts: {len(self.token_counts)} counts for {len(self.events)} events"

@@ -38,6 +38,14 @@ UNDO: Final[dict[int, tuple[str, ...]]] = {
         "DROP TABLE sessions",
         "ALTER TABLE sessions_v3 RENAME TO sessions",
     ),
+    # usage, budgets and retention
+    7: (
+        "DROP TABLE turn_usage",
+        "DROP TABLE usage_totals",
+        "DROP TABLE usage_days",
+        "ALTER TABLE sessions DROP COLUMN budget",
+        "ALTER TABLE sessions DROP COLUMN retention",
+    ),
 }
 
 

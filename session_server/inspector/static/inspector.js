@@ -9,7 +9,7 @@ const EVENT_LIMIT = 500;
 const FOLD_CHARS = 1200;
 const FOLD_LINES = 24;
 const PREVIEW_LINES = 10;
-const TABS = ["conversation", "context", "episodic", "semantic", "raw", "blocks", "compactions"];
+const TABS = ["conversation", "context", "episodic", "semantic", "raw", "blocks", "compactions", "usage"];
 const HISTORY_LIMIT = 50;
 const DIFF_MAX_LINES = 2000;
 const RECONNECT_MAX_MS = 10000;
@@ -561,7 +561,7 @@ async function openSession(sessionId) {
 // context.build: the working context the model gets under the effective strategy.
 async function refreshBuild(generation) {
   try {
-    const built = await state.agentRpc.call("context.build", { session_id: state.sessionId });
+    const built = await state.agentRpc.call("context.build", { session_id: state.sessionId, override_budget: true });
     if (generation !== state.generation) return;
     state.built = built;
   } catch (err) {
@@ -667,6 +667,13 @@ const LOADERS = {
       label: b.label, session_id: b.session_id || state.sessionId, limit: HISTORY_LIMIT,
     }).then((h) => h.revisions, () => [])));
     return renderBlocks(blocks, histories);
+  },
+  async usage() {
+    const [chart, agent] = await Promise.all([
+      state.agentRpc.call("memory.usage_chart", { session_id: state.sessionId, limit: 500 }),
+      state.agentRpc.call("memory.usage", {}),
+    ]);
+    return renderUsage(chart, agent);
   },
 };
 
@@ -864,7 +871,7 @@ async function renderContext() {
   }
   const out = [toolbar];
   if (state.adapter) {
-    const rendered = await state.agentRpc.call("context.render", { session_id: state.sessionId, adapter: state.adapter });
+    const rendered = await state.agentRpc.call("context.render", { session_id: state.sessionId, adapter: state.adapter, override_budget: true });
     out.push(el("p", { class: "muted", text: `Request body part for ${rendered.adapter} (${num(rendered.token_count)} tokens):` }));
     out.push(el("pre", { class: "payload", text: json(rendered.payload) }));
     return out;
@@ -1069,6 +1076,109 @@ function renderBlocks(blocks, histories) {
         el("summary", { text: `History (${revisions.length}${revisions.length >= HISTORY_LIMIT ? "+" : ""} revisions)` }),
         el("ol", { class: "timeline", "aria-label": `Revisions of ${block.label}, newest first` }, items)));
   });
+}
+
+// ---------------------------------------------------------------- usage
+
+// The SVG namespace as the HTML parser gave it to the page's own <svg> (no URL here).
+const SVG_NS = document.getElementById("svg-namespace").namespaceURI;
+
+function svg(tag, attrs, ...children) {
+  const node = document.createElementNS(SVG_NS, tag);
+  for (const [key, value] of Object.entries(attrs || {})) {
+    if (value !== null && value !== undefined) node.setAttribute(key, String(value));
+  }
+  for (const child of children.flat()) if (child) node.append(child);
+  return node;
+}
+
+function money(n) { return typeof n === "number" ? n.toLocaleString(undefined, { maximumFractionDigits: 6 }) : "—"; }
+
+function usageTable(title, totals, cls) {
+  const rows = [
+    ["Turns", num(totals.turns)],
+    ["Input (prompt) tokens", num(totals.input_tokens)],
+    ["  of which cached", num(totals.cached_input_tokens)],
+    ["  of which cache writes", num(totals.cache_write_tokens)],
+    ["Output tokens", num(totals.output_tokens)],
+    ["  of which reasoning", num(totals.reasoning_tokens)],
+    ["Total tokens", num(totals.total_tokens)],
+    ["Cost", "cost" in totals ? money(totals.cost) : "unknown (no price for a model)"],
+  ];
+  return el("section", { class: "usage-totals " + cls, "aria-label": title },
+    el("h3", { text: title }),
+    el("dl", { class: "meta" }, rows.map(([k, v]) => el("div", {}, el("dt", { text: k }), el("dd", { text: v })))));
+}
+
+// Tokens per turn: prompt (input), cached part, output, one point per turn in order;
+// dashed verticals where a compaction was recorded (between the turns around its seq),
+// so the sawtooth of the prompt is visible.
+function perTurnChart(turns, compactions) {
+  const W = 720, H = 220, L = 56, R = 12, T = 12, B = 28;
+  const max = Math.max(1, ...turns.map((t) => t.input_tokens), ...turns.map((t) => t.output_tokens));
+  const x = (i) => L + (turns.length === 1 ? (W - L - R) / 2 : (i * (W - L - R)) / (turns.length - 1));
+  const y = (v) => T + (H - T - B) * (1 - v / max);
+  const line = (key, cls) => svg("polyline", {
+    class: "series " + cls, "data-series": key, fill: "none",
+    points: turns.map((t, i) => `${x(i).toFixed(1)},${y(t[key]).toFixed(1)}`).join(" "),
+  });
+  const marks = compactions.map((seq) => {
+    let i = turns.findIndex((t) => t.seq > seq);
+    if (i < 0) i = turns.length - 1;
+    const px = i > 0 ? (x(i - 1) + x(i)) / 2 : x(0);
+    return svg("line", { class: "compaction-mark", "data-seq": seq, x1: px, x2: px, y1: T, y2: H - B },
+      svg("title", {}, document.createTextNode(`compaction at seq ${seq}`)));
+  });
+  const ticks = [0, 0.5, 1].map((f) => svg("text", { class: "tick", x: L - 6, y: y(max * f) + 4, "text-anchor": "end" },
+    document.createTextNode(Math.round(max * f).toLocaleString())));
+  const points = turns.map((t, i) => svg("circle", { class: "point", cx: x(i), cy: y(t.input_tokens), r: 2.5, "data-seq": t.seq },
+    svg("title", {}, document.createTextNode(`turn ${t.turn} (seq ${t.seq}): prompt ${num(t.input_tokens)}, cached ${num(t.cached_input_tokens)}, output ${num(t.output_tokens)}${t.model ? ", " + t.model : ""}`))));
+  return svg("svg", { id: "usage-chart", class: "chart", viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": `Tokens per turn over ${turns.length} turns, ${compactions.length} compactions marked` },
+    svg("line", { class: "axis", x1: L, x2: W - R, y1: H - B, y2: H - B }),
+    svg("line", { class: "axis", x1: L, x2: L, y1: T, y2: H - B }),
+    ticks, marks, line("input_tokens", "prompt"), line("cached_input_tokens", "cached"), line("output_tokens", "output"), points);
+}
+
+// The running total (input + output) with the budget line when a token budget is set.
+function cumulativeChart(turns, budget) {
+  const W = 720, H = 140, L = 56, R = 12, T = 12, B = 20;
+  let sum = 0;
+  const totals = turns.map((t) => (sum += t.input_tokens + t.output_tokens));
+  const limit = budget && typeof budget.max_total_tokens === "number" ? budget.max_total_tokens : null;
+  const max = Math.max(1, sum, limit || 0);
+  const x = (i) => L + (turns.length === 1 ? (W - L - R) / 2 : (i * (W - L - R)) / (turns.length - 1));
+  const y = (v) => T + (H - T - B) * (1 - v / max);
+  const parts = [
+    svg("line", { class: "axis", x1: L, x2: W - R, y1: H - B, y2: H - B }),
+    svg("polyline", { class: "series total", "data-series": "total", fill: "none", points: totals.map((v, i) => `${x(i).toFixed(1)},${y(v).toFixed(1)}`).join(" ") }),
+    svg("text", { class: "tick", x: L - 6, y: y(max) + 4, "text-anchor": "end" }, document.createTextNode(Math.round(max).toLocaleString())),
+  ];
+  if (limit !== null) {
+    parts.push(svg("line", { id: "budget-line", class: "budget-line", x1: L, x2: W - R, y1: y(limit), y2: y(limit), "data-limit": limit },
+      svg("title", {}, document.createTextNode(`budget: ${num(limit)} tokens`))));
+  }
+  return svg("svg", { id: "usage-total-chart", class: "chart", viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": "Total tokens so far" + (limit !== null ? `, budget ${limit}` : "") }, parts);
+}
+
+function renderUsage(chart, agent) {
+  const turns = chart.turns || [];
+  const budget = chart.budget || chart.agent_budget || null;
+  const facts = el("dl", { class: "meta" },
+    el("div", {}, el("dt", { text: "Session budget" }), el("dd", { id: "usage-budget", text: chart.budget ? oneLine(chart.budget, 120) : "none" })),
+    el("div", {}, el("dt", { text: "Agent budget" }), el("dd", { text: chart.agent_budget ? oneLine(chart.agent_budget, 120) : "none" })),
+    el("div", {}, el("dt", { text: "Expires" }), el("dd", { id: "usage-expiry", text: chart.expires_at ? fmtTime(chart.expires_at) : "never" })));
+  const out = [facts];
+  if (!turns.length) {
+    out.push(empty("No usage recorded for this session (turn.persist with usage)."));
+  } else {
+    out.push(el("h3", { text: `Tokens per turn (last ${turns.length})` }),
+      el("p", { class: "legend" }, badge("prompt", "prompt"), " ", badge("cached", "cached"), " ", badge("output", "output"), " ", badge("compaction", "compaction")),
+      perTurnChart(turns, chart.compactions || []),
+      el("h3", { text: "Total so far" }),
+      cumulativeChart(turns, budget));
+  }
+  out.push(usageTable("This session", chart.totals, "session"), usageTable("This agent", agent.totals, "agent"));
+  return out;
 }
 
 // ---------------------------------------------------------------- live

@@ -23,6 +23,13 @@ AGENT = "clients"
 # RPC method -> the SessionClient method that calls it. ``events.unsubscribe`` is sent by
 # ``Subscription.close()``. A new RPC method needs its client method here and in client/session_client.py.
 CLIENT_METHODS = {
+    "memory.usage": "memory_usage",
+    "memory.usage_chart": "usage_chart",
+    "memory.set_budget": "set_budget",
+    "memory.get_budget": "get_budget",
+    "retention.set": "retention_set",
+    "retention.get": "retention_get",
+    "retention.preview": "retention_preview",
     "agent.backup": "backup_agent",
     "agent.restore": "restore_agent",
     "session.create": "create_session",

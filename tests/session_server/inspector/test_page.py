@@ -131,6 +131,8 @@ def test_tabs_switch_by_mouse_and_keyboard(opened: Page) -> None:
     expect(panel.locator('.view-switch[data-adapter="anthropic"]')).to_be_focused()
     context_tab.focus()
     opened.keyboard.press("End")
+    expect(opened.get_by_role("tab", name="Usage")).to_have_attribute("aria-selected", "true")
+    opened.keyboard.press("ArrowLeft")
     compactions = opened.get_by_role("tabpanel", name="Compactions")
     expect(compactions.locator("li.compaction")).to_have_count(2)
     expect(compactions.locator("li.compaction").first).to_contain_text("compact")

@@ -151,6 +151,7 @@ async def test_context_build_and_turn_persist(ws: ClientConnection) -> None:
         "seqs": [1, 2, 3, 4],
         "last_seq": 4,
         "compaction_required": False,
+        "budget_exceeded": False,
     }
 
     built = (await rpc("context.build", session_id=sid, system_instructions="be brief"))["result"]

@@ -45,6 +45,15 @@ def stamped(text: str, ms: int) -> SessionEvent:
     return SessionEvent(action="user_message", content=text, timestamp=ms)
 
 
+V4_OBJECTS_DROPPED = (
+    "DROP TABLE turn_usage",
+    "DROP TABLE usage_totals",
+    "DROP TABLE usage_days",
+    "ALTER TABLE sessions DROP COLUMN budget",
+    "ALTER TABLE sessions DROP COLUMN retention",
+)
+
+
 async def file_of_version_2(root: Path) -> str:
     """An agent file as version 2 left it (its index and version number), with 6 events
     whose timestamps are 1000..1005; the session id."""
@@ -56,6 +65,8 @@ async def file_of_version_2(root: Path) -> str:
         for statement in undo_to(3):
             conn.execute(statement)
         conn.execute(V2_INDEX)
+        for statement in V4_OBJECTS_DROPPED:  # what version 4 added
+            conn.execute(statement)
         conn.execute("PRAGMA user_version=2")
     return sid
 
@@ -102,6 +113,10 @@ async def test_a_file_of_version_2_is_migrated_and_keeps_its_events(tmp_path: Pa
         events = await actor.load_events(sid, limit=None, tail=False)
         assert [e.content for e in events] == [f"u{i}" for i in range(6)]
         assert [e.seq for e in await actor.load_events(sid, since=1004)] == [5, 6]
+        # version 4's usage tables and columns are there after the migration
+        await actor.append_events(sid, [stamped("u6", 1006)])
+        await actor.set_session_budget(sid, {"max_total_tokens": 5})
+        assert (await actor.memory_usage(session_id=sid))["totals"]["turns"] == 0
     assert version(db(tmp_path)) == SCHEMA_VERSION
     assert "idx_events_session_created" not in indexes(db(tmp_path))
 
@@ -115,21 +130,24 @@ async def test_a_file_of_version_3_is_migrated_and_forks(tmp_path: Path) -> None
         fork = await actor.fork_session(sid, at_seq=3)
         assert [e.content for e in await actor.load_events(fork.session_id)] == ["u0", "u1", "u2"]
         assert (await actor.rewind_session(sid, 2)).branch_session_id is not None
-    assert version(db(tmp_path)) == SCHEMA_VERSION == 4
+    assert version(db(tmp_path)) == SCHEMA_VERSION
     assert "idx_sessions_parent" in indexes(db(tmp_path))
 
 
 async def test_a_read_only_store_reads_the_current_version(tmp_path: Path) -> None:
-    """A session row is read with its fork columns (version 4): a reader reads a file of
-    this version as it is and leaves it as it found it."""
+    """A session row is read with its fork columns (version 6): a reader reads a file of
+    the current version as it is and leaves it as it found it."""
     sid = await file_of_version_3(tmp_path)
     async with ActorRegistry(tmp_path, idle_timeout=None) as reg:
         await (await reg.get(AGENT)).list_sessions()  # migrated by a writer
-    assert READABLE_SCHEMA_VERSION == SCHEMA_VERSION
+    assert READABLE_SCHEMA_VERSION <= SCHEMA_VERSION
     async with ActorRegistry(tmp_path, idle_timeout=None, readonly=True) as reg:
         actor = await reg.get(AGENT)
         assert [s["id"] for s in await actor.list_sessions()] == [sid]
         assert [e.seq for e in await actor.load_events(sid, since=1003)] == [4, 5, 6]
+        row = await actor.get_session(sid) or {}
+        assert row["budget"] is None and row["expires_at"] is None
+        assert (await actor.memory_usage())["totals"]["turns"] == 0
     assert version(db(tmp_path)) == SCHEMA_VERSION
 
 

@@ -9,6 +9,7 @@ import pytest
 from session_server.values import errors
 from session_server.values.errors import (
     AgentUnavailableError,
+    BudgetExceededError,
     ConflictError,
     CorruptRecordError,
     ForbiddenError,
@@ -47,6 +48,7 @@ EXPECTED_CODES = {
     AgentUnavailableError: -32603,
     SummarizerError: -32603,
     MemoryDirInUseError: -32603,
+    BudgetExceededError: -32005,  # DESIGN §12: -32005 with data.reason "budget_exceeded"
 }
 
 
