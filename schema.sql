@@ -1,4 +1,4 @@
--- session-server schema, version 3 (PRAGMA user_version). The store executes this file
+-- session-server schema, version 4 (PRAGMA user_version). The store executes this file
 -- on a new database; older files are brought forward by the migrations in
 -- session_server/storage/sqlite_ops.py (MIGRATIONS).
 
@@ -64,3 +64,33 @@ CREATE TABLE IF NOT EXISTS agent_settings (
   key TEXT PRIMARY KEY NOT NULL,
   value TEXT NOT NULL
 ) WITHOUT ROWID;
+
+-- Recall: the full-text index of what events say (docs/recall.md). Its rowid is the
+-- event's rowid. The triggers keep it in the transaction that writes or deletes an event
+-- (``recall_text`` is ``values.recall.indexed_text``, registered on every writer);
+-- ``agent_settings['recall_backfill']`` is the part of a migrated file still to index.
+CREATE VIRTUAL TABLE IF NOT EXISTS events_fts USING fts5(
+  text, tokenize = "unicode61 remove_diacritics 2 categories 'L* N* Co So'"
+);
+
+CREATE TRIGGER IF NOT EXISTS events_fts_insert AFTER INSERT ON events BEGIN
+  INSERT INTO events_fts(rowid, text)
+    SELECT new.rowid, t FROM (SELECT recall_text(new.action, new.content, new.metadata) AS t)
+    WHERE t IS NOT NULL;
+END;
+
+-- FTS5 deletes leave the old postings in place until segments merge: the flag asks the
+-- delete's caller (and the next activation, after a crash) to merge them ('optimize').
+CREATE TRIGGER IF NOT EXISTS events_fts_delete AFTER DELETE ON events BEGIN
+  DELETE FROM events_fts WHERE rowid = old.rowid;
+  INSERT OR REPLACE INTO agent_settings(key, value) VALUES ('recall_purge', '1');
+END;
+
+CREATE TRIGGER IF NOT EXISTS events_fts_update AFTER UPDATE OF action, content, metadata
+  ON events BEGIN
+  DELETE FROM events_fts WHERE rowid = old.rowid;
+  INSERT OR REPLACE INTO agent_settings(key, value) VALUES ('recall_purge', '1');
+  INSERT INTO events_fts(rowid, text)
+    SELECT new.rowid, t FROM (SELECT recall_text(new.action, new.content, new.metadata) AS t)
+    WHERE t IS NOT NULL;
+END;

@@ -44,6 +44,9 @@ REPLAYED: Final = frozenset(
         "events.subscribe",
         "events.unsubscribe",
         "adapters.list",
+        "memory.search",
+        "memory.expand",
+        "memory.tools",
         # admin reads
         "agent.backup",
         "agents.list",
@@ -69,6 +72,8 @@ NOT_REPLAYED: Final = frozenset(
         "memory.compact",
         "import.session",
         "agent.restore",
+        "memory.tool_call",  # a model tool may write (memory blocks)
+        "memory.reindex",
     }
 )
 """Methods whose second run differs from the first: a lost call is reported, not resent."""

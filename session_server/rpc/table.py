@@ -17,6 +17,7 @@ from typing import Final
 
 from . import memory_methods as memory
 from . import methods as session
+from . import recall_methods as recall
 from . import session_methods as edits
 from .method_spec import SERVER, MethodSpec, method_table
 from .params import (
@@ -105,6 +106,17 @@ ROWS: Final[tuple[MethodSpec, ...]] = (
         sessions="none",
     ),
     MethodSpec("metrics.get", NoParams, memory.metrics_get, SERVER, scope="admin"),
+    # Recall (``recall_methods``).
+    MethodSpec(
+        "memory.search", recall.SearchParams, recall.memory_search, scope="read", sessions="filter"
+    ),
+    MethodSpec("memory.expand", recall.ExpandParams, recall.memory_expand, scope="read"),
+    MethodSpec(
+        "memory.tools", recall.ToolsParams, recall.memory_tools, scope="read", sessions="none"
+    ),
+    # write: a model tool may edit memory (the memory-block tools); the recall tools read.
+    MethodSpec("memory.tool_call", recall.ToolCallParams, recall.memory_tool_call, scope="write"),
+    MethodSpec("memory.reindex", recall.ReindexParams, recall.memory_reindex, scope="admin"),
 )
 
 BUILTIN_METHODS: Final[Mapping[str, MethodSpec]] = MappingProxyType(method_table(ROWS))

@@ -35,6 +35,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from ..adapters.tools import tool_definitions
 from ..core.agent_core import AgentCore
 from ..core.compaction_decisions import compaction_report
 from ..core.core_state import AGENT_STRATEGY_KEY
@@ -59,6 +60,8 @@ from .actor_host import ActorHost
 from .commit_effects import GroupCommit
 from .compaction_turns import CompactionTurns
 from .mirror_link import MirrorLink, snapshot_from_file
+from .model_tools import MODEL_TOOLS, call_tool
+from .recall import Recall
 from .session_edits import SessionEdits
 from .session_reads import SessionReads
 from .session_writes import SessionWrites
@@ -124,6 +127,7 @@ class AgentActor(SessionReads, SessionWrites, SessionEdits):
         # with each call): a dropped actor is freed at once, not by the cycle collector.
         self.queue = WriteQueue(self._write_lock, self.group_commit.commit_group)
         self.compactions = CompactionTurns(agent_id, self.core, host)
+        self.recall = Recall(agent_id)
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -184,6 +188,7 @@ class AgentActor(SessionReads, SessionWrites, SessionEdits):
                 # the sweep runs would be taken for an orphan and its folder removed.
                 await self.mirror.activate_agent(self._store)
                 self._activated = self._store
+                self.recall.activated(self)  # index what a migration left (background)
             return self._store
 
     async def hibernate(self) -> None:
@@ -240,6 +245,7 @@ class AgentActor(SessionReads, SessionWrites, SessionEdits):
         """Cancel background summaries, wait for writes and reads in flight, then close
         the store."""
         await self.compactions.cancel()
+        await self.recall.cancel()
         while self.queue.pending or self._inflight:
             if self.queue.pending:
                 await asyncio.gather(*list(self.queue.pending), return_exceptions=True)
@@ -449,3 +455,58 @@ class AgentActor(SessionReads, SessionWrites, SessionEdits):
             )
         )
         return compaction_report(await self.compactions.compaction(self, due))
+
+    # -- recall (``runtime/recall.py``, ``runtime/model_tools.py``) ----------------------
+
+    async def search(
+        self,
+        query: str,
+        *,
+        session_id: str | None = None,
+        limit: int = 10,
+        after_seq: int | None = None,
+        before_seq: int | None = None,
+        actions: Iterable[str] | None = None,
+        sessions: Iterable[str] | None = None,
+    ) -> dict[str, Any]:
+        """Full-text search over the agent's events: ``{hits, indexing}`` (``memory.search``)."""
+        return await self.recall.search(
+            self,
+            query,
+            session_id=session_id,
+            limit=limit,
+            after_seq=after_seq,
+            before_seq=before_seq,
+            actions=actions,
+            sessions=sessions,
+        )
+
+    async def expand(
+        self, session_id: str, from_seq: int, to_seq: int, *, limit: int = 200
+    ) -> dict[str, Any]:
+        """The raw events of a seq range and their messages (``memory.expand``)."""
+        return await self.recall.expand(self, session_id, from_seq, to_seq, limit=limit)
+
+    async def reindex(self) -> int:
+        """Rebuild the recall index (in the background); the number of events to index."""
+        return await self.recall.reindex(self)
+
+    async def recall_settled(self) -> None:
+        """Wait until the background indexing that is running (if any) ends."""
+        await self.recall.settled()
+
+    def memory_tools(self, adapter: str) -> list[dict[str, Any]]:
+        """The model tools in ``adapter``'s format (``memory.tools``)."""
+        return tool_definitions(adapter, (tool.spec for tool in MODEL_TOOLS.values()))
+
+    async def tool_call(
+        self,
+        session_id: str,
+        name: str,
+        arguments: Any,
+        *,
+        sessions: Iterable[str] | None = None,
+    ) -> dict[str, Any]:
+        """Run one model tool: ``{content, is_error}`` (``memory.tool_call``)."""
+        only = None if sessions is None else frozenset(sessions)
+        return await call_tool(self, session_id, name, arguments, sessions=only)

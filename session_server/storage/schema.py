@@ -8,7 +8,7 @@ from pathlib import Path
 
 __all__ = ["READABLE_SCHEMA_VERSION", "SCHEMA_VERSION", "schema_sql"]
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 # The oldest version a read-only store reads as it is (it cannot migrate): version 3 only
 # dropped an index (``MIGRATIONS[2]``), so a file of version 2 has every column it reads.

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Final
 
 from ..values.errors import AgentUnavailableError
+from ..values.recall import indexed_text
 from .file_modes import create_file
 from .schema import SCHEMA_VERSION, schema_sql
 
@@ -65,6 +66,8 @@ def connect(
             # Deleted rows are overwritten with zeros, not just unlinked (DESIGN erasure):
             # with a checkpoint after each delete, no deleted text survives in the files.
             conn.execute("PRAGMA secure_delete=ON")
+            # The recall index's insert trigger calls it (``schema.sql``, ``events_fts``).
+            conn.create_function("recall_text", 3, indexed_text, deterministic=True)
             conn.execute(f"PRAGMA wal_autocheckpoint={wal_autocheckpoint_pages(synchronous)}")
     except BaseException:
         conn.close()
@@ -101,6 +104,15 @@ MIGRATIONS: dict[int, Sequence[str]] = {
     # which now scan the session's events by seq; every append paid for it (about 1.8 of
     # the 12 WAL pages of a 4-event turn).
     2: ("DROP INDEX IF EXISTS idx_events_session_created",),
+    # 3 -> 4: the recall index (``events_fts`` and its triggers), empty; the events
+    # already stored are indexed afterwards in bounded steps (``runtime.recall``), from
+    # the range recorded here.
+    3: (
+        *(s for s in _statements(schema_sql()) if "events_fts" in s),
+        "INSERT OR REPLACE INTO agent_settings(key, value)"
+        " SELECT 'recall_backfill', json_object('next', 0, 'end', max(rowid)) FROM events"
+        " HAVING count(*) > 0",
+    ),
 }
 
 
