@@ -180,6 +180,7 @@ def _make_v3_file(tmp_path: Path, events: int) -> Path:
     db = _db(tmp_path)
     db.parent.mkdir(parents=True)
     conn = sqlite3.connect(db, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
     from session_server.storage.sqlite_open import _statements  # noqa: PLC2701
     from session_server.storage.schema import schema_sql
 
