@@ -63,7 +63,9 @@ class ToolsParams(RpcParams):
 class ToolCallParams(RpcParams):
     session_id: SessionId
     name: Annotated[str, Field(min_length=1, max_length=128)]
-    arguments: JsonObject | Annotated[str, Field(max_length=MAX_ARGUMENT_CHARS)] = {}
+    arguments: JsonObject | Annotated[str, Field(max_length=MAX_ARGUMENT_CHARS)] = Field(
+        default_factory=dict
+    )
 
 
 class ReindexParams(RpcParams):

@@ -127,7 +127,7 @@ class AgentActor(SessionReads, SessionWrites, SessionEdits):
         # with each call): a dropped actor is freed at once, not by the cycle collector.
         self.queue = WriteQueue(self._write_lock, self.group_commit.commit_group)
         self.compactions = CompactionTurns(agent_id, self.core, host)
-        self.recall = Recall(agent_id)
+        self.recall = Recall(agent_id, readonly=host.readonly)
 
     # -- lifecycle -------------------------------------------------------------------
 

@@ -14,9 +14,9 @@ context it is meant to protect.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final, Protocol
 
 import msgspec
 
@@ -24,13 +24,32 @@ from ..adapters.tools import ToolSpec
 from ..values.errors import InvalidParamsError, NotFoundError
 from ..values.recall import SNIPPET_CLOSE, SNIPPET_OPEN, clip
 
-if TYPE_CHECKING:
-    from .actor import AgentActor
+
+class ToolActor(Protocol):
+    """What the tools use of the actor (``ToolActor`` is one); a new tool that needs
+    more adds the method here."""
+
+    async def get_session(self, session_id: str) -> dict[str, Any] | None: ...
+
+    async def search(
+        self,
+        query: str,
+        *,
+        session_id: str | None = ...,
+        limit: int = ...,
+        sessions: Iterable[str] | None = ...,
+    ) -> dict[str, Any]: ...
+
+    async def expand(
+        self, session_id: str, from_seq: int, to_seq: int, *, limit: int = ...
+    ) -> dict[str, Any]: ...
+
 
 __all__ = [
     "MAX_TOOL_RESULT_CHARS",
     "MODEL_TOOLS",
     "ModelTool",
+    "ToolActor",
     "ToolCallContext",
     "ToolError",
     "call_tool",
@@ -52,7 +71,7 @@ class ToolCallContext:
     """One call: the actor, the session the call is made in, the sessions the caller may
     read (``None``: all), the parsed arguments."""
 
-    actor: AgentActor
+    actor: ToolActor
     session_id: str
     sessions: frozenset[str] | None
     arguments: Mapping[str, Any]
@@ -230,7 +249,7 @@ def _parse_arguments(arguments: Any) -> Mapping[str, Any]:
 
 
 async def call_tool(
-    actor: AgentActor,
+    actor: ToolActor,
     session_id: str,
     name: str,
     arguments: Any,

@@ -14,8 +14,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, Final
+from collections.abc import Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 
 import msgspec
 
@@ -25,13 +25,37 @@ from ..values.errors import InvalidParamsError, NotFoundError
 from ..values.recall import MAX_QUERY_CHARS, fts_query
 
 if TYPE_CHECKING:
-    from .actor import AgentActor
+    from ..storage.store import AgentStore
+    from ..values.events import SessionEvent
+
+T = TypeVar("T")
+
+
+class RecallActor(Protocol):
+    """What ``Recall`` uses of its actor (``RecallActor`` is one)."""
+
+    async def run_read(self, fn: Callable[[AgentStore], Awaitable[T]]) -> T: ...
+
+    async def run_write(self, fn: Callable[[AgentStore], Awaitable[T]]) -> T: ...
+
+    async def get_session(self, session_id: str) -> dict[str, Any] | None: ...
+
+    async def load_events(
+        self,
+        session_id: str,
+        *,
+        limit: int | None = ...,
+        tail: bool = ...,
+        after_seq: int | None = ...,
+    ) -> list[SessionEvent]: ...
+
 
 __all__ = [
     "BACKFILL_ROWS",
     "MAX_EXPAND",
     "MAX_SEARCH_LIMIT",
     "Recall",
+    "RecallActor",
 ]
 
 log = logging.getLogger(__name__)
@@ -65,19 +89,20 @@ class Recall:
     """One actor's recall operations; the actor is passed to each call (no reference
     back to it is kept beyond a running backfill)."""
 
-    def __init__(self, agent_id: str) -> None:
+    def __init__(self, agent_id: str, *, readonly: bool) -> None:
         self.agent_id = agent_id
+        self.readonly = readonly
         self._task: asyncio.Task[None] | None = None
 
     # -- the backfill --------------------------------------------------------------------
 
-    def activated(self, actor: AgentActor) -> None:
+    def activated(self, actor: RecallActor) -> None:
         """The actor opened its file: index what is still to index, in the background."""
-        if actor.host.readonly or (self._task is not None and not self._task.done()):
+        if self.readonly or (self._task is not None and not self._task.done()):
             return
         self._task = asyncio.get_running_loop().create_task(self._backfill(actor))
 
-    async def _backfill(self, actor: AgentActor) -> None:
+    async def _backfill(self, actor: RecallActor) -> None:
         try:
             if await actor.run_read(lambda store: store.recall_purge_pending()):
                 await actor.run_write(lambda store: store.recall_purge())
@@ -111,7 +136,7 @@ class Recall:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
 
-    async def reindex(self, actor: AgentActor) -> int:
+    async def reindex(self, actor: RecallActor) -> int:
         """Empty the index and rebuild it in the background; the number of events."""
         await self.cancel()
         count: int = await actor.run_write(lambda store: store.recall_reset())
@@ -122,7 +147,7 @@ class Recall:
 
     async def search(
         self,
-        actor: AgentActor,
+        actor: RecallActor,
         query: str,
         *,
         session_id: str | None = None,
@@ -165,7 +190,7 @@ class Recall:
 
     async def expand(
         self,
-        actor: AgentActor,
+        actor: RecallActor,
         session_id: str,
         from_seq: int,
         to_seq: int,

@@ -33,8 +33,10 @@ __all__ = [
     "RecallFilter",
     "backfill_pending",
     "backfill_step",
+    "is_recall_object",
     "purge",
     "purge_pending",
+    "rebuild_objects",
     "reset_index",
     "search",
 ]
@@ -242,3 +244,38 @@ def search(conn: sqlite3.Connection, query: RecallFilter) -> tuple[list[dict[str
         return hits, indexing
     finally:
         conn.execute("COMMIT")
+
+
+def is_recall_object(kind: str, name: str) -> bool:
+    """Whether the schema object ``kind`` ``name`` is one of the recall index's (its
+    virtual table, shadow tables and triggers): ``rebuild_objects`` replaces them."""
+    return kind in ("table", "trigger") and name.startswith("events_fts")
+
+
+def rebuild_objects(conn: sqlite3.Connection, statements: Sequence[str]) -> None:
+    """Replace whatever a staged file holds under the recall index's names by the
+    objects of ``statements`` (``schema.sql``'s that create them), empty, every event to
+    index again (one transaction). A restored or imported file's index is never trusted:
+    its triggers could do anything, its rowids could have moved (``VACUUM``)."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        objects = conn.execute(
+            "SELECT type, name FROM main.sqlite_master WHERE name LIKE 'events_fts%'"
+        ).fetchall()
+        for kind, name in objects:
+            if kind == "trigger":
+                conn.execute(f'DROP TRIGGER IF EXISTS "{name}"')
+        conn.execute("DROP TABLE IF EXISTS events_fts")
+        for kind, name in conn.execute(
+            "SELECT type, name FROM main.sqlite_master WHERE name LIKE 'events_fts%'"
+        ).fetchall():
+            if kind == "table":
+                conn.execute(f'DROP TABLE IF EXISTS "{name}"')
+        for statement in statements:
+            conn.execute(statement)
+        conn.execute("DELETE FROM agent_settings WHERE key = ?", (PURGE_KEY,))
+        reset_index(conn)
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise

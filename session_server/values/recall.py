@@ -132,7 +132,8 @@ def fts_query(text: str) -> str | None:
     (FTS5 operators such as ``OR``, ``NOT``, ``NEAR``, ``*`` or ``col:`` are words like any
     other); all must match. At most ``MAX_QUERY_CHARS`` characters and
     ``MAX_QUERY_TERMS`` terms are used. Never produces an expression FTS5 refuses."""
-    text = text[:MAX_QUERY_CHARS]
+    # NUL ends an FTS5 string early (``unterminated string``): no term holds one.
+    text = text[:MAX_QUERY_CHARS].replace("\x00", " ")
     terms: list[str] = []
     rest: list[str] = []
     last = 0

@@ -83,7 +83,20 @@ async def test_indexes_tool_calls_results_reasoning_and_system(actor: AgentActor
 async def test_no_query_text_is_an_error(actor: AgentActor) -> None:
     sid = await actor.create_session()
     await _say(actor, sid, 'he said "hello" AND NOT (x OR y) NEAR/3 col:* ^start')
-    for query in ['"', '"""', "AND", "NOT x", "(", "col:value", "*", "^", "", "  ", "a:b:c", '"a"b"']:
+    for query in [
+        '"',
+        '"""',
+        "AND",
+        "NOT x",
+        "(",
+        "col:value",
+        "*",
+        "^",
+        "",
+        "  ",
+        "a:b:c",
+        '"a"b"',
+    ]:
         result = await actor.search(query)
         assert isinstance(result["hits"], list)
     assert [h["seq"] for h in (await actor.search("NOT (x"))["hits"]] == [1]
@@ -181,8 +194,8 @@ def _make_v3_file(tmp_path: Path, events: int) -> Path:
     db.parent.mkdir(parents=True)
     conn = sqlite3.connect(db, isolation_level=None)
     conn.execute("PRAGMA journal_mode=WAL")
-    from session_server.storage.sqlite_open import _statements  # noqa: PLC2701
     from session_server.storage.schema import schema_sql
+    from session_server.storage.sqlite_open import _statements
 
     for statement in _statements(schema_sql()):
         if "events_fts" not in statement:

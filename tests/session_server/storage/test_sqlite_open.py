@@ -64,7 +64,7 @@ def test_a_new_file_has_no_created_at_index(tmp_path: Path) -> None:
         names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='index'")}
         assert "idx_events_session_seq" in names
         assert "idx_events_session_created" not in names
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
     finally:
         conn.close()
 
