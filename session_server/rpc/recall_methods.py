@@ -9,7 +9,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field
 
-from ..runtime.model_tools import MAX_ARGUMENT_CHARS
+from ..adapters.tools import tool_definitions
+from ..runtime.model_tools import MAX_ARGUMENT_CHARS, MODEL_TOOLS
 from ..runtime.recall import MAX_EXPAND, MAX_SEARCH_LIMIT
 from ..values.errors import ForbiddenError
 from ..values.events import Action
@@ -101,8 +102,9 @@ async def memory_expand(ctx: CallContext, p: ExpandParams) -> dict[str, Any]:
 
 
 async def memory_tools(ctx: CallContext, p: ToolsParams) -> dict[str, Any]:
-    """``{tools}``: the model tools in the adapter's provider format."""
-    return {"tools": (await ctx.actor()).memory_tools(p.adapter)}
+    """``{tools}``: the model tools in the adapter's provider format (the same for every
+    agent: an agent that does not exist yet gets them too)."""
+    return {"tools": tool_definitions(p.adapter, (t.spec for t in MODEL_TOOLS.values()))}
 
 
 async def memory_tool_call(ctx: CallContext, p: ToolCallParams) -> dict[str, Any]:
