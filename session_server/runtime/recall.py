@@ -60,7 +60,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-BACKFILL_ROWS: Final = 500
+BACKFILL_ROWS: Final = 256
 """Events indexed per backfill transaction: a write of the agent waits at most one."""
 MAX_SEARCH_LIMIT: Final = 50
 MAX_EXPAND: Final = 1000
@@ -109,11 +109,8 @@ class Recall:
             if not await actor.run_read(lambda store: store.recall_pending()):
                 return
             done = 0
-            while True:
-                n = await actor.run_write(lambda store: store.recall_backfill(BACKFILL_ROWS))
+            while n := await actor.run_write(lambda store: store.recall_backfill(BACKFILL_ROWS)):
                 done += n
-                if n < BACKFILL_ROWS:
-                    break
             if done:
                 log.info("agent %r: recall index built (%d events)", self.agent_id, done)
         except asyncio.CancelledError:

@@ -44,6 +44,8 @@ __all__ = [
 BACKFILL_KEY: Final = "recall_backfill"
 PURGE_KEY: Final = "recall_purge"
 SNIPPET_TOKENS: Final = 24
+STEP_CHARS: Final = 256 * 1024
+"""Text one backfill step indexes at most (beside its row bound)."""
 
 
 class RecallFilter(msgspec.Struct, frozen=True):
@@ -105,8 +107,9 @@ def purge(conn: sqlite3.Connection) -> bool:
 
 
 def backfill_step(conn: sqlite3.Connection, rows: int) -> int:
-    """Index up to ``rows`` of the events still to index (the body of one write
-    transaction); returns how many rows were read, 0 when nothing is left."""
+    """Index up to ``rows`` of the events still to index, and at most about
+    ``STEP_CHARS`` of text (the body of one write transaction); returns how many were
+    indexed, 0 when the backfill is complete (nothing is left)."""
     state = _backfill(conn)
     if state is None:
         return 0
@@ -116,21 +119,29 @@ def backfill_step(conn: sqlite3.Connection, rows: int) -> int:
         " WHERE rowid > ? AND rowid <= ? ORDER BY rowid LIMIT ?",
         (start, end, rows),
     ).fetchall()
-    texts = [(r[0], indexed_text(r[1], r[2], r[3])) for r in batch]
+    texts: list[tuple[int, str | None]] = []
+    chars = 0
+    for r in batch:  # at most ``STEP_CHARS`` of text per step: one step stays short
+        text = indexed_text(r[1], r[2], r[3])
+        texts.append((r[0], text))
+        chars += len(text or "")
+        if chars >= STEP_CHARS:
+            break
+    done = len(texts) == len(batch) and len(batch) < rows
     # OR REPLACE: an event written after the migration may reuse the rowid of one
     # deleted before it, and its trigger indexed it already.
     conn.executemany(
         "INSERT OR REPLACE INTO events_fts(rowid, text) VALUES (?, ?)",
         [(rowid, text) for rowid, text in texts if text is not None],
     )
-    if len(batch) < rows:
+    if done:
         conn.execute("DELETE FROM agent_settings WHERE key = ?", (BACKFILL_KEY,))
-    else:
-        conn.execute(
-            "UPDATE agent_settings SET value = ? WHERE key = ?",
-            (msgspec.json.encode({"next": batch[-1][0], "end": end}).decode(), BACKFILL_KEY),
-        )
-    return len(batch)
+        return 0
+    conn.execute(
+        "UPDATE agent_settings SET value = ? WHERE key = ?",
+        (msgspec.json.encode({"next": texts[-1][0], "end": end}).decode(), BACKFILL_KEY),
+    )
+    return len(texts)
 
 
 def reset_index(conn: sqlite3.Connection) -> int:

@@ -66,6 +66,8 @@ _decode_meta = msgspec.json.Decoder()
 
 def segment(text: str) -> str:
     """``text`` with each CJK character and emoji set apart by spaces (one token each)."""
+    if text.isascii():  # most text: nothing to set apart, no regex pass
+        return text
     return _SOLO_RUN.sub(r" \g<0> ", text)
 
 
