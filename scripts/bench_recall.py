@@ -51,8 +51,39 @@ from session_server.values.events import ContextMessage, ToolCall  # noqa: E402
 AGENT = "bench-recall"
 SYLLABLES = [
     c + v
-    for c in "b c d f g h j k l m n p r s t v w z br ch cl dr fr gr pl pr sh st th tr".split()
-    for v in "a e i o u ai ea ou io ee".split()
+    for c in [
+        "b",
+        "c",
+        "d",
+        "f",
+        "g",
+        "h",
+        "j",
+        "k",
+        "l",
+        "m",
+        "n",
+        "p",
+        "r",
+        "s",
+        "t",
+        "v",
+        "w",
+        "z",
+        "br",
+        "ch",
+        "cl",
+        "dr",
+        "fr",
+        "gr",
+        "pl",
+        "pr",
+        "sh",
+        "st",
+        "th",
+        "tr",
+    ]
+    for v in ["a", "e", "i", "o", "u", "ai", "ea", "ou", "io", "ee"]
 ]
 
 
