@@ -527,3 +527,25 @@ def test_the_reconnect_budget_reaches_the_client() -> None:
     for bad in (-1, float("inf"), float("nan"), True, "30"):
         with pytest.raises(InvalidParamsError, match="reconnect_budget"):
             SessionServerSession("s", url="ws://127.0.0.1:9", agent_id=AGENT, reconnect_budget=bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("where", ["remote", "local"])
+async def test_the_session_exposes_the_recall_tools(tmp_path: Path, where: str) -> None:
+    async with RestartableServer(tmp_path / "memory") as server:
+        assert server.registry is not None
+        session = (
+            SessionServerSession("s", url=server.url, agent_id=AGENT)
+            if where == "remote"
+            else SessionServerSession("s", registry=server.registry, agent_id=AGENT)
+        )
+        try:
+            await session.add_items([{"role": "user", "content": "the ferry leaves at nine"}])
+            tools = await session.memory_tools()
+            assert [t["name"] for t in tools][:2] == ["recall_search", "recall_expand"]
+            assert tools[0]["type"] == "function"  # the Responses format by default
+            out = await session.tool_call("recall_search", '{"query": "ferry"}')
+            assert out["is_error"] is False and "ferry leaves at nine" in out["content"]
+            out = await session.tool_call("recall_expand", {"from_seq": 1, "to_seq": 1})
+            assert "#1 user_message: the ferry leaves at nine" in out["content"]
+        finally:
+            await session.aclose()
