@@ -7,6 +7,7 @@ import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from session_server import ActorRegistry, AgentActor
@@ -155,7 +156,7 @@ async def test_deleted_popped_cleared_and_session_deleted_events_are_never_found
         assert word not in data
 
 
-async def test_in_context_is_false_after_a_summary(actor: AgentActor) -> None:
+async def test_in_context_is_false_after_a_summary(actor: AgentActor, tmp_path: Path) -> None:
     sid = await actor.create_session()
     for n in range(1, 7):
         ctx = await actor.build_working_context(sid)
@@ -175,6 +176,14 @@ async def test_in_context_is_false_after_a_summary(actor: AgentActor) -> None:
     (source,) = episode["sources"]
     assert source["session_id"] == sid and source["from_seq"] == 1
     assert all(f.get("sources") for f in record["semantic"])
+    # ... in the mirror too: an extra field of the reference layout's items
+    await actor.mirror.drain()
+    folder = tmp_path / "agents" / "agent" / "sessions" / sid
+    mirrored = msgspec.json.decode((folder / "episodic.jsonl").read_bytes().splitlines()[-1])
+    assert mirrored["sources"] == [source]
+    if record["semantic"]:  # the offline summarizer may extract no fact (unit-tested)
+        facts = (folder / "semantic.jsonl").read_bytes().splitlines()
+        assert all(msgspec.json.decode(line)["sources"] for line in facts)
     expanded = await actor.expand(sid, source["from_seq"], source["to_seq"])
     assert expanded["events"][0]["content"] == "turn 1 fact kumquat1"
     assert expanded["messages"][0] == {"role": "user", "content": "turn 1 fact kumquat1"}
