@@ -174,6 +174,8 @@ class Recall:
                     f"actions: unknown action {action!r}", data={"field": "actions"}
                 )
         only = None if sessions is None else tuple(sessions)
+        if session_id is not None and await actor.get_session(session_id) is None:
+            raise NotFoundError.session(session_id)
         if session_id is not None:
             only = (session_id,) if only is None or session_id in only else ()
         expr = fts_query(query)

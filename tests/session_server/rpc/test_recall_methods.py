@@ -62,6 +62,8 @@ async def test_search_over_rpc(client: SessionClient) -> None:
         await client.call("memory.search", {"query": "x", "actions": ["nope"]})
     with pytest.raises(InvalidParamsError, match="query"):
         await client.call("memory.search", {})
+    with pytest.raises(NotFoundError):
+        await client.search("invoice", session_id="missing")
 
 
 async def test_a_token_limited_to_sessions_finds_only_its_own(
