@@ -44,6 +44,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from session_server.runtime.registry import ActorRegistry  # noqa: E402
+from session_server.storage.recall_pending import index_pending  # noqa: E402
 from session_server.storage.schema import schema_sql  # noqa: E402
 from session_server.storage.sqlite_open import _statements, connect, migrate  # noqa: E402
 from session_server.values.codec import encode_json  # noqa: E402
@@ -163,7 +164,7 @@ def build_file(path: Path, text: Text, events: int, *, indexed: bool) -> list[st
         migrate(conn)
     else:
         for statement in _statements(schema_sql()):
-            if "events_fts" not in statement:
+            if "events_fts" not in statement and "recall_pending" not in statement:
                 conn.execute(statement)
         conn.execute("PRAGMA user_version=3")
     conn.execute("BEGIN")
@@ -185,6 +186,8 @@ def build_file(path: Path, text: Text, events: int, *, indexed: bool) -> list[st
             rows,
         )
         sample.extend(str(r[4]) for r in rows[::500] if r[4])
+    if indexed:
+        index_pending(conn)  # what the store does before each commit
     conn.execute("COMMIT")
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     conn.close()

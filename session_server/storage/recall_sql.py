@@ -84,9 +84,15 @@ def _max_rowid(conn: sqlite3.Connection) -> int:
     return int(conn.execute("SELECT coalesce(max(rowid), 0) FROM events").fetchone()[0])
 
 
+def _queued(conn: sqlite3.Connection) -> bool:
+    return conn.execute("SELECT 1 FROM recall_pending LIMIT 1").fetchone() is not None
+
+
 def backfill_pending(conn: sqlite3.Connection) -> bool:
-    """Whether some stored events are not indexed yet (or the file has no index)."""
-    return not _has_index(conn) or _backfill(conn) is not None
+    """Whether some stored events are not indexed yet (or the file has no index): a
+    backfill to run, or events a plain SQLite client wrote (queued, indexed by the
+    store's next write)."""
+    return not _has_index(conn) or _backfill(conn) is not None or _queued(conn)
 
 
 def purge_pending(conn: sqlite3.Connection) -> bool:
@@ -148,6 +154,7 @@ def reset_index(conn: sqlite3.Connection) -> int:
     """Empty the index and mark every stored event as still to index (``reindex``; the
     body of one write transaction). Returns the number of events to index."""
     conn.execute("DELETE FROM events_fts")
+    conn.execute("DELETE FROM recall_pending")  # the backfill indexes every event
     end = _max_rowid(conn)
     count = int(conn.execute("SELECT count(*) FROM events").fetchone()[0])
     if count:
@@ -207,7 +214,7 @@ def search(conn: sqlite3.Connection, query: RecallFilter) -> tuple[list[dict[str
     try:
         if not _has_index(conn):  # a read-only open of a file not migrated yet
             return [], True
-        indexing = _backfill(conn) is not None
+        indexing = _backfill(conn) is not None or _queued(conn)
         where = "events_fts MATCH ?"
         args: list[Any] = [query.expr]
         if query.sessions is not None:

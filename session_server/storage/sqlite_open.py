@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Final
 
 from ..values.errors import AgentUnavailableError
-from ..values.recall import indexed_text
 from .file_modes import create_file
 from .schema import SCHEMA_VERSION, schema_sql
 
@@ -66,8 +65,6 @@ def connect(
             # Deleted rows are overwritten with zeros, not just unlinked (DESIGN erasure):
             # with a checkpoint after each delete, no deleted text survives in the files.
             conn.execute("PRAGMA secure_delete=ON")
-            # The recall index's insert trigger calls it (``schema.sql``, ``events_fts``).
-            conn.create_function("recall_text", 3, indexed_text, deterministic=True)
             conn.execute(f"PRAGMA wal_autocheckpoint={wal_autocheckpoint_pages(synchronous)}")
     except BaseException:
         conn.close()
@@ -108,7 +105,7 @@ MIGRATIONS: dict[int, Sequence[str]] = {
     # already stored are indexed afterwards in bounded steps (``runtime.recall``), from
     # the range recorded here.
     3: (
-        *(s for s in _statements(schema_sql()) if "events_fts" in s),
+        *(s for s in _statements(schema_sql()) if "events_fts" in s or "recall_pending" in s),
         "INSERT OR REPLACE INTO agent_settings(key, value)"
         " SELECT 'recall_backfill', json_object('next', 0, 'end', max(rowid)) FROM events"
         " HAVING count(*) > 0",

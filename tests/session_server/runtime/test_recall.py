@@ -207,7 +207,7 @@ def _make_v3_file(tmp_path: Path, events: int) -> Path:
     from session_server.storage.sqlite_open import _statements
 
     for statement in _statements(schema_sql()):
-        if "events_fts" not in statement:
+        if "events_fts" not in statement and "recall_pending" not in statement:
             conn.execute(statement)
     conn.execute("PRAGMA user_version=3")
     conn.execute("BEGIN")
@@ -258,3 +258,23 @@ async def test_a_search_during_the_backfill_says_indexing(tmp_path: Path) -> Non
         await actor.recall_settled()
         assert (await actor.search("lorem"))["indexing"] is False
         assert found["hits"] or found["indexing"]
+
+
+async def test_events_written_by_a_plain_sqlite_client_are_indexed(tmp_path: Path) -> None:
+    async with ActorRegistry(tmp_path, idle_timeout=None) as reg:
+        actor = await reg.get("agent")
+        sid = await actor.create_session()
+        await _say(actor, sid, "written by the server")
+    conn = sqlite3.connect(_db(tmp_path), isolation_level=None)
+    conn.execute(
+        "INSERT INTO events(id, session_id, seq, action, content, created_at)"
+        " VALUES ('hand', ?, 2, 'user_message', 'written by hand with sqlite3', 1)",
+        (sid,),
+    )
+    conn.close()
+    async with ActorRegistry(tmp_path, idle_timeout=None) as reg:
+        actor = await reg.get("agent")
+        await actor.store()  # activation indexes what waits in the queue
+        await actor.recall_settled()
+        found = await actor.search("hand")
+        assert found["indexing"] is False and [h["seq"] for h in found["hits"]] == [2]

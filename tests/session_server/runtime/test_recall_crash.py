@@ -27,6 +27,8 @@ def _agreement(db: Path) -> tuple[set[int], set[int]]:
     try:
         conn.execute("INSERT INTO events_fts(events_fts) VALUES ('integrity-check')")
         indexed = {r[0] for r in conn.execute("SELECT rowid FROM events_fts")}
+        # every write of the store indexed its events before it committed
+        assert conn.execute("SELECT count(*) FROM recall_pending").fetchone()[0] == 0
         row = conn.execute(
             "SELECT json_extract(value, '$.next'), json_extract(value, '$.end')"
             " FROM agent_settings WHERE key = 'recall_backfill'"
