@@ -1,9 +1,9 @@
 """Recall: what the full-text index holds of an event, and how a typed query becomes an
 FTS5 expression (pure).
 
-The index (``events_fts`` in ``schema.sql``) is kept by SQLite triggers on ``events``;
-the insert trigger calls ``recall_text`` (this module's ``indexed_text``, registered on
-every writer connection by ``storage.sqlite_open.connect``), so every path that writes an
+The index (``events_fts`` in ``schema.sql``) is kept by SQLite triggers on ``events``,
+which queue every written event; the store indexes the queue with ``indexed_text`` before
+each write transaction commits (``storage.recall_pending``), so every path that writes an
 event indexes it, and every path that deletes one erases its index row, in the same
 transaction.
 
@@ -104,7 +104,7 @@ def indexed_text(action: Any, content: Any, metadata: Any) -> str | None:
     """What the index holds of an event row (``None``: nothing, a compaction record): its
     text, reasoning, tool names and arguments, at most ``MAX_INDEXED_CHARS``, segmented.
 
-    Called by SQLite inside the transaction that writes the row, so it never raises: a
+    Called inside the transaction that writes the row, so it never raises: a
     row it cannot read is indexed by its content alone.
     """
     if not isinstance(action, str) or action not in INDEXED_ACTIONS:
