@@ -143,3 +143,51 @@ async def test_live_turn_example(
     assert "persisted seqs [1, 2]" in out
     assert "stored: 2 agent_message Once upon a time." in out
     assert "the other tab saw: Once upon a time." in out
+
+
+def recall_model(path: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    """Searches its memory with ``recall_search`` (offered in ``tools``), then answers
+    with the code the tool result holds."""
+    import re
+
+    names = [t["function"]["name"] for t in body.get("tools", [])]
+    last = body["messages"][-1]
+    if last["role"] == "tool":
+        code = re.search(r"\b\d{4}\b", last["content"])
+        message: dict[str, Any] = {
+            "role": "assistant",
+            "content": f"Your locker code is {code.group(0) if code else 'unknown'}.",
+        }
+    else:
+        assert "recall_search" in names
+        message = {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "call_r", "type": "function",
+                 "function": {"name": "recall_search", "arguments": '{"query": "locker code"}'}}
+            ],
+        }  # fmt: skip
+    return 200, {
+        "id": "chatcmpl-r", "object": "chat.completion", "created": 0, "model": "m",
+        "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 50, "completion_tokens": 5, "total_tokens": 55},
+    }  # fmt: skip
+
+
+async def test_recall_agent_example(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "test")
+    module = load("recall_agent")
+    with FakeOpenAIServer(recall_model) as model:
+        async with running_server(tmp_path / "memory") as server:
+            await module.main(server.url, model.base_url)
+    out = capsys.readouterr().out
+    assert "compacted: True" in out
+    assert "turn 3 in the prompt: False" in out
+    assert "summarised out of your context" in out
+    assert "answer: Your locker code is 4417." in out
+    # The model's second call carried the tool result, after its recall_search call.
+    second = model.requests[-1]["body"]["messages"]
+    assert second[-1]["role"] == "tool" and "4417" in second[-1]["content"]

@@ -18,6 +18,7 @@ from .data import (
     run_inspect,
 )
 from .options import Command
+from .recall import reindex_arguments, run_reindex
 from .serve import run_serve, serve_arguments
 from .tokens import run_token, token_arguments
 
@@ -49,6 +50,10 @@ COMMANDS: dict[str, tuple[str, Command]] = {
     "restore": (
         "put agents back from a backup folder (refuses to replace one unless --force)",
         (restore_arguments, run_restore),
+    ),
+    "reindex": (
+        "rebuild an agent's recall (full-text search) index; --url: on a running server",
+        (reindex_arguments, run_reindex),
     ),
     "token": (
         "print a signed token (HS256 JWT) for the server's --token-secret-file",

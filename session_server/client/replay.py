@@ -46,6 +46,9 @@ REPLAYED: Final = frozenset(
         "events.unsubscribe",
         "session.branches",
         "adapters.list",
+        "memory.search",
+        "memory.expand",
+        "memory.tools",
         # admin reads
         "agent.backup",
         "agents.list",
@@ -76,6 +79,8 @@ NOT_REPLAYED: Final = frozenset(
         "stream.open",  # a second run takes the stream over (a higher generation)
         "stream.close",  # ``client.live.StreamWriter`` retries it itself
         "stream.append",  # unless it carries after_cursor
+        "memory.tool_call",  # a model tool may write (memory blocks)
+        "memory.reindex",
     }
 )
 """Methods whose second run differs from the first: a lost call is reported, not resent."""

@@ -736,3 +736,62 @@ class SessionClient(RpcConnection):
         """``memory.blocks.delete``: erase every revision; false when there was none."""
         answer = await self.call("memory.blocks.delete", _set(label=label, session_id=session_id))
         return bool(answer["deleted"])
+
+    # -- recall --------------------------------------------------------------------------
+    async def search(
+        self,
+        query: str,
+        *,
+        session_id: str | None = None,
+        limit: int | None = None,
+        after_seq: int | None = None,
+        before_seq: int | None = None,
+        actions: Sequence[str] | None = None,
+    ) -> dict[str, Any]:
+        """Full-text search over the agent's events: ``{hits, indexing}``, best first
+        (``memory.search``)."""
+        params = _set(
+            query=query,
+            session_id=session_id,
+            limit=limit,
+            after_seq=after_seq,
+            before_seq=before_seq,
+            actions=None if actions is None else list(actions),
+        )
+        return dict(await self.call("memory.search", params))
+
+    async def expand(
+        self, session_id: str, from_seq: int, to_seq: int, *, limit: int | None = None
+    ) -> dict[str, Any]:
+        """The raw events of ``from_seq..to_seq`` and their messages (``memory.expand``)."""
+        params = _set(session_id=session_id, from_seq=from_seq, to_seq=to_seq, limit=limit)
+        return dict(await self.call("memory.expand", params))
+
+    async def memory_tools(self, adapter: str) -> list[dict[str, Any]]:
+        """The model tools (``recall_search``, ``recall_expand``, ...) in ``adapter``'s
+        provider format (``memory.tools``)."""
+        return list((await self.call("memory.tools", {"adapter": adapter}))["tools"])
+
+    async def tool_call(
+        self,
+        session_id: str,
+        name: str,
+        arguments: dict[str, Any] | str | None = None,
+        *,
+        tool_call_id: str | None = None,
+    ) -> dict[str, Any]:
+        """Run one model tool: ``{content, is_error}`` (``memory.tool_call``);
+        ``arguments`` as the model sent them (an object or a JSON string), ``tool_call_id``
+        the model's id of the call (recorded on a memory block it writes)."""
+        params: dict[str, Any] = {
+            "session_id": session_id,
+            "name": name,
+            "arguments": arguments or {},
+        }
+        if tool_call_id is not None:
+            params["tool_call_id"] = tool_call_id
+        return dict(await self.call("memory.tool_call", params))
+
+    async def reindex(self) -> int:
+        """Rebuild the agent's recall index (in the background); the events to index."""
+        return int((await self.call("memory.reindex"))["events"])

@@ -61,9 +61,11 @@ def make_episodic_item(
     summary: str,
     tags: Sequence[str],
     salience: float,
+    sources: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
-    """An episodic item; ``index`` is its 1-based position in the session's memory."""
-    return {
+    """An episodic item; ``index`` is its 1-based position in the session's memory;
+    ``sources`` the seq ranges of the raw events it summarises (omitted when none)."""
+    item: dict[str, Any] = {
         "id": f"ep_{index:04d}",
         "ts": ts,
         "turn_ids": list(turn_ids),
@@ -71,17 +73,25 @@ def make_episodic_item(
         "tags": list(tags),
         "salience": salience,
     }
+    if sources:
+        item["sources"] = [dict(s) for s in sources]
+    return item
 
 
 def merge_semantic(
-    existing: Sequence[Mapping[str, Any]], facts: Sequence[SemanticFact], *, ts: float
+    existing: Sequence[Mapping[str, Any]],
+    facts: Sequence[SemanticFact],
+    *,
+    ts: float,
+    sources: Sequence[Mapping[str, Any]] = (),
 ) -> tuple[list[dict[str, Any]], list[str]]:
     """Existing items plus new facts, deduplicated by fact text; and the ids added.
 
     Fact text is compared after collapsing whitespace. A repeated fact keeps its id,
     position and ``ts``; its tags become the union and its confidence (and salience) the
     higher of the two. A new fact gets the next ``sem_NNNN`` id, ``salience`` equal to
-    its confidence.
+    its confidence. ``sources`` (seq ranges of the raw events the facts came from) are
+    recorded on new facts and added to a repeated fact's.
     """
     merged = [dict(item) for item in existing]
     by_text = {_one_line(str(item.get("fact", ""))): item for item in merged}
@@ -95,6 +105,9 @@ def merge_semantic(
         if seen is not None:
             tags = list(seen.get("tags") or [])
             seen["tags"] = tags + [t for t in fact.tags if t not in tags]
+            if sources:
+                known = list(seen.get("sources") or [])
+                seen["sources"] = known + [dict(s) for s in sources if s not in known]
             if fact.confidence > float(seen.get("confidence", 0.0)):
                 seen["confidence"] = fact.confidence
                 seen["salience"] = max(float(seen.get("salience", 0.0)), fact.confidence)
@@ -108,6 +121,8 @@ def merge_semantic(
             "confidence": fact.confidence,
             "salience": fact.confidence,
         }
+        if sources:
+            item["sources"] = [dict(s) for s in sources]
         next_index += 1
         merged.append(item)
         by_text[text] = item

@@ -158,6 +158,17 @@ def _check_result(result: SummaryResult) -> None:
             )
 
 
+def summary_sources(request: SummaryRequest) -> list[dict[str, Any]]:
+    """Where a summary came from: ``[{session_id, from_seq, to_seq}]``, the seq range of
+    the raw events it covers (``memory.expand`` reads them back)."""
+    session_id = next((e.session_id for t in request.turns for e in t.events), None)
+    if session_id is None or len(request.seq_range) != 2:
+        return []
+    return [
+        {"session_id": session_id, "from_seq": request.seq_range[0], "to_seq": request.seq_range[1]}
+    ]
+
+
 def make_summary_record(
     request: SummaryRequest,
     result: SummaryResult,
@@ -177,6 +188,7 @@ def make_summary_record(
     _check_result(result)
     created = _now_ms() if now_ms is None else now_ms
     ts = created / 1000.0
+    sources = summary_sources(request)
     episode = make_episodic_item(
         len(request.previous_episodic) + 1,
         ts=ts,
@@ -184,8 +196,11 @@ def make_summary_record(
         summary=" ".join(result.summary.split()),
         tags=list(dict.fromkeys(result.tags)),
         salience=result.salience,
+        sources=sources,
     )
-    semantic, added = merge_semantic(request.previous_semantic, result.facts, ts=ts)
+    semantic, added = merge_semantic(
+        request.previous_semantic, result.facts, ts=ts, sources=sources
+    )
     record: dict[str, Any] = {
         "version": RECORD_VERSION,
         "strategy": "summarize",

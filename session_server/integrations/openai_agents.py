@@ -162,6 +162,8 @@ class _Backend(Protocol):
     async def fork(
         self, session_id: str, at_seq: int | None, new_session_id: str | None
     ) -> str: ...
+    async def tools(self, adapter: str) -> list[dict[str, Any]]: ...
+    async def tool_call(self, session_id: str, name: str, arguments: Any) -> dict[str, Any]: ...
     def close(self) -> None: ...
     async def aclose(self) -> None: ...
 
@@ -222,6 +224,14 @@ class _Remote:
             "fork_session", session_id, at_seq=at_seq, new_session_id=new_session_id
         )
         return str(result["session_id"])
+
+    async def tools(self, adapter: str) -> list[dict[str, Any]]:
+        tools: list[dict[str, Any]] = await self.client.acall("memory_tools", adapter)
+        return tools
+
+    async def tool_call(self, session_id: str, name: str, arguments: Any) -> dict[str, Any]:
+        result: dict[str, Any] = await self.client.acall("tool_call", session_id, name, arguments)
+        return result
 
     def close(self) -> None:
         self.client.close()
@@ -336,6 +346,18 @@ class _Local:
         actor = await self._actor()
         result = await actor.fork_session(session_id, at_seq=at_seq, new_session_id=new_session_id)
         return result.session_id
+
+    async def tools(self, adapter: str) -> list[dict[str, Any]]:
+        from session_server.adapters.tools import tool_definitions
+        from session_server.runtime.model_tools import MODEL_TOOLS
+
+        return tool_definitions(adapter, (t.spec for t in MODEL_TOOLS.values()))
+
+    async def tool_call(self, session_id: str, name: str, arguments: Any) -> dict[str, Any]:
+        return await self._on_home(self._tool_call(session_id, name, arguments))
+
+    async def _tool_call(self, session_id: str, name: str, arguments: Any) -> dict[str, Any]:
+        return await (await self._actor()).tool_call(session_id, name, arguments)
 
     def close(self) -> None:
         return None  # the registry belongs to the caller
@@ -476,6 +498,19 @@ class SessionServerSession:
             await self._backend.clear(self.session_id)
         except NotFoundError:
             return
+
+    # -- recall tools ------------------------------------------------------------------------
+    async def memory_tools(self, adapter: str = "openai-responses") -> list[dict[str, Any]]:
+        """The server's model tools (``recall_search``, ``recall_expand``, ...) in the
+        format of ``adapter`` (``memory.tools``); the Agents SDK's own ``FunctionTool``
+        can wrap each one, running it with ``tool_call``."""
+        return await self._backend.tools(adapter)
+
+    async def tool_call(self, name: str, arguments: dict[str, Any] | str) -> dict[str, Any]:
+        """Run one model tool in this session: ``{content, is_error}``
+        (``memory.tool_call``); ``arguments`` as the model sent them."""
+        await self._ensure()
+        return await self._backend.tool_call(self.session_id, name, arguments)
 
     # -- usage -----------------------------------------------------------------------------
     def report_usage(self, usage: dict[str, Any]) -> None:

@@ -20,6 +20,7 @@ from . import block_methods as blocks
 from . import branch_methods as branch
 from . import memory_methods as memory
 from . import methods as session
+from . import recall_methods as recall
 from . import session_methods as edits
 from . import stream_methods as streams
 from . import usage_methods as usage
@@ -163,6 +164,17 @@ ROWS: Final[tuple[MethodSpec, ...]] = (
     MethodSpec(
         "memory.blocks.delete", blocks.BlockDeleteParams, blocks.blocks_delete, scope="write"
     ),
+    # Recall (``recall_methods``).
+    MethodSpec(
+        "memory.search", recall.SearchParams, recall.memory_search, scope="read", sessions="filter"
+    ),
+    MethodSpec("memory.expand", recall.ExpandParams, recall.memory_expand, scope="read"),
+    MethodSpec(
+        "memory.tools", recall.ToolsParams, recall.memory_tools, scope="read", sessions="none"
+    ),
+    # write: a model tool may edit memory (the memory-block tools); the recall tools read.
+    MethodSpec("memory.tool_call", recall.ToolCallParams, recall.memory_tool_call, scope="write"),
+    MethodSpec("memory.reindex", recall.ReindexParams, recall.memory_reindex, scope="admin"),
 )
 
 BUILTIN_METHODS: Final[Mapping[str, MethodSpec]] = MappingProxyType(method_table(ROWS))

@@ -35,6 +35,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from ..adapters.tools import tool_definitions
 from ..core.agent_core import AgentCore
 from ..core.compaction_decisions import compaction_report
 from ..core.core_state import AGENT_STRATEGY_KEY
@@ -68,6 +69,8 @@ from .compaction_turns import CompactionTurns
 from .live_streams import LiveStreams
 from .memory_blocks import MemoryBlocks, read_for_build, remember_count
 from .mirror_link import MirrorLink, snapshot_from_file
+from .model_tools import MODEL_TOOLS, call_tool
+from .recall import Recall
 from .retention_keeper import RetentionKeeper
 from .session_edits import SessionEdits
 from .session_reads import SessionReads
@@ -141,6 +144,7 @@ class AgentActor(SessionReads, SessionWrites, SessionEdits):
         )
         self.usage = UsageLedger(agent_id, host.usage_settings)
         self.retention = RetentionKeeper(agent_id, host.usage_settings.metrics)
+        self.recall = Recall(agent_id, readonly=host.readonly)
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -201,6 +205,7 @@ class AgentActor(SessionReads, SessionWrites, SessionEdits):
                 # the sweep runs would be taken for an orphan and its folder removed.
                 await self.mirror.activate_agent(self._store)
                 self._activated = self._store
+                self.recall.activated(self)  # index what a migration left (background)
             return self._store
 
     async def hibernate(self) -> None:
@@ -262,6 +267,7 @@ class AgentActor(SessionReads, SessionWrites, SessionEdits):
         """Cancel background summaries, wait for writes and reads in flight, then close
         the store."""
         await self.compactions.cancel()
+        await self.recall.cancel()
         while self.queue.pending or self._inflight:
             if self.queue.pending:
                 await asyncio.gather(*list(self.queue.pending), return_exceptions=True)
@@ -707,3 +713,62 @@ class AgentActor(SessionReads, SessionWrites, SessionEdits):
     ) -> dict[str, Any]:
         """Apply the stored retention policies now (the registry's sweeper calls this)."""
         return await self.retention.sweep(self, now_ms=now_ms, max_steps=max_steps)
+
+    # -- recall (``runtime/recall.py``, ``runtime/model_tools.py``) ----------------------
+
+    async def search(
+        self,
+        query: str,
+        *,
+        session_id: str | None = None,
+        limit: int = 10,
+        after_seq: int | None = None,
+        before_seq: int | None = None,
+        actions: Iterable[str] | None = None,
+        sessions: Iterable[str] | None = None,
+    ) -> dict[str, Any]:
+        """Full-text search over the agent's events: ``{hits, indexing}`` (``memory.search``)."""
+        return await self.recall.search(
+            self,
+            query,
+            session_id=session_id,
+            limit=limit,
+            after_seq=after_seq,
+            before_seq=before_seq,
+            actions=actions,
+            sessions=sessions,
+        )
+
+    async def expand(
+        self, session_id: str, from_seq: int, to_seq: int, *, limit: int = 200
+    ) -> dict[str, Any]:
+        """The raw events of a seq range and their messages (``memory.expand``)."""
+        return await self.recall.expand(self, session_id, from_seq, to_seq, limit=limit)
+
+    async def reindex(self) -> int:
+        """Rebuild the recall index (in the background); the number of events to index."""
+        return await self.recall.reindex(self)
+
+    async def recall_settled(self) -> None:
+        """Wait until the background indexing that is running (if any) ends."""
+        await self.recall.settled()
+
+    def memory_tools(self, adapter: str) -> list[dict[str, Any]]:
+        """The model tools in ``adapter``'s format (``memory.tools``)."""
+        return tool_definitions(adapter, (tool.spec for tool in MODEL_TOOLS.values()))
+
+    async def tool_call(
+        self,
+        session_id: str,
+        name: str,
+        arguments: Any,
+        *,
+        sessions: Iterable[str] | None = None,
+        tool_call_id: str | None = None,
+    ) -> dict[str, Any]:
+        """Run one model tool: ``{content, is_error}`` (``memory.tool_call``); a memory
+        block it writes records ``tool_call_id``."""
+        only = None if sessions is None else frozenset(sessions)
+        return await call_tool(
+            self, session_id, name, arguments, sessions=only, tool_call_id=tool_call_id
+        )

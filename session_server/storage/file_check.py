@@ -50,6 +50,7 @@ from ..values.file_shape import (
 )
 from ..values.records import record_bound_problem
 from ..values.validation import MAX_TIMESTAMP_MS
+from .recall_sql import is_recall_object, rebuild_objects
 from .schema import SCHEMA_VERSION, schema_sql
 from .sqlite_open import _statements, migrate
 
@@ -135,8 +136,10 @@ def _known_objects(conn: sqlite3.Connection, version: int) -> list[str]:
     known_indexes = expected.indexes.keys() | _OLD_INDEXES
     out = []
     for kind, name in conn.execute("SELECT type, name FROM main.sqlite_master"):
-        if (kind == "table" and name in known_tables) or (
-            kind == "index" and name in known_indexes
+        if (
+            (kind == "table" and name in known_tables)
+            or (kind == "index" and name in known_indexes)
+            or is_recall_object(kind, name)  # replaced whatever they are: rebuild_objects
         ):
             continue
         out.append(f"{kind} {name!r} is not part of this server's schema")
@@ -415,6 +418,10 @@ def _check(conn: sqlite3.Connection, field: str) -> int:
             raise _refuse(
                 [f"the migration from schema version {version} failed ({exc})"], field
             ) from None
+    try:
+        rebuild_objects(conn, [s for s in _statements(schema_sql()) if "events_fts" in s])
+    except sqlite3.Error as exc:
+        raise _refuse([f"its recall index cannot be replaced ({exc})"], field) from None
     problems = _schema_problems(conn)
     if problems:
         raise _refuse(problems, field)

@@ -157,6 +157,15 @@ MIGRATIONS: dict[int, Sequence[str]] = {
         " cache_write_tokens INTEGER NOT NULL, reasoning_tokens INTEGER NOT NULL,"
         " turns INTEGER NOT NULL, PRIMARY KEY (day, model)) WITHOUT ROWID",
     ),
+    # 7 -> 8: the recall index (``events_fts`` and its triggers), empty; the events
+    # already stored are indexed afterwards in bounded steps (``runtime.recall``), from
+    # the range recorded here.
+    7: (
+        *(s for s in _statements(schema_sql()) if "events_fts" in s or "recall_pending" in s),
+        "INSERT OR REPLACE INTO agent_settings(key, value)"
+        " SELECT 'recall_backfill', json_object('next', 0, 'end', max(rowid)) FROM events"
+        " HAVING count(*) > 0",
+    ),
 }
 
 

@@ -27,7 +27,7 @@ from ..values.errors import AgentUnavailableError, NotFoundError, SessionServerE
 from ..values.events import SessionEvent
 from ..values.plans import AppendBatch, AppendOutcome, ContextWindow, SessionState
 from ..values.session_rows import SessionRows
-from . import branch_sql, session_sql, stream_rows
+from . import branch_sql, recall_sql, session_sql, stream_rows
 from . import sqlite_ops as ops
 from .context_window import read_context_window
 from .event_queries import EVENT_SIZE_SQL, event_query, read_events
@@ -143,6 +143,7 @@ class AgentStore(StoreConnections):
         deleted text stays in old WAL frames until the next delete or checkpoint. A store
         closed meanwhile (by a local caller beside the delete) is such a failure too."""
         try:
+            await self._write("recall purge", recall_sql.purge)
             await self.erase_wal()
         except (StorageError, AgentUnavailableError) as exc:
             log.warning(
@@ -442,6 +443,35 @@ class AgentStore(StoreConnections):
     async def transact_erasing(self, what: str, body: Callable[..., T], *args: Any) -> T:
         """``transact`` for a body that removes rows: the WAL erased after it when it did."""
         return await self._delete(what, body, *args)
+
+    # -- recall (``recall_sql``) -----------------------------------------------------------
+
+    async def recall_search(
+        self, query: recall_sql.RecallFilter
+    ) -> tuple[list[dict[str, Any]], bool]:
+        """The best hits of ``query`` and whether the index is still being built."""
+        return await self._read(lambda conn: recall_sql.search(conn, query))
+
+    async def recall_pending(self) -> bool:
+        """Whether stored events are still to index (a migrated file, a reindex)."""
+        return await self._read(recall_sql.backfill_pending)
+
+    async def recall_purge_pending(self) -> bool:
+        """Whether a delete's postings are still to purge (a crash came between)."""
+        return await self._read(recall_sql.purge_pending)
+
+    async def recall_purge(self) -> None:
+        """Purge what deletes left in the index, then erase the WAL."""
+        if await self._write("recall purge", recall_sql.purge):
+            await self.erase_wal()
+
+    async def recall_backfill(self, rows: int) -> int:
+        """Index up to ``rows`` events still to index, in one transaction (0: done)."""
+        return await self._write("recall backfill", recall_sql.backfill_step, rows)
+
+    async def recall_reset(self) -> int:
+        """Empty the index; every event is to index again. The number of events."""
+        return await self._write("recall reset", recall_sql.reset_index)
 
     async def get_setting(self, key: str) -> str | None:
         def fn(conn: sqlite3.Connection) -> str | None:

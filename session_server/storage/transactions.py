@@ -12,6 +12,7 @@ import sqlite3
 from typing import Any
 
 from ..values.errors import ConflictError, StorageError
+from .recall_pending import index_pending
 
 __all__ = ["project_error", "storage_error", "write_txn"]
 
@@ -41,6 +42,7 @@ def write_txn(conn: sqlite3.Connection, what: str, body: Any, *args: Any) -> Any
         raise storage_error(exc, what) from exc
     try:
         result = body(conn, *args)
+        index_pending(conn)  # the events it wrote, in its own transaction
         conn.execute("COMMIT")
         return result
     except BaseException as exc:

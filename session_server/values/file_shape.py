@@ -187,7 +187,18 @@ def shape_problems(
     ``may_miss_indexes``: an index of ``expected`` that ``found`` lacks is not a problem
     (the caller builds it: an index holds no data of its own).
     """
-    out = [f"{kind} {name!r} is not part of this server's schema" for kind, name in found.others]
+    # Other objects (the recall index's virtual and shadow tables, its triggers) must be
+    # the schema's own; the caller has rebuilt them from ``schema.sql``.
+    out = [
+        f"{kind} {name!r} is not part of this server's schema"
+        for kind, name in found.others
+        if (kind, name) not in expected.others
+    ]
+    out.extend(
+        f"{kind} {name!r} is missing"
+        for kind, name in expected.others
+        if (kind, name) not in found.others
+    )
     for name in sorted(expected.tables.keys() - found.tables.keys()):
         out.append(f"table {name!r} is missing")
     for name in sorted(found.tables.keys() - expected.tables.keys()):

@@ -46,6 +46,15 @@ UNDO: Final[dict[int, tuple[str, ...]]] = {
         "ALTER TABLE sessions DROP COLUMN budget",
         "ALTER TABLE sessions DROP COLUMN retention",
     ),
+    # the recall index
+    8: (
+        "DROP TRIGGER events_fts_insert",
+        "DROP TRIGGER events_fts_delete",
+        "DROP TRIGGER events_fts_update",
+        "DROP TABLE events_fts",
+        "DROP TABLE recall_pending",
+        "DELETE FROM agent_settings WHERE key IN ('recall_backfill', 'recall_purge')",
+    ),
 }
 
 

@@ -1,6 +1,6 @@
 // Memory Inspector: reads an agent's memory over the server's WebSocket JSON-RPC.
 // Plain JavaScript, no dependencies. Every value from the server reaches the DOM through
-// textContent (never innerHTML). The page only calls reading methods.
+// textContent (never innerHTML). The page only calls reading methods (memory.search too).
 "use strict";
 
 const TOKEN_KEY = "session-server.inspector.token";
@@ -197,6 +197,7 @@ const state = {
   rawArchive: true,
   generation: 0,       // bumps on every session switch: late answers are dropped
   live: null,          // the live turn being typed: {streamId, cursor, text, reasoning, calls}
+  focusSeq: null,      // the event a search hit or a summary source opened the session at
 };
 
 function setStatus(text, isError) {
@@ -304,6 +305,10 @@ function wireStaticControls() {
     const id = $("open-agent-id").value.trim();
     if (id) openAgent(id, null);
   });
+  $("recall-form").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    recallSearch($("recall-input").value);
+  });
   $("agents-prev").addEventListener("click", () => { state.page -= 1; loadAgents(); });
   $("agents-next").addEventListener("click", () => { state.page += 1; loadAgents(); });
   const tabs = TABS.map((name) => $("tab-" + name));
@@ -378,6 +383,10 @@ async function openAgent(agentId, preferSession) {
   }
   $("agent-summary").textContent = "Loading " + agentId + "…";
   $("sessions-list").replaceChildren();
+  $("recall-hits").replaceChildren();
+  $("recall-status").textContent = "";
+  $("recall-form").hidden = false;
+  state.focusSeq = null;
   clearSession();
   const rpc = new Rpc("/v1/agents/" + encodeURIComponent(agentId), state.token);
   try {
@@ -441,7 +450,7 @@ function renderSessions() {
       class: "session-item",
       "data-session": s.id,
       "aria-current": s.id === state.sessionId ? "true" : "false",
-      onclick: () => openSession(s.id),
+      onclick: () => { state.focusSeq = null; openSession(s.id); },
     },
     el("span", { class: "title", text: s.id }),
     s.parent_session_id ? el("span", { class: "sub branch-of", text: `branch at seq ${num(s.fork_seq)}` }) : null,
@@ -620,6 +629,7 @@ async function loadTab(name, generation) {
     if (generation !== state.generation) return;
     state.loaded.add(name);
     panel.replaceChildren(...render);
+    if (name === "conversation" && state.focusSeq) markFocus(panel, state.focusSeq);
   } catch (err) {
     if (generation !== state.generation) return;
     panel.replaceChildren(el("p", { class: "error", text: err.message }));
@@ -628,6 +638,16 @@ async function loadTab(name, generation) {
 
 const LOADERS = {
   async conversation() {
+    if (state.focusSeq) {
+      // A search hit or a summary's source: the events from a little before it.
+      const from = Math.max(0, state.focusSeq - 10);
+      const { events } = await state.agentRpc.call("events.load", {
+        session_id: state.sessionId, limit: EVENT_LIMIT, tail: false, after_seq: from,
+      });
+      state.events = events;
+      return [el("p", { class: "muted", text: `Showing the events from #${from + 1} (opened at #${state.focusSeq}).` }),
+        ...renderConversation()];
+    }
     const { events } = await state.agentRpc.call("events.load", {
       session_id: state.sessionId, limit: EVENT_LIMIT, tail: true,
     });
@@ -906,9 +926,11 @@ function renderMemory(items, key, none) {
     const rest = Object.assign({}, item);
     delete rest[key];
     delete rest.id;
+    delete rest.sources;
     return el("div", { class: "memory-item" },
       el("div", { class: "head muted", text: item.id || "" }),
       el("div", { class: "text", text: item[key] === undefined ? json(item) : String(item[key]) }),
+      sourceLinks(item.sources),
       Object.keys(rest).length ? el("details", { class: "fold" }, el("summary", { text: "Details" }), el("pre", { text: json(rest) })) : null);
   });
 }
@@ -1245,3 +1267,86 @@ function onNotification(method, params) {
 }
 
 start();
+
+// ---------------------------------------------------------------- recall
+
+// A snippet from memory.search marks the matched words with « and »: shown as <mark>,
+// every piece through textContent.
+function highlighted(snippet) {
+  const out = [];
+  const parts = String(snippet).split(/([\u00ab\u00bb])/);
+  let inside = false;
+  for (const part of parts) {
+    if (part === "\u00ab") { inside = true; continue; }
+    if (part === "\u00bb") { inside = false; continue; }
+    if (part) out.push(inside ? el("mark", { text: part }) : document.createTextNode(part));
+  }
+  return out;
+}
+
+async function recallSearch(query) {
+  const rpc = state.agentRpc;
+  const list = $("recall-hits");
+  list.replaceChildren();
+  if (!rpc || !query.trim()) { $("recall-status").textContent = ""; return; }
+  $("recall-status").textContent = "Searching…";
+  let found;
+  try {
+    found = await rpc.call("memory.search", { query, limit: 20 });
+  } catch (err) {
+    $("recall-status").textContent = "Search failed: " + err.message;
+    return;
+  }
+  const n = found.hits.length;
+  $("recall-status").textContent = `${n} result${n === 1 ? "" : "s"}` +
+    (found.indexing ? " (the index is still being built: older events may be missing)" : "");
+  for (const hit of found.hits) {
+    const where = hit.in_context ? "in context" : "compacted away";
+    list.append(el("li", {}, el("button", {
+      type: "button",
+      class: "recall-hit",
+      "data-session": hit.session_id,
+      "data-seq": String(hit.seq),
+      onclick: () => openAt(hit.session_id, hit.seq),
+    },
+    el("span", { class: "snippet" }, ...highlighted(hit.snippet)),
+    el("span", { class: "sub", text: `${hit.session_id} · #${hit.seq} · ${hit.action} · ${where}` }))));
+  }
+}
+
+// Open a session at an event: the conversation from a little before it, the event marked.
+async function openAt(sessionId, seq) {
+  state.focusSeq = seq;
+  if (sessionId !== state.sessionId) {
+    state.tab = "conversation";
+    await openSession(sessionId);
+    selectTab("conversation", false);
+  } else {
+    state.loaded.delete("conversation");
+    selectTab("conversation", false);
+  }
+}
+
+function markFocus(panel, seq) {
+  let best = null;
+  for (const node of panel.querySelectorAll("[data-seq]")) {
+    const at = Number(node.dataset.seq);
+    if (at <= seq && (!best || at >= Number(best.dataset.seq))) best = node;
+  }
+  if (!best) return;
+  best.classList.add("hit");
+  best.scrollIntoView({ block: "center" });
+}
+
+// A summary's sources (memory.search / summarize): links opening the raw events.
+function sourceLinks(sources) {
+  if (!Array.isArray(sources) || !sources.length) return null;
+  return el("div", { class: "sources muted" }, "Sources: ", ...sources.map((src) => el("a", {
+    href: "#",
+    class: "source-link",
+    "data-session": src.session_id,
+    "data-seq": String(src.from_seq),
+    text: `#${src.from_seq}–#${src.to_seq}`,
+    onclick: (ev) => { ev.preventDefault(); openAt(src.session_id, src.from_seq); },
+  })));
+}

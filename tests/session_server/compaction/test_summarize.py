@@ -102,6 +102,7 @@ def test_record_holds_memory_window_and_reference_fields() -> None:
             "summary": "Items 1 and 2 were fine.",
             "tags": ["items"],
             "salience": 0.6,
+            "sources": [{"session_id": "s1", "from_seq": 1, "to_seq": 8}],
         }
     ]
     assert rec["semantic"] == [
@@ -112,11 +113,29 @@ def test_record_holds_memory_window_and_reference_fields() -> None:
             "tags": ["user"],
             "confidence": 0.7,
             "salience": 0.7,
+            "sources": [{"session_id": "s1", "from_seq": 1, "to_seq": 8}],
         }
     ]
     assert rec["added"] == {"episodic": ["ep_0001"], "semantic": ["sem_0001"]}
-    assert set(rec["episodic"][0]) == {"id", "ts", "turn_ids", "summary", "tags", "salience"}
-    assert set(rec["semantic"][0]) == {"id", "ts", "fact", "tags", "confidence", "salience"}
+    # the reference keys, and ``sources`` beside them (readers of the layout ignore it)
+    assert set(rec["episodic"][0]) == {
+        "id",
+        "ts",
+        "turn_ids",
+        "summary",
+        "tags",
+        "salience",
+        "sources",
+    }
+    assert set(rec["semantic"][0]) == {
+        "id",
+        "ts",
+        "fact",
+        "tags",
+        "confidence",
+        "salience",
+        "sources",
+    }
 
 
 def test_repeated_summarize_builds_on_the_previous_memory() -> None:

@@ -553,3 +553,25 @@ async def test_fork_returns_a_session_on_a_fork(
         actor = await registry.get(AGENT)
         row = await actor.get_session(forked_local.session_id)
         assert row is not None and row["parent_session_id"] == "user-l"
+
+
+@pytest.mark.parametrize("where", ["remote", "local"])
+async def test_the_session_exposes_the_recall_tools(tmp_path: Path, where: str) -> None:
+    async with RestartableServer(tmp_path / "memory") as server:
+        assert server.registry is not None
+        session = (
+            SessionServerSession("s", url=server.url, agent_id=AGENT)
+            if where == "remote"
+            else SessionServerSession("s", registry=server.registry, agent_id=AGENT)
+        )
+        try:
+            await session.add_items([{"role": "user", "content": "the ferry leaves at nine"}])
+            tools = await session.memory_tools()
+            assert [t["name"] for t in tools][:2] == ["recall_search", "recall_expand"]
+            assert tools[0]["type"] == "function"  # the Responses format by default
+            out = await session.tool_call("recall_search", '{"query": "ferry"}')
+            assert out["is_error"] is False and "ferry leaves at nine" in out["content"]
+            out = await session.tool_call("recall_expand", {"from_seq": 1, "to_seq": 1})
+            assert "#1 user_message: the ferry leaves at nine" in out["content"]
+        finally:
+            await session.aclose()

@@ -1,0 +1,27 @@
+"""Child process for the recall crash tests (killed with SIGKILL while it indexes).
+
+Usage: ``python recall_child.py MEMORY_DIR AGENT_ID``
+
+Opens the agent (activation starts the background backfill of its recall index) and
+prints ``INDEXING`` after each search that still says ``indexing: true``, then ``DONE``
+once the index is whole.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+from session_server.runtime.registry import ActorRegistry
+
+
+async def main(memory_dir: str, agent_id: str) -> None:
+    async with ActorRegistry(memory_dir, synchronous="FULL", idle_timeout=None) as reg:
+        actor = await reg.get(agent_id)
+        while (await actor.search("lorem"))["indexing"]:
+            print("INDEXING", flush=True)
+        print("DONE", flush=True)
+
+
+if __name__ == "__main__":
+    asyncio.run(main(sys.argv[1], sys.argv[2]))
