@@ -61,7 +61,7 @@ from concurrent.futures import Executor
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ..core.context_builds import render_snapshot
+from ..core.agent_core import render_snapshot
 from ..core.decisions import SnapshotParts
 from ..mirror.snapshot import SNAPSHOT_FILE, RestoredSnapshot
 from ..mirror.snapshot_schedule import SnapshotSchedule
