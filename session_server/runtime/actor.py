@@ -95,7 +95,7 @@ def persist_from_wire(
     messages come straight from ``values.validation.parse_messages`` (the params model
     ran it), so they are not checked again; ``content_bound`` is the size of the frame
     they were decoded from, so a small turn is known to be small without a walk of its
-    text (``_plan_size``). Wire concerns, kept out of the actor's public method."""
+    text (``plan_size``). Wire concerns, kept out of the actor's public method."""
     return _persist(
         actor, session_id, ctx, idempotency_key, usage, on_conflict, strategy, True, content_bound
     )
