@@ -48,7 +48,7 @@ windows are built at once."""
 class AppendPlan(msgspec.Struct, frozen=True):
     """One store transaction, and the snapshot to write once it committed.
 
-    ``removals``: the session's removal count (``CoreState.removals``) the plan was made
+    ``removals``: the session's removal count (``AgentCore.removals``) the plan was made
     against, or ``None``. When set, the plan is refused (``ConflictError``, reason
     ``events_removed``) if events of the session were removed since: what it would write
     was derived from them (a summary planned before a delete)."""

@@ -94,7 +94,7 @@ class Known:
         # The token counts of the turn being planned, once a pressure check counted them.
         self.tokens: list[int] | None = None
         # The core's count of strategy changes when this request asked for a session
-        # row (``CoreState.stored_strategy``): -1 before it asked.
+        # row (``AgentCore.stored_strategy``): -1 before it asked.
         self.strategy_epoch = -1
 
     def forget_views(self, session_id: str) -> None:

@@ -112,7 +112,7 @@ class CallContext:
     # The size of the frame the request came in (``None``: not over RPC; a batch's items
     # share it). Its params were decoded from no more text: a handler may weigh the
     # request by it without walking the params (``turn.persist`` does, to keep a small
-    # turn on the loop: ``session_writes._plan_size``).
+    # turn on the loop: ``runtime.plan_size``).
     frame_bytes: int | None = None
 
     async def actor(self) -> AgentActor:

@@ -188,10 +188,10 @@ async def context_build(ctx: CallContext, p: BuildParams) -> dict[str, Any]:
 
 @functools.cache
 def _persist_from_wire() -> Callable[..., Coroutine[Any, Any, AppendResult]]:
-    """The actor's wire entry for a turn (``runtime.session_writes.persist_from_wire``),
+    """The actor's wire entry for a turn (``runtime.actor.persist_from_wire``),
     imported on first use: importing this module loads no event loop (the client
     imports the framing without the runtime)."""
-    from ..runtime.session_writes import persist_from_wire
+    from ..runtime.actor import persist_from_wire
 
     return persist_from_wire
 

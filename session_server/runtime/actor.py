@@ -19,11 +19,15 @@ next transaction, each atomic in its own savepoint (``commit_effects.GroupCommit
 also runs each commit's effects: mirror, subscribers, snapshot). Any other write runs
 alone, in its place in the queue.
 
-The actor is composed of small parts: the queue, the group commit, the subscriptions
-(``subscriptions``), the compactions with their background summaries
-(``compaction_turns``), the planned writes (``session_writes``), the plain reads
-(``session_reads``) and the edits beside the turn path (``session_edits``). It opens its
-store lazily and may be hibernated by its host (the registry); the next call re-opens it.
+The actor holds its collaborators, each with state of its own: the queue, the group
+commit, the subscriptions (``subscriptions``), the mirror link (``mirror_link``) and the
+compactions with their background summaries (``compaction_turns``). The operations of
+its local API are its own methods: the writes the core plans (a session, appended and
+imported events, the end of a turn: only a large plan runs on a worker thread, weighed
+by ``plan_size``), the plain reads (straight to the store's read-only connection) and the
+edits beside the turn path (delete, clear, pop, re-describe, import whole sessions). It
+opens its store lazily and may be hibernated by its host (the registry); the next call
+re-opens it.
 """
 
 from __future__ import annotations
@@ -31,15 +35,16 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Iterable
+import uuid
+from collections.abc import Awaitable, Callable, Collection, Coroutine, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
+
+import msgspec
 
 from ..adapters.tools import tool_definitions
-from ..core.agent_core import AgentCore
-from ..core.compaction_decisions import compaction_report
-from ..core.core_state import AGENT_STRATEGY_KEY
-from ..core.decisions import AppendPlan, StrategyWrite
+from ..core.agent_core import AgentCore, compaction_report
+from ..core.decisions import AppendPlan, PreparedTurn, StrategyWrite
 from ..core.needs import (
     Known,
     Need,
@@ -50,17 +55,22 @@ from ..core.needs import (
     NeedState,
     NeedWindow,
 )
+from ..core.strategies import AGENT_STRATEGY_KEY
+from ..mirror_io.writer import validate_new_session_id
 from ..storage.store import AgentStore
 from ..storage.store_connections import Synchronous
 from ..storage.usage_rows import GroupBy
 from ..values.blocks import Author, BlockRevision, BlockSet
 from ..values.branches import Branch, ForkResult, RewindResult
 from ..values.context import WorkingContext
-from ..values.errors import NotFoundError
-from ..values.plans import AppendResult
+from ..values.errors import InvalidParamsError, NotFoundError
+from ..values.events import SessionEvent
+from ..values.plans import AppendResult, NewSession
 from ..values.recent import SessionView
+from ..values.session_rows import SessionRows, check_rows
 from ..values.tokens import get_counter, loaded_counter
 from ..values.usage import budget_json
+from ..values.validation import parse_event
 from . import branches
 from .activity import ActivityScope
 from .actor_host import ActorHost
@@ -70,21 +80,106 @@ from .live_streams import LiveStreams
 from .memory_blocks import MemoryBlocks, read_for_build, remember_count
 from .mirror_link import MirrorLink, snapshot_from_file
 from .model_tools import MODEL_TOOLS, call_tool
+from .off_loop import LARGE_CONTENT_CHARS, instructions_counted, off_loop_if_large
+from .plan_size import no_prompt_size, plan_size
 from .recall import Recall
 from .retention_keeper import RetentionKeeper
-from .session_edits import SessionEdits
-from .session_reads import SessionReads
-from .session_writes import SessionWrites
 from .subscriptions import Subscriber, Subscriptions
 from .usage_ledger import UsageLedger
 from .write_queue import WriteQueue
 
-__all__ = ["AgentActor", "Subscriber"]
+__all__ = ["AgentActor", "Subscriber", "persist_from_wire"]
 
 T = TypeVar("T")
 
 
-class AgentActor(SessionReads, SessionWrites, SessionEdits):
+def persist_from_wire(
+    actor: AgentActor,
+    session_id: str,
+    ctx: WorkingContext,
+    *,
+    idempotency_key: str | None = None,
+    usage: dict[str, Any] | None = None,
+    on_conflict: Literal["append", "reject"] = "append",
+    strategy: Mapping[str, Any] | None = None,
+    content_bound: int | None = None,
+    model: str | None = None,
+) -> Coroutine[Any, Any, AppendResult]:
+    """``actor.persist_working_context`` for the RPC layer (``turn.persist``): the new
+    messages come straight from ``values.validation.parse_messages`` (the params model
+    ran it), so they are not checked again; ``content_bound`` is the size of the frame
+    they were decoded from, so a small turn is known to be small without a walk of its
+    text (``plan_size``). Wire concerns, kept out of the actor's public method."""
+    return _persist(
+        actor, session_id, ctx, idempotency_key, usage, on_conflict, strategy, True, content_bound,
+        model,
+    )  # fmt: skip
+
+
+async def _persist(
+    actor: AgentActor,
+    session_id: str,
+    ctx: WorkingContext,
+    idempotency_key: str | None,
+    usage: dict[str, Any] | None,
+    on_conflict: Literal["append", "reject"],
+    strategy: Mapping[str, Any] | None,
+    validated: bool,
+    content_bound: int | None,
+    model: str | None = None,
+) -> AppendResult:
+    """The end of a turn (``persist_working_context``); ``validated``: the new messages
+    are ``parse_messages``' own (not checked again)."""
+    size = plan_size(ctx.get_new_messages(), content_bound)
+
+    def prepare() -> PreparedTurn:
+        return actor.core.prepare_turn(
+            session_id,
+            ctx,
+            usage=usage,
+            on_conflict=on_conflict,
+            idempotency_key=idempotency_key,
+            validated=validated,
+            strategy=strategy,
+            count=size >= LARGE_CONTENT_CHARS,  # off the loop, then
+            model=model,
+        )
+
+    # The small turn (the sequential path) is prepared, planned and queued without
+    # a coroutine or a context manager of its own: each step awaits only what it must.
+    if size < LARGE_CONTENT_CHARS:
+        turn = prepare()
+    else:
+        turn = await off_loop_if_large(actor.host.executor, size, prepare)
+    # The pressure check counts the instructions, unless the caller reported a size.
+    counted = turn.instructions if no_prompt_size(usage) else ()
+    step: AppendPlan | AppendResult
+    if not counted:
+        known = Known()
+        first = actor.core.plan_turn(turn, known)
+        if isinstance(first, Need):  # a read first (a cold cache): the pump
+            step = await actor.decide(lambda k: actor.core.plan_turn(turn, k), known, first)
+        else:
+            step = first
+    else:
+        async with instructions_counted(actor.host.executor, counted):
+            step = await actor.decide(lambda known: actor.core.plan_turn(turn, known))
+    if isinstance(step, AppendResult):
+        return step
+    result = await actor.commit(step)
+    if step.batch.compaction_required:
+        actor.compactions.prime(actor, session_id, list(ctx.system_instructions), strategy)
+    actor.compactions.report_futile(session_id)
+    if (
+        turn.recorded is not None
+        and result.seqs
+        and await actor.usage.after_turn(actor, session_id, turn.recorded)
+    ):
+        result = msgspec.structs.replace(result, budget_exceeded=True)
+    return result
+
+
+class AgentActor:
     """One agent's memory. Obtain it with ``await registry.get(agent_id)``."""
 
     def __init__(
@@ -370,6 +465,307 @@ class AgentActor(SessionReads, SessionWrites, SessionEdits):
             )
         raise TypeError(f"unknown need {need!r}")  # pragma: no cover
 
+    # -- reads: sessions and events as the store holds them (no core cache involved) ------
+
+    async def stored_session(self, session_id: str) -> dict[str, Any] | None:
+        """The session row as the store holds it (``get_session`` adds usage's fields)."""
+        return await self.run_read(lambda s: s.get_session(session_id))
+
+    async def list_sessions(self) -> list[dict[str, Any]]:
+        """Sessions, most recently updated first."""
+        return await self.run_read(lambda s: s.list_sessions())
+
+    async def session_rows(self, session_id: str) -> SessionRows:
+        """Everything SQLite holds about the session (one snapshot); ``NotFoundError``."""
+        rows = await self.run_read(lambda s: s.session_rows(session_id))
+        if rows is None:
+            raise NotFoundError.session(session_id)
+        return rows
+
+    async def load_events(
+        self,
+        session_id: str,
+        *,
+        limit: int | None = 50,
+        tail: bool = True,
+        since: int | None = None,
+        after_seq: int | None = None,
+        actions: Iterable[str] | None = None,
+    ) -> list[SessionEvent]:
+        """Events oldest first; ``tail`` picks the last ``limit``; filters apply first."""
+        return await self.run_read(
+            lambda s: s.load_events(
+                session_id,
+                limit=limit,
+                tail=tail,
+                since=since,
+                after_seq=after_seq,
+                actions=actions,
+            )
+        )
+
+    async def events_bytes(self, session_id: str) -> int:
+        """About how many bytes the session's events take in JSON (a lower bound of any
+        answer or export that holds them all)."""
+        return await self.run_read(lambda s: s.events_bytes(session_id))
+
+    async def load_events_bounded(
+        self,
+        session_id: str,
+        *,
+        max_bytes: int | None,
+        partial: bool = True,
+        limit: int | None = 50,
+        tail: bool = True,
+        since: int | None = None,
+        after_seq: int | None = None,
+        actions: Iterable[str] | None = None,
+    ) -> tuple[list[SessionEvent], bool]:
+        """``load_events`` within about ``max_bytes`` (``AgentStore.load_events_bounded``;
+        ``None``: no bound): ``(events, complete)``."""
+        return await self.run_read(
+            lambda s: s.load_events_bounded(
+                session_id,
+                max_bytes=max_bytes,
+                partial=partial,
+                limit=limit,
+                tail=tail,
+                since=since,
+                after_seq=after_seq,
+                actions=actions,
+            )
+        )
+
+    async def list_sessions_page(
+        self,
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        limit: int | None = None,
+        offset: int = 0,
+        only: Collection[str] | None = None,
+        after: tuple[int, int, str] | None = None,
+    ) -> tuple[list[dict[str, Any]], int]:
+        """A page of sessions (most recently updated first) whose metadata has each key of
+        ``metadata`` with that exact value (scalars), among ``only`` when given; and how
+        many sessions match. ``after``: start after that ``(updated_at, created_at, id)``."""
+        if limit is not None and limit < 1:
+            raise InvalidParamsError("limit: must be a positive integer", data={"field": "limit"})
+        if offset < 0:
+            raise InvalidParamsError("offset: must be >= 0", data={"field": "offset"})
+        return await self.run_read(
+            lambda s: s.list_sessions_page(
+                metadata=metadata, limit=limit, offset=offset, only=only, after=after
+            )
+        )
+
+    # -- writes the core plans: sessions, appended and imported events, a turn's end ----
+
+    async def create_session(
+        self, metadata: dict[str, Any] | None = None, session_id: str | None = None
+    ) -> str:
+        """Create a session and return its id (``ConflictError`` if the id exists)."""
+        if session_id is not None:
+            validate_new_session_id(session_id)  # it names the session's mirror folder
+        if metadata is not None and not isinstance(metadata, dict):
+            raise InvalidParamsError("metadata: must be an object")
+        sid = session_id or str(uuid.uuid4())
+        return await self.run_write(lambda s: s.create_session(metadata, sid))
+
+    async def append_events(
+        self,
+        session_id: str,
+        events: Sequence[SessionEvent],
+        *,
+        expected_last_seq: int | None = None,
+        idempotency_key: str | None = None,
+    ) -> AppendResult:
+        """Append events atomically (all or none); the callers' seq and session_id are ignored.
+
+        Ids and timestamps are kept when given, assigned otherwise. An empty list is a
+        no-op (even for an unknown session). A repeated ``idempotency_key`` returns the
+        first call's result without writing; an ``expected_last_seq`` that is not the
+        session's last seq raises ``ConflictError`` with ``data["last_seq"]``.
+        """
+        plan = await off_loop_if_large(
+            self.host.executor,
+            plan_size(events),
+            lambda: self.core.plan_events(
+                session_id,
+                events,
+                expected_last_seq=expected_last_seq,
+                idempotency_key=idempotency_key,
+            ),
+        )
+        if plan.batch.writes_nothing:
+            return await self.decide(lambda known: self.core.unwritten(plan, known))
+        return await self.commit(plan)
+
+    async def import_events(
+        self,
+        events: Sequence[SessionEvent],
+        *,
+        session_id: str | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> tuple[str, AppendResult]:
+        """Create a session holding ``events`` in one transaction (all of it, or nothing)."""
+        if session_id is not None:
+            validate_new_session_id(session_id)
+        if metadata is not None and not isinstance(metadata, dict):
+            raise InvalidParamsError("metadata: must be an object")
+        sid = session_id or str(uuid.uuid4())
+        create = NewSession(self.agent_id, metadata)
+        # An import is planned as an append is: a folder of many events on a worker.
+        plan = await off_loop_if_large(
+            self.host.executor,
+            plan_size(events),
+            lambda: self.core.plan_events(sid, events, create=create),
+        )
+        return sid, await self.commit(plan)
+
+    async def persist_working_context(
+        self,
+        session_id: str,
+        ctx: WorkingContext,
+        *,
+        idempotency_key: str | None = None,
+        usage: dict[str, Any] | None = None,
+        on_conflict: Literal["append", "reject"] = "append",
+        strategy: Mapping[str, Any] | None = None,
+        model: str | None = None,
+    ) -> AppendResult:
+        """Write exactly ``ctx.get_new_messages()`` as events, in one transaction.
+
+        ``on_conflict="reject"`` fails with ``ConflictError`` (writing nothing) when the
+        session moved past ``ctx.base_seq``; ``"append"`` appends after whatever is there.
+        The session's pressure flag is set when the prompt size calls for compaction under
+        the effective strategy (``strategy`` is the request level): the size ``usage``
+        reports in any provider shape, or the server's own count of the context. A flag
+        set under ``summarize`` starts the summary in the background at once. The end of
+        the turn writes ``working_context_snapshot.json`` (with the mirror on).
+        ``usage`` (any provider shape) is stored with the turn, with ``model``; the answer's
+        ``budget_exceeded`` says the session or agent is now past its budget.
+        """
+        return await _persist(
+            self, session_id, ctx, idempotency_key, usage, on_conflict, strategy, False, None,
+            model,
+        )  # fmt: skip
+
+    # -- edits beside the turn path: each alone through ``run_write``, then the core's
+    # cache, the mirror and the subscribers are told what changed ---------------------
+
+    def events_removed(self, store: AgentStore, session_id: str) -> None:
+        """After a transaction that removed or rewrote events of ``session_id`` and marked
+        its mirror stale (``sqlite_ops.invalidate_mirror``), still under the write lock:
+        the caches forget the session, plans derived from its events before the removal
+        are refused (``AgentCore.removal_conflict``), and the mirror's repair is scheduled
+        (its snapshot file removed first). Every removal (delete, pop, clear; a rewind
+        that erases, an expiry) ends with this, so that nothing removed is served, also
+        after a crash at any moment after the answer."""
+        self.core.events_deleted(session_id)
+        self.mirror.events_deleted(store, session_id)
+
+    async def delete_session(self, session_id: str) -> bool:
+        """Delete a session and its events in one transaction; False if it did not exist.
+        Its usage goes with it (and from the agent's totals)."""
+        try:
+            return await self._delete_session(session_id)
+        finally:
+            self.usage.forget(session_id)
+
+    async def _delete_session(self, session_id: str) -> bool:
+
+        async def write(store: AgentStore) -> bool:
+            await self.mirror.unlist(session_id)  # listed no more, even after a crash
+            try:
+                deleted = await store.delete_session(session_id)
+            except BaseException:
+                await self.mirror.relist(session_id)
+                raise
+            # Answered only once the folder is gone: a crash after the answer cannot
+            # leave it for a view, a snapshot list or a new session of the same id.
+            await self.mirror.session_deleted(session_id)
+            self.core.session_deleted(session_id)
+            if deleted:
+                self.subscriptions.publish_deleted(session_id)
+            return deleted
+
+        return await self.run_write(write)
+
+    async def import_rows(self, rows: SessionRows) -> None:
+        """Write a whole session as it is (``values.session_rows``: checked first), in one
+        transaction; its mirror files are written from it right after the commit."""
+        validate_new_session_id(rows.session.id)
+        # Linear in the rows (every event decoded): on a worker, not the event loop.
+        await asyncio.get_running_loop().run_in_executor(self.host.executor, check_rows, rows)
+
+        async def write(store: AgentStore) -> None:
+            await store.insert_session_rows(rows)
+            await self.mirror.ensure_active(store, rows.session.id)
+
+        await self.run_write(write)
+
+    async def delete_events(self, session_id: str, event_ids: Sequence[str]) -> int:
+        """Delete events of this session by id (unknown ids ignored); returns how many."""
+
+        async def write(store: AgentStore) -> int:
+            count = await store.delete_events(session_id, list(event_ids))
+            if count:
+                self.events_removed(store, session_id)
+            return count
+
+        return await self.run_write(write)
+
+    async def update_session(
+        self, session_id: str, metadata: dict[str, Any] | None
+    ) -> dict[str, Any]:
+        """Replace the session's metadata (``None`` clears it); the updated session."""
+        if metadata is not None and not isinstance(metadata, dict):
+            raise InvalidParamsError("metadata: must be an object", data={"field": "metadata"})
+        return await self.run_write(lambda s: s.replace_metadata(session_id, metadata))
+
+    async def pop_event(
+        self,
+        session_id: str,
+        *,
+        event_id: str | None = None,
+        replace_with: SessionEvent | None = None,
+    ) -> SessionEvent | None:
+        """Remove the newest event that is not a compaction record (or rewrite it in place,
+        same id, seq and timestamp, with ``replace_with``), atomically; the event as it
+        was, ``None`` when there is none. With ``event_id`` the newest such event must be
+        that one, else ``ConflictError``: read the tail, decide, pop with the id you read,
+        and no other writer's event is lost."""
+        checked: SessionEvent | None = None
+        if replace_with is not None:
+            checked = parse_event(msgspec.to_builtins(replace_with), "replace_with")
+            if checked.action == "compaction":
+                raise InvalidParamsError(
+                    "replace_with.action: a popped event cannot become a compaction record",
+                    data={"field": "replace_with.action"},
+                )
+
+        async def write(store: AgentStore) -> SessionEvent | None:
+            # Counted once the store is active: the token encoding is loaded then (the
+            # actor loads it off the loop before activating), so the loop never waits.
+            replacement = None if checked is None else (checked, get_counter().count_event(checked))
+            popped = await store.pop_event(session_id, event_id, replacement)
+            if popped is not None:
+                self.events_removed(store, session_id)
+            return popped
+
+        return await self.run_write(write)
+
+    async def clear_session(self, session_id: str) -> int:
+        """Delete every event of the session at once, keeping the session (its metadata
+        and strategy); seqs are never reused. Returns how many events were deleted."""
+
+        async def write(store: AgentStore) -> int:
+            deleted = await store.clear_events(session_id)
+            self.events_removed(store, session_id)
+            return deleted
+
+        return await self.run_write(write)
+
     # -- subscriptions -----------------------------------------------------------------
 
     def subscribe(
@@ -643,18 +1039,11 @@ class AgentActor(SessionReads, SessionWrites, SessionEdits):
 
     async def get_session(self, session_id: str) -> dict[str, Any] | None:
         """The session object, with ``budget`` and ``expires_at`` (ms, or ``None``)."""
-        row = await SessionReads.get_session(self, session_id)
+        row = await self.stored_session(session_id)
         if row is not None:
             row["budget"] = budget_json(await self.usage.session_budget(self, session_id))
             row["expires_at"] = await self.retention.expires(self, session_id)
         return row
-
-    async def delete_session(self, session_id: str) -> bool:
-        """``SessionEdits.delete_session``; its usage goes with it (and from the totals)."""
-        try:
-            return await SessionEdits.delete_session(self, session_id)
-        finally:
-            self.usage.forget(session_id)
 
     # -- usage and budgets (``usage_ledger``) -------------------------------------------
 

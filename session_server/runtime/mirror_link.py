@@ -10,14 +10,21 @@ differs from ``last_seq`` after any crash, which makes activation verify the fil
 Deleted stays deleted: a delete of events marks the mirror stale (``mirror_seq = -1``) and
 unbinds the snapshot in its own transaction, so a crash before the repair below still
 repairs on the next activation, which first removes any snapshot file SQLite does not
-vouch for (``MirrorActivation``): neither a build nor the memory view ever reads the old
+vouch for (``MirrorLink.activate_agent``, ``ensure_active``): neither a build nor the memory view ever reads the old
 one. A summary planned from the events before the delete is refused at its commit
 (``AgentCore.removal_conflict``). A session delete answers only once its folder is gone
 (renamed out of ``sessions/`` in one step).
 
-Activation is cheap: it resumes from the checkpoint stored at the last clean close, and
-repairs only what does not match it (``mirror_activation.MirrorActivation``, the base of
-``MirrorLink``).
+Activation is cheap: at a clean close each session's checkpoint (writer model, file sizes
+and mtimes, the snapshot's seq and SHA-256) goes to SQLite; the next activation resumes
+from it after a few ``stat`` calls (``mirror.checkpoint.plan_activation``) instead of
+reading the history, and repairs, streamed from SQLite one file at a time
+(``mirror_io.repair``), whatever does not match. It also removes the folders of sessions
+that no longer exist. An activation runs in the write chain, after what was pending, in
+commit order. A snapshot file is kept only when SQLite vouches for its bytes
+(``snapshot_digest``, bound at a clean close, cleared by every delete in its own
+transaction): a repair removes any other, and a resume (the files as a clean close left
+them) removes one only when none is bound.
 
 Writes are batched: committed events and end-of-turn snapshots are held for
 ``delay`` seconds (default 0.05) and then written together, trace lines in commit order
@@ -61,22 +68,24 @@ from concurrent.futures import Executor
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ..core.context_builds import render_snapshot
+from ..core.agent_core import render_snapshot
 from ..core.decisions import SnapshotParts
+from ..mirror.checkpoint import Resume, plan_activation, repair_reason
 from ..mirror.snapshot import SNAPSHOT_FILE, RestoredSnapshot
 from ..mirror.snapshot_schedule import SnapshotSchedule
 from ..mirror_io.snapshot_files import load_snapshot_cache
 from ..mirror_io.snapshot_index import SnapshotIndex
-from ..mirror_io.writer import MirrorWriter
+from ..mirror_io.writer import MirrorWriter, validate_session_id
 from ..storage.context_window import read_context_window_at
+from ..storage.event_pages import SessionEventReader
+from ..storage.mirror_columns import MirrorCheckpoint, MirrorRow, MirrorStatus
 from ..storage.store import AgentStore
-from ..values.errors import SessionServerError
+from ..values.errors import InvalidParamsError, SessionServerError
 from ..values.events import SessionEvent
 from ..values.plans import SnapshotDue
 from ..values.recent import SessionView
-from .mirror_activation import MirrorActivation, names_a_folder
 
-__all__ = ["MirrorLink", "snapshot_from_file"]
+__all__ = ["MirrorLink", "names_a_folder", "snapshot_from_file"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -86,7 +95,7 @@ T = TypeVar("T")
 SnapshotRenderer = Callable[[SnapshotDue], SnapshotParts | None]
 
 
-class MirrorLink(MirrorActivation):
+class MirrorLink:
     """Schedules an agent's mirror writes in commit order.
 
     Callers (the actor) call the scheduling methods while holding the actor's write lock,
@@ -122,11 +131,15 @@ class MirrorLink(MirrorActivation):
         self._timer: asyncio.Handle | None = None
         self._timer_at = 0.0  # the loop time the timer fires at
         self._chain: asyncio.Future[None] | None = None
-        # The state activation shares (``MirrorActivation`` says what each holds).
-        self._active = set()
-        self._cursor = {}
-        self._bound = {}
-        self._generation = {}
+        # Sessions activated (resumed or repaired) since the store opened.
+        self._active: set[str] = set()
+        # Mirror cursors confirmed by the files, not yet stored in sessions.mirror_seq.
+        self._cursor: dict[str, int] = {}
+        # The latest snapshot written per session: (seq it reflects, SHA-256 of its
+        # bytes), bound in SQLite at close.
+        self._bound: dict[str, tuple[int, str]] = {}
+        # Bumped by every delete: a file write scheduled before it confirms nothing after.
+        self._generation: dict[str, int] = {}
         # Mirror lag: when the oldest commit not yet handed to the chain was scheduled.
         self._on_lag = on_lag
         self._pending_since: float | None = None
@@ -138,6 +151,139 @@ class MirrorLink(MirrorActivation):
     @snapshot_interval.setter
     def snapshot_interval(self, seconds: float) -> None:
         self.schedule.interval = seconds
+
+    # -- activation, repair and checkpoints ------------------------------------------------
+
+    @property
+    def enabled(self) -> bool:
+        return self.writer.enabled
+
+    def session_dir(self, session_id: str) -> Path:
+        return self.writer.session_dir(session_id)
+
+    def cursor(self, session_id: str) -> int | None:
+        """The last mirrored seq confirmed since the last store of the cursor."""
+        return self._cursor.get(session_id)
+
+    def _generation_of(self, session_id: str) -> int:
+        return self._generation.get(session_id, 0)
+
+    async def activate_agent(self, store: AgentStore) -> None:
+        """On opening the store: remove orphan folders, then repair (scheduled) every
+        session whose files are not as its checkpoint says; the others resume lazily."""
+        if not self.enabled or store.readonly:
+            return
+        rows = await store.mirror_statuses()
+        loop = asyncio.get_running_loop()
+        ids = {row.session_id for row in rows}
+        if not store.created:
+            # Before anything else touches the files: nothing is scheduled for this agent
+            # yet. (A new file never had a session: folders beside it are not ours.)
+            await loop.run_in_executor(self._executor, self.writer.sweep_orphans, ids)
+        stale = await loop.run_in_executor(self._executor, self._stale, rows)
+        for session_id in stale:
+            await self.ensure_active(store, session_id)
+
+    def _stale(self, rows: Sequence[MirrorStatus]) -> list[str]:
+        """Sessions whose files need a repair (a few ``stat`` calls each; a worker thread)."""
+        out = []
+        for row in rows:
+            if not row.last_seq or not names_a_folder(row.session_id):
+                continue  # never written: nothing to repair
+            reason = repair_reason(
+                last_seq=row.last_seq,
+                mirror_seq=row.mirror_seq,
+                has_checkpoint=row.has_checkpoint,
+                files=row.mirror_files,
+                observed=self.writer.stamps(row.session_id),
+            )
+            if reason is not None:
+                out.append(row.session_id)
+        return out
+
+    def needs_activation(self, session_id: str) -> bool:
+        """Whether ``ensure_active`` has anything to do for ``session_id``."""
+        return self.enabled and session_id not in self._active
+
+    async def ensure_active(self, store: AgentStore, session_id: str) -> None:
+        """Schedule the session's activation: resume from its checkpoint when the files
+        match it, else a streamed repair from SQLite."""
+        if not self.needs_activation(session_id):
+            return
+        row = await store.mirror_row(session_id)
+        if row is None:
+            return  # the append fails with NotFoundError
+        self._active.add(session_id)
+        self._flush()
+        self._schedule_activation(store, row)
+
+    def _schedule_activation(self, store: AgentStore, row: MirrorRow) -> None:
+        session_id, path = row.session_id, store.path
+
+        def activate() -> int | None:
+            decision = plan_activation(
+                last_seq=row.last_seq,
+                mirror_seq=row.mirror_seq,
+                state=row.mirror_state,
+                files=row.mirror_files,
+                observed=self.writer.stamps(session_id),
+            )
+            if isinstance(decision, Resume):
+                # The files are as a clean close left them: a snapshot bound then is kept
+                # without reading it (only one SQLite does not vouch for goes).
+                if row.snapshot_digest is None:
+                    self.writer.drop_unbound_snapshot(session_id, None)
+                self.writer.resume(session_id, decision.model)
+                return row.last_seq
+            if row.last_seq or self.session_dir(session_id).is_dir():
+                log.info("mirror of session %s: repair (%s)", session_id, decision.reason)
+            # Before the memory view can read it: a snapshot SQLite does not vouch for may
+            # hold messages a delete removed (the delete answered, then the process died
+            # before its own repair removed the file).
+            self.writer.drop_unbound_snapshot(session_id, row.snapshot_digest)
+            return self._repair(path, session_id)
+
+        self._later(activate, self._confirm(session_id))
+
+    def _repair(self, path: Path, session_id: str, *, after_edit: bool = False) -> int | None:
+        """Repair the session's files streamed from SQLite (a worker thread); the session's
+        last seq in the state the repair read, or ``None`` when it failed. ``after_edit``:
+        the expected rewrite after a delete, pop or clear (``MirrorWriter.repair``)."""
+        with SessionEventReader(path, session_id) as source:
+            if self.writer.repair(session_id, source, after_edit=after_edit) is None:
+                return None
+            return source.last_seq()
+
+    def _confirm(self, session_id: str) -> Callable[[int | None], None]:
+        """After an activation or repair: its cursor, unless a delete came since."""
+        generation = self._generation_of(session_id)
+
+        def done(last_seq: int | None) -> None:
+            if last_seq is not None and self._generation_of(session_id) == generation:
+                self._activated(session_id, last_seq)
+
+        return done
+
+    def _activated(self, session_id: str, last_seq: int) -> None:
+        # The writer drops a session's state on an I/O error: then nothing is confirmed.
+        if self.writer.is_active(session_id):
+            self._cursor[session_id] = last_seq
+
+    def _checkpoints(
+        self, active: list[str], cursors: dict[str, int], bound: dict[str, tuple[int, str]]
+    ) -> list[MirrorCheckpoint]:
+        """What SQLite keeps of each active, confirmed session (a worker thread)."""
+        out = []
+        for session_id in active:
+            cursor = cursors.get(session_id)
+            taken = self.writer.checkpoint(session_id)
+            if cursor is None or taken is None:
+                continue  # not confirmed: the stored cursor stays behind, activation repairs
+            model_seq, state, files = taken
+            if model_seq > cursor:
+                continue
+            out.append(MirrorCheckpoint(session_id, cursor, state, files, bound.get(session_id)))
+        return out
 
     @property
     def cold_snapshot_interval(self) -> float:
@@ -428,3 +574,13 @@ def snapshot_from_file(
     would: ``render_snapshot``); ``None`` when the session is gone. A worker thread."""
     window = read_context_window_at(path, due.session_id, limit, busy_timeout_ms=busy_timeout_ms)
     return None if window is None else render_snapshot(SessionView.of(window), due.instructions)
+
+
+def names_a_folder(session_id: str) -> bool:
+    """Whether ``session_id`` can name a folder (a session whose id cannot was never
+    mirrored)."""
+    try:
+        validate_session_id(session_id)
+    except InvalidParamsError:
+        return False
+    return True

@@ -18,14 +18,13 @@ import functools
 from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import Executor
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import Any, Final, Protocol, TypeVar
+from typing import Any, Final, TypeVar
 
 from ..values.tokens import TokenCounter, loaded_counter
 
 __all__ = [
     "LARGE_CONTENT_CHARS",
     "OFF_LOOP_EVENTS",
-    "ExecutorHost",
     "instructions_counted",
     "off_loop_if_large",
     "on_worker",
@@ -90,13 +89,6 @@ def release_after_response(
         executor.submit(job)
 
     after_response(release)
-
-
-class ExecutorHost(Protocol):
-    """An owner of the worker threads that planning and checks run on off the loop."""
-
-    @property
-    def executor(self) -> Executor: ...
 
 
 async def off_loop_if_large(executor: Executor, size: int, plan: Callable[[], T]) -> T:

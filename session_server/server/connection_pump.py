@@ -3,7 +3,7 @@
 ``Connection`` reads frames within the connection bounds (the in-flight window, the
 outgoing bytes, the request budget and the large-frame permits), handles each frame in
 its own task (``rpc.dispatch.dispatch``), writes answers and notifications through one
-FIFO, holds the connection's subscriptions (``connection_subscriptions``, a mixin),
+FIFO, holds the connection's subscriptions (``connection_subscriptions``, a collaborator),
 watches its token's lifetime, and closes within the server's stop deadline.
 ``ConnectionHost`` (``connection_host``) is what it needs of the server
 (``SessionServer`` is one).
@@ -31,12 +31,11 @@ from ..values.errors import InvalidRequestError, SessionServerError
 from .answers import answer_reservation, encode_bounded, is_utf8
 from .connection_host import ConnectionHost
 from .connection_subscriptions import ConnectionSubscriptions
-from .fanout import Subscription
 from .handshake import Route
 from .intake import IntakeConnection
 
 if TYPE_CHECKING:
-    pass
+    from ..runtime.actor import AgentActor
 
 __all__ = ["Connection", "idle_check_at", "subscriptions_moved"]
 
@@ -86,7 +85,7 @@ def subscriptions_moved(before: Mapping[str, int] | None, now: Mapping[str, int]
     return any(before.get(session_id, -1) < seq for session_id, seq in now.items())
 
 
-class Connection(ConnectionSubscriptions):
+class Connection:
     """One client connection: reader, per-frame tasks, ordered writer, subscriptions.
 
     Bounds (see ``SessionServer``): a frame takes a slot of the in-flight window before
@@ -119,7 +118,7 @@ class Connection(ConnectionSubscriptions):
         self.writing = False
         self.flushers: set[asyncio.Task[None]] = set()
         self.tasks: set[asyncio.Task[None]] = set()
-        self.subscriptions: dict[str, Subscription] = {}
+        self.subscriptions = ConnectionSubscriptions(self, server)
         self.observe = server.registry.operations.observe_request
         self.slots = Permits(server.max_inflight)
         self.reader: asyncio.Task[None] | None = None
@@ -500,7 +499,7 @@ class Connection(ConnectionSubscriptions):
         if now >= self.last_frame_at + idle:
             # Marks are taken only at looks that could close: two such looks are at least
             # ``idle`` apart, so "since the previous look" spans a whole timeout.
-            marks = {session_id: sub.floor for session_id, sub in self.subscriptions.items()}
+            marks = self.subscriptions.delivered()
             moved = subscriptions_moved(self.idle_marks, marks)
             self.idle_marks = marks
         busy = bool(moved or self.tasks or self.outgoing)
@@ -514,6 +513,24 @@ class Connection(ConnectionSubscriptions):
         task = asyncio.create_task(self.ws.close(1000, "idle timeout"))
         self.flushers.add(task)
         task.add_done_callback(self.flushers.discard)
+
+    # -- subscriptions (``ConnectionSubscriptions``) -----------------------------------------
+    async def subscribe(
+        self,
+        ctx: CallContext,
+        actor: AgentActor,
+        session_id: str,
+        after_seq: int | None = None,
+        stream_cursor: int | None = None,
+    ) -> int:
+        """``events.subscribe``: see ``ConnectionSubscriptions.subscribe``."""
+        return await self.subscriptions.subscribe(
+            ctx, actor, session_id, after_seq, stream_cursor
+        )
+
+    def unsubscribe(self, session_id: str) -> bool:
+        """Stop notifications for ``session_id``; ``False`` when there was no subscription."""
+        return self.subscriptions.unsubscribe(session_id)
 
     # -- token lifetime ----------------------------------------------------------------------
     def set_grant(self, grant: Grant | None) -> None:
@@ -554,8 +571,7 @@ class Connection(ConnectionSubscriptions):
         finally:
             if self.expiry is not None:
                 self.expiry.cancel()
-            for sub in list(self.subscriptions.values()):
-                self._drop(sub)
+            self.subscriptions.drop_all()
             await self._finish()
 
     async def _finish(self) -> None:

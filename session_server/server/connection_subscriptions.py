@@ -1,14 +1,20 @@
-"""``ConnectionSubscriptions``: a connection's ``events.subscribe`` subscriptions (I/O shell).
+"""``ConnectionSubscriptions``: one connection's ``events.subscribe`` subscriptions
+(I/O shell).
 
-A mixin of ``connection_pump.Connection`` (its ``ConnectionLike`` side): at most the
-server's ``max_subscriptions`` per connection, each registered with its topic before the
-reads that give its floor (no gap, no duplicate), live once the subscribe answer is
-queued, and dropped on ``unsubscribe`` or when the connection ends.
+A collaborator of ``connection_pump.Connection``, which holds one and delegates its
+``subscribe``/``unsubscribe`` to it: at most the server's ``max_subscriptions`` per
+connection, each registered with its topic before the reads that give its floor (no gap,
+no duplicate), live once the subscribe answer is queued, and dropped on ``unsubscribe``
+or when the connection ends (``drop_all``). It holds the subscriptions by session and
+what it needs to make one: the connection they send on (``fanout.Subscriber``) and the
+server's bound and topics (``ConnectionHost``). A read-only mapping of session id to
+``Subscription``.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING
 
 from ..rpc.method_spec import CallContext
 from ..values.errors import NotFoundError, TooLargeError
@@ -22,30 +28,37 @@ if TYPE_CHECKING:
 __all__ = ["ConnectionSubscriptions"]
 
 
-class _Host(Subscriber, Protocol):
-    """What the subscriptions use of their connection."""
+class ConnectionSubscriptions(Mapping[str, Subscription]):
+    """The subscriptions of one connection, by session id."""
 
-    subscriptions: dict[str, Subscription]
+    def __init__(self, connection: Subscriber, server: ConnectionHost) -> None:
+        self._connection = connection
+        self._server = server
+        self._by_session: dict[str, Subscription] = {}
 
-    @property
-    def server(self) -> ConnectionHost: ...
+    def __getitem__(self, session_id: str) -> Subscription:
+        return self._by_session[session_id]
 
-    def _drop(self, sub: Subscription) -> None: ...
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._by_session)
 
-
-class ConnectionSubscriptions:
-    """Subscribe, unsubscribe and drop; the state (``subscriptions``) is the connection's."""
+    def __len__(self) -> int:
+        return len(self._by_session)
 
     async def subscribe(
-        self: _Host,
+        self,
         ctx: CallContext,
         actor: AgentActor,
         session_id: str,
         after_seq: int | None = None,
         stream_cursor: int | None = None,
     ) -> int:
+        """Subscribe the connection to ``session_id`` (once: a second subscribe answers
+        the last seq and changes nothing but the live stream's cursor); the session's last
+        seq, the floor of what the subscription sends. ``after_seq`` below it replays the
+        events after it first; ``stream_cursor`` the live turn's chunks after it."""
         await actor.streams.load(actor)  # the live turns the feed follows
-        existing = self.subscriptions.get(session_id)
+        existing = self._by_session.get(session_id)
         if existing is not None:
             row = await actor.get_session(session_id)
             if row is None:
@@ -54,18 +67,19 @@ class ConnectionSubscriptions:
                 existing.feed.rewind(stream_cursor)
                 ctx.after_response(existing.feed.start)
             return int(row["last_seq"])
-        if len(self.subscriptions) >= self.server.max_subscriptions:
+        bound = self._server.max_subscriptions
+        if len(self._by_session) >= bound:
             raise TooLargeError(
-                f"session_id: this connection already has {len(self.subscriptions)} "
+                f"session_id: this connection already has {len(self._by_session)} "
                 f"subscriptions (the maximum); unsubscribe first or use another connection",
-                data={"field": "session_id", "max_subscriptions": self.server.max_subscriptions},
+                data={"field": "session_id", "max_subscriptions": bound},
             )
-        sub = Subscription(self, session_id)
-        self.subscriptions[session_id] = sub
+        sub = Subscription(self._connection, session_id)
+        self._by_session[session_id] = sub
         try:
             # Registered before the reads: an append committed meanwhile is buffered, and
             # the seq floor below drops what the reads already hold (no gap, no duplicate).
-            sub.topic = self.server.topic_for(actor, session_id)
+            sub.topic = self._server.topic_for(actor, session_id)
             sub.topic.subs.append(sub)
             row = await actor.get_session(session_id)
             if row is None:
@@ -75,25 +89,29 @@ class ConnectionSubscriptions:
                 sub.replay_from = after_seq  # read page by page once the answer is out
                 sub.actor = actor
         except BaseException:
-            self._drop(sub)
+            self.drop(sub)
             raise
         sub.floor = last_seq
         ctx.after_response(sub.go_live)
-        if self.subscriptions.get(session_id) is sub:
-            sub.feed = feed = StreamFeed(self, session_id, actor.streams, stream_cursor, sub.topic)
+        if self._by_session.get(session_id) is sub:
+            sub.feed = feed = StreamFeed(
+                self._connection, session_id, actor.streams, stream_cursor, sub.topic
+            )
             ctx.after_response(feed.start)
         return last_seq
 
-    def unsubscribe(self: _Host, session_id: str) -> bool:
-        sub = self.subscriptions.get(session_id)
+    def unsubscribe(self, session_id: str) -> bool:
+        """Drop the subscription to ``session_id``; ``False`` when there was none."""
+        sub = self._by_session.get(session_id)
         if sub is None:
             return False
-        self._drop(sub)
+        self.drop(sub)
         return True
 
-    def _drop(self: _Host, sub: Subscription) -> None:
-        if self.subscriptions.get(sub.session_id) is sub:
-            del self.subscriptions[sub.session_id]
+    def drop(self, sub: Subscription) -> None:
+        """End ``sub``: no more sends, its replay cancelled, out of its topic."""
+        if self._by_session.get(sub.session_id) is sub:
+            del self._by_session[sub.session_id]
         sub.live = False
         sub.buffer = []
         if sub.feed is not None:
@@ -105,3 +123,13 @@ class ConnectionSubscriptions:
         if sub.topic is not None:
             sub.topic.remove(sub)
             sub.topic = None
+
+    def drop_all(self) -> None:
+        """End every subscription (the connection is closing)."""
+        for sub in list(self._by_session.values()):
+            self.drop(sub)
+
+    def delivered(self) -> dict[str, int]:
+        """The last seq each subscription has delivered, by session (the idle
+        watchdog's marks: ``connection_pump.subscriptions_moved``)."""
+        return {session_id: sub.floor for session_id, sub in self._by_session.items()}

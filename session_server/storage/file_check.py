@@ -34,7 +34,7 @@ from typing import Final
 import msgspec
 
 from ..compaction.config import validate_strategy
-from ..core.core_state import AGENT_STRATEGY_KEY
+from ..core.strategies import AGENT_STRATEGY_KEY
 from ..values.codec import hydrate_event
 from ..values.errors import CorruptRecordError, InvalidParamsError, SessionServerError
 from ..values.events import ACTIONS

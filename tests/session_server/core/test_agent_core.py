@@ -13,9 +13,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from session_server.core.agent_core import AgentCore
-from session_server.core.compaction_decisions import compaction_report
-from session_server.core.context_builds import trusted_snapshot_digest
+from session_server.core.agent_core import AgentCore, compaction_report, trusted_snapshot_digest
 from session_server.core.decisions import (
     LARGE_WINDOW_EVENTS,
     AppendPlan,

@@ -1,5 +1,5 @@
 """The strategies an agent's core remembers for sessions its recent cache does not hold
-(``CoreState.stored_strategy``): a client that persists without building through the
+(``AgentCore.stored_strategy``): a client that persists without building through the
 server reads no session row per turn, and what is remembered is never stale."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 from session_server.core.agent_core import AgentCore
-from session_server.core.core_state import MAX_KNOWN_STRATEGIES
 from session_server.core.decisions import AppendPlan, StrategyWrite
 from session_server.core.needs import Known, NeedAgentStrategy, NeedState, NeedWindow
+from session_server.core.strategies import MAX_KNOWN_STRATEGIES
 from session_server.values.context import WorkingContext
 from session_server.values.errors import NotFoundError
 from session_server.values.events import ContextMessage

@@ -1,4 +1,4 @@
-"""Activation and snapshot files (``MirrorActivation``), in process, on real SQLite files
+"""Activation and snapshot files (``MirrorLink.activate_agent``), in process, on real SQLite files
 and mirror folders in a tmp dir: a snapshot file SQLite does not vouch for is removed
 before anything reads the session's files; one it vouches for stays.
 

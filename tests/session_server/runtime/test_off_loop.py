@@ -30,21 +30,21 @@ from session_server.mirror.rows_file import ROWS_FILE
 from session_server.mirror_io.snapshot_index import SnapshotIndex
 from session_server.mirror_io.writer import MirrorWriter
 from session_server.rpc import memory_methods
+from session_server.runtime import actor as actor_module
 from session_server.runtime import (
     compaction_run,
     compaction_turns,
     mirror_link,
     off_loop,
-    session_edits,
-    session_writes,
     transfer,
 )
+from session_server.runtime import plan_size as plan_size_module
 from session_server.runtime.off_loop import (
     LARGE_CONTENT_CHARS,
     OFF_LOOP_EVENTS,
     instructions_counted,
 )
-from session_server.runtime.session_writes import ITEM_CHARS
+from session_server.runtime.plan_size import ITEM_CHARS
 from session_server.runtime.summarizers import ExtractiveSummarizer
 from session_server.values import tokens
 from session_server.values.events import ContextMessage, SessionEvent, ToolCall
@@ -106,7 +106,7 @@ async def test_export_and_import_touch_files_on_workers(
     recording(monkeypatch, transfer, "import_reference_folder", threads)
     recording(monkeypatch, transfer, "read_rows_file", threads)
     recording(monkeypatch, transfer, "with_new_ids", threads)
-    recording(monkeypatch, session_edits, "check_rows", threads)
+    recording(monkeypatch, actor_module, "check_rows", threads)
     async with ActorRegistry(tmp_path, idle_timeout=None) as reg:
         actor = await reg.get("agent")
         sid = await one_turn(actor, "q")
@@ -484,13 +484,13 @@ async def test_a_turn_over_rpc_is_weighed_by_its_frame(
     planned on the loop without a walk of its text, a large one still on a worker (the
     frame is large too, so its characters are counted)."""
     walks: list[int] = []
-    content_chars = session_writes._content_chars
+    content_chars = plan_size_module._content_chars
 
     def counted(items: Any) -> int:
         walks.append(len(items))
         return content_chars(items)
 
-    monkeypatch.setattr(session_writes, "_content_chars", counted)
+    monkeypatch.setattr(plan_size_module, "_content_chars", counted)
     recording(monkeypatch, AgentCore, "prepare_turn", threads)
     big = "word " * (LARGE_CONTENT_CHARS // 5 + 10)
     async with (

@@ -1,5 +1,5 @@
 """``persist_working_context`` plans a small turn once, and once more per read it needs
-(``runtime/session_writes``, ``AgentActor.decide``)."""
+(``AgentActor.persist_working_context``, ``AgentActor.decide``)."""
 
 from __future__ import annotations
 

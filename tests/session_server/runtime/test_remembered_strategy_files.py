@@ -1,5 +1,5 @@
 """The strategy an agent's core remembers for a session it does not cache
-(``CoreState.stored_strategy``) follows the file under it: a file replaced (a restore),
+(``AgentCore.stored_strategy``) follows the file under it: a file replaced (a restore),
 a change made while the agent was hibernated, a session deleted and imported again with
 another strategy. Real registries on real SQLite files."""
 

@@ -1,4 +1,4 @@
-"""``SessionWrites``: the public persist is DESIGN §3's; the RPC layer's wire entry
+"""``AgentActor``: the public persist is DESIGN §3's; the RPC layer's wire entry
 (``persist_from_wire``) is apart from it."""
 
 from __future__ import annotations
@@ -9,8 +9,7 @@ from pathlib import Path
 import msgspec
 
 from session_server import ActorRegistry
-from session_server.runtime.actor import AgentActor
-from session_server.runtime.session_writes import persist_from_wire
+from session_server.runtime.actor import AgentActor, persist_from_wire
 from session_server.values.context import WorkingContext
 from session_server.values.validation import parse_client_messages
 from tests.support.server import turn_messages
