@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 
 from google.adk.errors.already_exists_error import AlreadyExistsError
 from google.adk.errors.session_not_found_error import SessionNotFoundError
-from google.adk.errors.stale_session_error import StaleSessionError
+from google.adk.errors import StaleSessionError
 from google.adk.events.event import Event
 from google.adk.memory.base_memory_service import BaseMemoryService, SearchMemoryResponse
 from google.adk.memory.memory_entry import MemoryEntry

@@ -124,9 +124,15 @@ def _blob(metadata: Mapping[str, Any] | None) -> dict[str, Any] | None:
     return blob if isinstance(blob, dict) else None
 
 
+def event_from(blob: Mapping[str, Any]) -> Event:
+    """The ADK event of a stored blob, validated as JSON: bytes (inline data, thought
+    signatures) are base64 in the blob, and only JSON validation decodes them."""
+    return Event.model_validate_json(json.dumps(blob, ensure_ascii=False))
+
+
 def adk_events_of(records: Iterable[SessionEvent]) -> list[Event]:
     """The ADK events stored in ``records`` (in order; other records are skipped)."""
-    return [Event.model_validate(b) for b in (_blob(r.metadata) for r in records) if b]
+    return [event_from(b) for b in (_blob(r.metadata) for r in records) if b]
 
 
 def _placeholder(event: Event, call_id: str, text: str) -> Event:
@@ -175,7 +181,7 @@ def context_to_events(ctx: WorkingContext, *, now: float) -> list[Event]:
     for position, message in enumerate(ctx.messages):
         blob = _blob(message.metadata)
         if blob is not None:
-            event = Event.model_validate(blob)
+            event = event_from(blob)
             last_ts = event.timestamp
             if message.compacted and message.tool_call_id:
                 event = _placeholder(event, message.tool_call_id, message.content)
