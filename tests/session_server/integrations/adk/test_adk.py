@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from google.adk.errors.session_not_found_error import SessionNotFoundError
 from google.adk.errors import StaleSessionError
+from google.adk.errors.session_not_found_error import SessionNotFoundError
 from google.adk.events.event import Event
 from google.adk.events.event_actions import EventActions
 from google.adk.sessions.in_memory_session_service import InMemorySessionService
