@@ -71,6 +71,7 @@ from session_server.integrations.adk_events import (
     merged_state,
     split_state,
 )
+from session_server.mirror_io.writer import validate_new_session_id
 from session_server.values.codec import new_event_id
 from session_server.values.context import WorkingContext
 from session_server.values.errors import ConflictError, InvalidParamsError, NotFoundError
@@ -82,7 +83,7 @@ if TYPE_CHECKING:
     from session_server.runtime.actor import AgentActor
     from session_server.runtime.registry import ActorRegistry
 
-__all__ = ["SessionServerMemoryService", "SessionServerSessionService"]
+__all__ = ["SessionServerMemoryService", "SessionServerSessionService", "server_session_id"]
 
 T = TypeVar("T")
 AgentIds = str | Mapping[str, str] | Callable[[str], str]
@@ -419,6 +420,21 @@ def _digest(*parts: str) -> str:
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:32]
 
 
+_ESCAPES: Final = str.maketrans({"%": "%25", "~": "%7E", "/": "%2F", "\\": "%5C"})
+
+
+def server_session_id(app_name: str, user_id: str, session_id: str) -> str:
+    """The session-server session id of an ADK session: ``<app>~<user>~<id>`` (``%``,
+    ``~`` and path separators percent-encoded), or ``adk-<sha256>`` when that is not a
+    valid session id (too long, control characters, ...). ADK keys sessions by all three,
+    so two users may each have a session ``"s1"``."""
+    readable = "~".join(p.translate(_ESCAPES) for p in (app_name, user_id, session_id))
+    try:
+        return validate_new_session_id(readable)
+    except InvalidParamsError:
+        return f"adk-{_digest(app_name, user_id, session_id)}"
+
+
 def _app_holder(app_name: str) -> str:
     return f"adk-app-state-{_digest(app_name)}"
 
@@ -439,6 +455,12 @@ def _owned(session: Mapping[str, Any], app_name: str, user_id: str) -> bool:
         and meta.get("adk_app") == app_name
         and meta.get("adk_user") == user_id
     )
+
+
+def _created(stored: Mapping[str, Any]) -> float:
+    """When the session was created, in seconds (ADK's ``last_update_time`` of a session
+    with no event)."""
+    return int(stored.get("created_at") or stored.get("updated_at") or 0) / 1000 or time.time()
 
 
 def _marker(session: Session) -> int | None:
@@ -487,20 +509,22 @@ class SessionServerSessionService(BaseSessionService):
     ) -> Session:
         backend = self.agents.of(app_name)
         session_id = session_id.strip() if session_id else str(uuid.uuid4())
+        sid = server_session_id(app_name, user_id, session_id)
         app_delta, user_delta, own = split_state(state)
         metadata = {
             "adk_kind": "session",
             "adk_app": app_name,
             "adk_user": user_id,
+            "adk_id": session_id,
             "adk_state": own,
             "adk_state_seq": 0,
         }
         try:
-            stored = await backend.create(session_id, metadata)
+            stored = await backend.create(sid, metadata)
         except ConflictError as exc:
             raise AlreadyExistsError(f"Session with id {session_id} already exists.") from exc
         if self.strategy is not None:
-            await backend.set_strategy(session_id, self.strategy)
+            await backend.set_strategy(sid, self.strategy)
         app_state, user_state = await self._update_scoped(
             backend, app_name, user_id, app_delta, user_delta
         )
@@ -509,7 +533,7 @@ class SessionServerSessionService(BaseSessionService):
             app_name=app_name,
             user_id=user_id,
             state=merged_state(app_state, user_state, own),
-            last_update_time=int(stored.get("updated_at") or 0) / 1000 or time.time(),
+            last_update_time=_created(stored),
         )
         _set_marker(session, int(stored.get("last_seq") or 0))
         return session
@@ -525,15 +549,19 @@ class SessionServerSessionService(BaseSessionService):
     ) -> Session | None:
         backend = self.agents.of(app_name)
         session_id = session_id.strip() if session_id else session_id
-        stored = await backend.get(session_id)
+        sid = server_session_id(app_name, user_id, session_id)
+        stored = await backend.get(sid)
         if stored is None or not _owned(stored, app_name, user_id):
             return None
         last_seq = int(stored.get("last_seq") or 0)
         try:
-            events = await self._events(backend, session_id, config)
+            events = await self._events(backend, sid, config)
+            newest = events[-1:] if config is None and self.strategy is None else None
+            if newest is None:
+                newest = await self._newest(backend, sid, 1)
         except NotFoundError:
             return None
-        own = await self._session_state(backend, session_id, stored)
+        own = await self._session_state(backend, sid, stored)
         app_state, user_state = await self._scoped(backend, app_name, user_id)
         session = Session(
             id=session_id,
@@ -541,7 +569,7 @@ class SessionServerSessionService(BaseSessionService):
             user_id=user_id,
             state=merged_state(app_state, user_state, own),
             events=events,
-            last_update_time=int(stored.get("updated_at") or 0) / 1000,
+            last_update_time=newest[0].timestamp if newest else _created(stored),
         )
         _set_marker(session, last_seq)
         return session
@@ -567,7 +595,7 @@ class SessionServerSessionService(BaseSessionService):
                 users[owner] = await self._holder_state(backend, _user_holder(app_name, owner))
             sessions.append(
                 Session(
-                    id=str(stored["id"]),
+                    id=str(meta.get("adk_id") or stored["id"]),
                     app_name=app_name,
                     user_id=owner,
                     state=merged_state(app_state, users[owner], meta.get("adk_state") or {}),
@@ -580,11 +608,12 @@ class SessionServerSessionService(BaseSessionService):
     @override
     async def delete_session(self, *, app_name: str, user_id: str, session_id: str) -> None:
         backend = self.agents.of(app_name)
-        stored = await backend.get(session_id)
+        sid = server_session_id(app_name, user_id, session_id)
+        stored = await backend.get(sid)
         if stored is None or not _owned(stored, app_name, user_id):
             return
         with contextlib.suppress(NotFoundError):
-            await backend.delete(session_id)
+            await backend.delete(sid)
 
     @override
     async def get_user_state(self, *, app_name: str, user_id: str) -> dict[str, Any]:
@@ -599,17 +628,18 @@ class SessionServerSessionService(BaseSessionService):
         self._apply_temp_state(session, event)
         event = self._trim_temp_delta_state(event)
         backend = self.agents.of(session.app_name)
+        sid = server_session_id(session.app_name, session.user_id, session.id)
         records = event_to_records(event)
         expected = _marker(session)
         for _ in range(_APPEND_ATTEMPTS):
             try:
-                result = await backend.append(session.id, records, expected)
+                result = await backend.append(sid, records, expected)
                 break
             except NotFoundError as exc:
                 raise SessionNotFoundError(f"Session {session.id} not found.") from exc
             except ConflictError as exc:
                 if expected is None or not await self._only_compaction_since(
-                    backend, session.id, expected
+                    backend, sid, expected
                 ):
                     raise StaleSessionError(STALE_MESSAGE) from exc
                 last = (exc.data or {}).get("last_seq")
@@ -620,7 +650,7 @@ class SessionServerSessionService(BaseSessionService):
             raise StaleSessionError(STALE_MESSAGE)
         delta = event.actions.state_delta if event.actions else None
         if delta:
-            await self._store_state(backend, session, delta, result.last_seq)
+            await self._store_state(backend, sid, session, delta, result.last_seq)
         _set_marker(session, result.last_seq)
         session.last_update_time = event.timestamp
         return self._commit_event_to_session(session, event)
@@ -694,23 +724,28 @@ class SessionServerSessionService(BaseSessionService):
         return own
 
     async def _store_state(
-        self, backend: _Backend, session: Session, delta: Mapping[str, Any], last_seq: int
+        self,
+        backend: _Backend,
+        sid: str,
+        session: Session,
+        delta: Mapping[str, Any],
+        last_seq: int,
     ) -> None:
         app_delta, user_delta, own_delta = split_state(delta)
         if own_delta:
-            stored = await backend.get(session.id)
+            stored = await backend.get(sid)
             if stored is not None:
                 meta = _meta(stored)
                 own = dict(meta.get("adk_state") or {})
                 if int(meta.get("adk_state_seq") or 0) < last_seq:
                     own = await self._session_state(
-                        backend, session.id, {**stored, "last_seq": last_seq - 1}
+                        backend, sid, {**stored, "last_seq": last_seq - 1}
                     )
                 own.update(own_delta)
                 meta["adk_state"] = own
                 meta["adk_state_seq"] = last_seq
                 with contextlib.suppress(NotFoundError):
-                    await backend.update(session.id, meta)
+                    await backend.update(sid, meta)
         await self._update_scoped(backend, session.app_name, session.user_id, app_delta, user_delta)
 
     async def _scoped(
@@ -810,7 +845,8 @@ class SessionServerMemoryService(BaseMemoryService):
     @override
     async def add_session_to_memory(self, session: Session) -> None:
         backend = self._agents.of(session.app_name)
-        stored = await backend.get(session.id)
+        sid = server_session_id(session.app_name, session.user_id, session.id)
+        stored = await backend.get(sid)
         if stored is None:
             await self._sessions.create_session(
                 app_name=session.app_name, user_id=session.user_id, session_id=session.id
@@ -819,11 +855,11 @@ class SessionServerMemoryService(BaseMemoryService):
             raise AlreadyExistsError(
                 f"Session with id {session.id} belongs to another app or user."
             )
-        known = {e.id for e in adk_events_of(await _all_records(backend, session.id))}
+        known = {e.id for e in adk_events_of(await _all_records(backend, sid))}
         fresh = [e for e in session.events if e.id not in known and not e.partial]
         records = [r for e in fresh for r in event_to_records(e)]
         if records:
-            await backend.append(session.id, records, None)
+            await backend.append(sid, records, None)
 
     @override
     async def search_memory(
@@ -831,19 +867,21 @@ class SessionServerMemoryService(BaseMemoryService):
     ) -> SearchMemoryResponse:
         backend = self._agents.of(app_name)
         result = await backend.search(query, self.limit)
-        owners: dict[str, bool] = {}
+        owners: dict[str, str | None] = {}  # server session id -> ADK id, None: not theirs
         memories: list[MemoryEntry] = []
         for hit in result.get("hits") or []:
             session_id = str(hit.get("session_id"))
             if session_id not in owners:
                 stored = await backend.get(session_id)
-                owners[session_id] = stored is not None and _owned(stored, app_name, user_id)
-            if not owners[session_id]:
+                owned = stored is not None and _owned(stored, app_name, user_id)
+                owners[session_id] = str(_meta(stored or {}).get("adk_id")) if owned else None
+            adk_id = owners[session_id]
+            if adk_id is None:
                 continue
             seq = int(hit.get("seq") or 0)
             records = await backend.load(session_id, limit=1, tail=False, after_seq=seq - 1)
             events = adk_events_of(r for r in records if r.seq == seq)
-            entry = _entry(hit, events[0] if events else None)
+            entry = _entry({**hit, "session_id": adk_id}, events[0] if events else None)
             if entry is not None:
                 memories.append(entry)
         return SearchMemoryResponse(memories=memories)

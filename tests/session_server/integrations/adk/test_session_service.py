@@ -11,6 +11,7 @@ Vertex AI) do not apply to this service and are not here.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from datetime import UTC, datetime
 
@@ -93,6 +94,158 @@ async def test_list_sessions_oldest_update_first(session_service: BaseSessionSer
     await session_service.append_event(a, _text("user", "later", timestamp=time.time() + 1))
     sessions = (await session_service.list_sessions(app_name=APP, user_id=USER)).sessions
     assert [s.id for s in sessions] == ["b", "a"]
+
+
+async def test_get_session_respects_user_id(session_service: BaseSessionService) -> None:
+    s1 = await session_service.create_session(app_name=APP, user_id="u1", session_id="s1")
+    await session_service.append_event(s1, Event(invocation_id="inv1", author="user"))
+    await session_service.create_session(app_name=APP, user_id="u2", session_id="s1")
+    got = await session_service.get_session(app_name=APP, user_id="u2", session_id="s1")
+    assert got is not None and got.user_id == "u2" and got.events == []
+    first = await session_service.get_session(app_name=APP, user_id="u1", session_id="s1")
+    assert first is not None and len(first.events) == 1
+
+
+async def test_session_last_update_time_updates_on_event(
+    session_service: BaseSessionService,
+) -> None:
+    session = await session_service.create_session(app_name=APP, user_id=USER)
+    original = session.last_update_time
+    event = Event(invocation_id="invocation", author="user", timestamp=original + 10)
+    await session_service.append_event(session=session, event=event)
+    assert session.last_update_time == pytest.approx(original + 10, abs=1e-6)
+    got = await session_service.get_session(app_name=APP, user_id=USER, session_id=session.id)
+    assert got is not None
+    assert got.last_update_time == pytest.approx(original + 10, abs=1e-6)
+
+
+async def test_append_event_bytes(session_service: BaseSessionService) -> None:
+    session = await session_service.create_session(app_name=APP, user_id=USER)
+    content = types.Content(
+        role="user", parts=[types.Part.from_bytes(data=b"test_image_data", mime_type="image/png")]
+    )
+    grounding = types.GroundingMetadata(
+        search_entry_point=types.SearchEntryPoint(sdk_blob=b"test_sdk_blob")
+    )
+    event = Event(invocation_id="inv", author="user", content=content, grounding_metadata=grounding)
+    await session_service.append_event(session=session, event=event)
+    assert session.events[0].content == content
+    got = await session_service.get_session(app_name=APP, user_id=USER, session_id=session.id)
+    assert got is not None and len(got.events) == 1
+    assert got.events[0].content == content
+    assert got.events[0].grounding_metadata == grounding
+
+
+async def test_append_event_to_stale_session(served: BaseSessionService) -> None:
+    """ADK runs this case on its database service only (the in-memory one never goes
+    stale); the session-server service is persistent, so it applies."""
+    now = datetime.now(UTC).timestamp()
+    original = await served.create_session(app_name=APP, user_id=USER)
+    await served.append_event(
+        original,
+        Event(invocation_id="inv1", author="user", timestamp=now + 1,
+              actions=EventActions(state_delta={"sk1": "v1"})),
+    )  # fmt: skip
+    updated = await served.get_session(app_name=APP, user_id=USER, session_id=original.id)
+    assert updated is not None
+    await served.append_event(
+        updated,
+        Event(invocation_id="inv2", author="user", timestamp=now + 2,
+              actions=EventActions(state_delta={"sk2": "v2"})),
+    )  # fmt: skip
+    assert original.last_update_time < updated.last_update_time
+    assert len(original.events) == 1 and "sk2" not in original.state
+    with pytest.raises(ValueError, match="modified in storage"):
+        await served.append_event(
+            original,
+            Event(invocation_id="inv3", author="user", timestamp=now + 3,
+                  actions=EventActions(state_delta={"sk3": "v3"})),
+        )  # fmt: skip
+    final = await served.get_session(app_name=APP, user_id=USER, session_id=original.id)
+    assert final is not None
+    assert [e.invocation_id for e in final.events] == ["inv1", "inv2"]
+    assert (final.state.get("sk1"), final.state.get("sk2"), final.state.get("sk3")) == (
+        "v1", "v2", None
+    )  # fmt: skip
+
+
+async def test_append_event_concurrent_stale_sessions_reject_stale_writer(
+    served: BaseSessionService,
+) -> None:
+    session = await served.create_session(app_name=APP, user_id=USER)
+    iterations = 8
+    for i in range(iterations):
+        latest = await served.get_session(app_name=APP, user_id=USER, session_id=session.id)
+        assert latest is not None
+        stale_1, stale_2 = latest.model_copy(deep=True), latest.model_copy(deep=True)
+        base = latest.last_update_time + 10.0
+        results = await asyncio.gather(
+            served.append_event(stale_1, Event(invocation_id=f"inv{i}-1", author="user",
+                timestamp=base + 1, actions=EventActions(state_delta={f"sk{i}-1": f"v{i}-1"}))),
+            served.append_event(stale_2, Event(invocation_id=f"inv{i}-2", author="user",
+                timestamp=base + 2, actions=EventActions(state_delta={f"sk{i}-2": f"v{i}-2"}))),
+            return_exceptions=True,
+        )  # fmt: skip
+        errors = [r for r in results if isinstance(r, BaseException)]
+        assert len(errors) == 1 and isinstance(errors[0], ValueError)
+        assert "modified in storage" in str(errors[0])
+    final = await served.get_session(app_name=APP, user_id=USER, session_id=session.id)
+    assert final is not None and len(final.events) == iterations
+    for i in range(iterations):
+        values = {final.state.get(f"sk{i}-1"), final.state.get(f"sk{i}-2")}
+        assert values & {f"v{i}-1", f"v{i}-2"} and None in values
+
+
+async def test_append_event_allows_markerless_current_session(served: BaseSessionService) -> None:
+    session = await served.create_session(app_name=APP, user_id=USER, session_id="s1")
+    first = Event(invocation_id="inv1", author="user", timestamp=session.last_update_time + 10)
+    await served.append_event(session, first)
+    session._storage_update_marker = None
+    session.last_update_time -= 0.0001
+    await served.append_event(
+        session, Event(invocation_id="inv2", author="user", timestamp=first.timestamp + 10)
+    )
+    got = await served.get_session(app_name=APP, user_id=USER, session_id="s1")
+    assert got is not None and [e.invocation_id for e in got.events] == ["inv1", "inv2"]
+
+
+async def test_get_session_with_config_small_timestamps(
+    session_service: BaseSessionService,
+) -> None:
+    """ADK's own case: events at timestamps 1..5 (seconds since the epoch)."""
+    session = await session_service.create_session(app_name=APP, user_id=USER)
+    for i in range(1, 6):
+        await session_service.append_event(session, Event(author="user", timestamp=i))
+
+    async def stamps(config: GetSessionConfig | None = None) -> list[float]:
+        got = await session_service.get_session(
+            app_name=APP, user_id=USER, session_id=session.id, config=config
+        )
+        assert got is not None
+        return [e.timestamp for e in got.events]
+
+    assert await stamps() == [1, 2, 3, 4, 5]
+    assert await stamps(GetSessionConfig(num_recent_events=3)) == [3, 4, 5]
+    assert await stamps(GetSessionConfig(after_timestamp=4.0)) == [4, 5]
+    assert await stamps(GetSessionConfig(after_timestamp=50)) == []
+    assert await stamps(GetSessionConfig(after_timestamp=4.0, num_recent_events=3)) == [4, 5]
+
+
+async def test_user_state_written_by_events(served: BaseSessionService) -> None:
+    session = await served.create_session(app_name=APP, user_id="u1")
+    await served.append_event(
+        session,
+        Event(author="system", actions=EventActions(
+            state_delta={"user:profile": {"name": "Alice"}, "session_key": 1})),
+    )  # fmt: skip
+    await served.append_event(
+        session, Event(author="system", actions=EventActions(state_delta={"user:counter": 2}))
+    )
+    assert await served.get_user_state(app_name=APP, user_id="u1") == {
+        "profile": {"name": "Alice"}, "counter": 2
+    }  # fmt: skip
+    assert await served.get_user_state(app_name=APP, user_id="u2") == {}
+    assert await served.get_user_state(app_name="other_app", user_id="u1") == {}
 
 
 async def test_session_id_already_exists(session_service: BaseSessionService) -> None:
