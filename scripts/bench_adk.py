@@ -45,7 +45,10 @@ from google.adk.sessions.schemas.v1 import StorageEvent  # noqa: E402
 from google.adk.sessions.session import Session  # noqa: E402
 from google.genai import types  # noqa: E402
 
-from session_server.integrations.adk import SessionServerSessionService  # noqa: E402
+from session_server.integrations.adk import (  # noqa: E402
+    SessionServerSessionService,
+    server_session_id,
+)
 from session_server.integrations.adk_events import event_to_records  # noqa: E402
 from session_server.runtime.registry import ActorRegistry  # noqa: E402
 from tests.support.server import ServerProcess  # noqa: E402
@@ -113,7 +116,7 @@ async def seed_ours(memory_dir: Path, session_id: str, events: list[Event]) -> N
         actor = await registry.get(AGENT)
         for at in range(0, len(events), BATCH):
             records = [r for e in events[at : at + BATCH] for r in event_to_records(e)]
-            await actor.append_events(session_id, records)
+            await actor.append_events(server_session_id(APP, USER, session_id), records)
 
 
 async def seed_adk(db: DatabaseSessionService, session_id: str, events: list[Event]) -> None:

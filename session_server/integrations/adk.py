@@ -91,6 +91,7 @@ _STORED: Final = [a for a in ACTIONS if a != "compaction"]
 _PAGE: Final = 1000
 _LIST_PAGE: Final = 500
 _APPEND_ATTEMPTS: Final = 8
+_WRITE_BACK: Final = 64
 RECONNECT_BUDGET: Final = 30.0
 STALE_MESSAGE: Final = (
     "The session has been modified in storage since it was loaded. "
@@ -556,7 +557,8 @@ class SessionServerSessionService(BaseSessionService):
         last_seq = int(stored.get("last_seq") or 0)
         try:
             events = await self._events(backend, sid, config)
-            newest = events[-1:] if config is None and self.strategy is None else None
+            plain = self.strategy is None and (config is None or config.after_timestamp is None)
+            newest = events[-1:] if plain and events else None
             if newest is None:
                 newest = await self._newest(backend, sid, 1)
         except NotFoundError:
@@ -708,19 +710,34 @@ class SessionServerSessionService(BaseSessionService):
             limit *= 2
 
     async def _session_state(
-        self, backend: _Backend, session_id: str, stored: Mapping[str, Any]
+        self,
+        backend: _Backend,
+        session_id: str,
+        stored: Mapping[str, Any],
+        *,
+        write_back: bool = True,
     ) -> dict[str, Any]:
-        """The session's own state: as stored, plus the session-scoped deltas of events
-        after ``adk_state_seq`` (a state update a crash lost after its event committed)."""
+        """The session's own state: as stored, plus the session-scoped deltas of the events
+        after ``adk_state_seq`` (events with no session delta leave it behind, and so does
+        a state update a crash lost after its event committed). When that tail is
+        ``_WRITE_BACK`` records or more, the state and its seq are written back so the next
+        read starts there (any consistent pair is safe: reads replay from its seq)."""
         meta = _meta(stored)
         own = dict(meta.get("adk_state") or {})
         seq = int(meta.get("adk_state_seq") or 0)
-        if seq < int(stored.get("last_seq") or 0):
-            for record in await _all_records(backend, session_id, after_seq=seq):
-                blob = (record.metadata or {}).get(ADK_EVENT)
-                if isinstance(blob, dict):
-                    delta = (blob.get("actions") or {}).get("state_delta") or {}
-                    own.update(split_state(delta)[2])
+        if seq >= int(stored.get("last_seq") or 0):
+            return own
+        records = await _all_records(backend, session_id, after_seq=seq)
+        for record in records:
+            blob = (record.metadata or {}).get(ADK_EVENT)
+            if isinstance(blob, dict):
+                delta = (blob.get("actions") or {}).get("state_delta") or {}
+                own.update(split_state(delta)[2])
+        if write_back and len(records) >= _WRITE_BACK:
+            meta["adk_state"] = own
+            meta["adk_state_seq"] = records[-1].seq
+            with contextlib.suppress(NotFoundError):
+                await backend.update(session_id, meta)
         return own
 
     async def _store_state(
@@ -739,7 +756,7 @@ class SessionServerSessionService(BaseSessionService):
                 own = dict(meta.get("adk_state") or {})
                 if int(meta.get("adk_state_seq") or 0) < last_seq:
                     own = await self._session_state(
-                        backend, sid, {**stored, "last_seq": last_seq - 1}
+                        backend, sid, {**stored, "last_seq": last_seq - 1}, write_back=False
                     )
                 own.update(own_delta)
                 meta["adk_state"] = own

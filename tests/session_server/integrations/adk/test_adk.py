@@ -159,6 +159,28 @@ async def test_state_update_lost_after_its_event_is_replayed(
     assert again is not None and again.state == {"a": 3, "b": 2, "c": 4, "d": 5}
 
 
+async def test_state_tail_is_written_back(served: SessionServerSessionService) -> None:
+    """Events without a session delta leave ``adk_state_seq`` behind; a read that replays
+    64 records or more writes the state back, so later reads start from there."""
+    session = await served.create_session(app_name=APP, user_id=USER, state={"k": 0})
+    await served.append_event(
+        session, Event(invocation_id="i", author="user", actions=EventActions(state_delta={"k": 1}))
+    )
+    for i in range(70):
+        await served.append_event(session, text_event("user", f"message {i}"))
+    backend = served.agents.of(APP)
+    sid = server_session_id(APP, USER, session.id)
+    before = await backend.get(sid)
+    assert before is not None and before["metadata"]["adk_state_seq"] == 1
+    got = await served.get_session(app_name=APP, user_id=USER, session_id=session.id)
+    assert got is not None and got.state == {"k": 1}
+    after = await backend.get(sid)
+    assert after is not None and after["metadata"]["adk_state_seq"] == 71
+    assert after["metadata"]["adk_state"] == {"k": 1}
+    again = await served.get_session(app_name=APP, user_id=USER, session_id=session.id)
+    assert again is not None and again.state == {"k": 1} and len(again.events) == 71
+
+
 @pytest.mark.parametrize("mode", ["compact", "summarize"])
 async def test_compacted_history_is_valid_adk_events(tmp_path: Path, mode: str) -> None:
     strategy: dict[str, Any] = (
