@@ -45,7 +45,7 @@ import hashlib
 import math
 import time
 import uuid
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 
@@ -93,6 +93,8 @@ _LIST_PAGE: Final = 500
 _APPEND_ATTEMPTS: Final = 8
 _WRITE_BACK: Final = 64
 RECONNECT_BUDGET: Final = 30.0
+MEMORY_SESSION: Final = "adk-memory"
+"""The ADK session id that ``add_events_to_memory`` without a ``session_id`` adds to."""
 STALE_MESSAGE: Final = (
     "The session has been modified in storage since it was loaded. "
     "Please reload the session before appending more events."
@@ -861,19 +863,45 @@ class SessionServerMemoryService(BaseMemoryService):
 
     @override
     async def add_session_to_memory(self, session: Session) -> None:
-        backend = self._agents.of(session.app_name)
-        sid = server_session_id(session.app_name, session.user_id, session.id)
+        await self._add(session.app_name, session.user_id, session.id, session.events)
+
+    @override
+    async def add_events_to_memory(
+        self,
+        *,
+        app_name: str,
+        user_id: str,
+        events: Sequence[Event],
+        session_id: str | None = None,
+        custom_metadata: Mapping[str, object] | None = None,
+    ) -> None:
+        """Add ``events`` (a delta) to the session ``session_id``, or without one to the
+        user's ``"adk-memory"`` session; events already there (by id) are skipped.
+        ``custom_metadata`` is not used."""
+        await self._add(app_name, user_id, session_id or MEMORY_SESSION, events)
+
+    async def _add(
+        self, app_name: str, user_id: str, session_id: str, events: Sequence[Event]
+    ) -> None:
+        backend = self._agents.of(app_name)
+        sid = server_session_id(app_name, user_id, session_id)
         stored = await backend.get(sid)
         if stored is None:
-            await self._sessions.create_session(
-                app_name=session.app_name, user_id=session.user_id, session_id=session.id
-            )
-        elif not _owned(stored, session.app_name, session.user_id):
+            with contextlib.suppress(AlreadyExistsError):  # made meanwhile: add to it
+                await self._sessions.create_session(
+                    app_name=app_name, user_id=user_id, session_id=session_id
+                )
+        elif not _owned(stored, app_name, user_id):
             raise AlreadyExistsError(
-                f"Session with id {session.id} belongs to another app or user."
+                f"Session with id {session_id} belongs to another app or user."
             )
         known = {e.id for e in adk_events_of(await _all_records(backend, sid))}
-        fresh = [e for e in session.events if e.id not in known and not e.partial]
+        fresh: list[Event] = []
+        for event in events:
+            if event.partial or event.id in known:
+                continue
+            known.add(event.id)
+            fresh.append(event)
         records = [r for e in fresh for r in event_to_records(e)]
         if records:
             await backend.append(sid, records, None)

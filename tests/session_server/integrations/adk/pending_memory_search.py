@@ -3,6 +3,13 @@
 Not collected yet (the file name does not start with ``test_``): ``memory.search`` is
 being built in parallel. Once it is on main, rename this file to
 ``test_memory_search.py``.
+
+The search cases of google-adk's ``tests/unittests/memory/test_in_memory_memory_service.py``
+that describe any memory service (a match, case, several matches, no match, scoping by
+user, a slash in identifiers, at most ``limit``) are here, written anew. Its cases of the
+in-memory service's own keyword rules (substring fallback for unspaced scripts, ranking
+by the number of matching words, partial-word refusals) describe that service's matching,
+not FTS5's, and are not.
 """
 
 from __future__ import annotations
@@ -11,6 +18,7 @@ import asyncio
 from pathlib import Path
 
 from google.adk.events.event import Event
+from google.adk.sessions.session import Session
 from google.genai import types
 
 from session_server.integrations.adk import SessionServerMemoryService, SessionServerSessionService
@@ -62,4 +70,71 @@ async def test_search_memory_finds_the_users_own_events(tmp_path: Path) -> None:
             await memory.search_memory(app_name=APP, user_id="ada", query="giraffe")
         ).memories == []
         await sessions.close()
+        await memory.close()
+
+
+def session_of(user: str, session_id: str, *texts: tuple[str, str]) -> Session:
+    return Session(
+        app_name=APP,
+        user_id=user,
+        id=session_id,
+        events=[
+            Event(
+                id=f"{session_id}-{i}",
+                invocation_id=f"inv-{i}",
+                author=author,
+                timestamp=12345.0 + i,
+                content=types.Content(parts=[types.Part(text=text)]),
+            )
+            for i, (author, text) in enumerate(texts)
+        ],
+    )
+
+
+async def search(memory: SessionServerMemoryService, user: str, query: str) -> list[str]:
+    deadline = asyncio.get_running_loop().time() + DEADLINE_S
+    while True:
+        result = await memory.search_memory(app_name=APP, user_id=user, query=query)
+        texts = [m.content.parts[0].text or "" for m in result.memories if m.content.parts]
+        if texts or asyncio.get_running_loop().time() > deadline:
+            return texts
+        await asyncio.sleep(0.05)
+
+
+async def test_search_memory_cases_of_adk(tmp_path: Path) -> None:
+    async with running_server(tmp_path / "memory") as server:
+        memory = SessionServerMemoryService(url=server.url, agent_id=AGENT)
+        await memory.add_session_to_memory(
+            session_of("u1", "s1", ("user", "The ADK is a great toolkit."),
+                       ("model", "I agree. The Agent Development Kit (ADK) rocks!"))
+        )  # fmt: skip
+        await memory.add_session_to_memory(
+            session_of("u1", "s2", ("user", "I like to code in Python."))
+        )
+        await memory.add_session_to_memory(session_of("u2", "s3", ("user", "This is a secret.")))
+        assert await search(memory, "u1", "Python") == ["I like to code in Python."]
+        assert await search(memory, "u1", "development") == [
+            "I agree. The Agent Development Kit (ADK) rocks!"
+        ]
+        assert set(await search(memory, "u1", "ADK")) == {
+            "The ADK is a great toolkit.", "I agree. The Agent Development Kit (ADK) rocks!"
+        }  # fmt: skip
+        assert (
+            await memory.search_memory(app_name=APP, user_id="u1", query="nonexistent")
+        ).memories == []
+        assert (
+            await memory.search_memory(app_name=APP, user_id="u1", query="secret")
+        ).memories == []
+        assert await search(memory, "u2", "secret") == ["This is a secret."]
+        slashed = Session(app_name="app/other-user", user_id="user", id="x", events=[
+            Event(id="e", invocation_id="i", author="user", timestamp=1.0,
+                  content=types.Content(parts=[types.Part(text="This is a secret.")]))])  # fmt: skip
+        await memory.add_session_to_memory(slashed)
+        found = await memory.search_memory(
+            app_name="app", user_id="other-user/user", query="secret"
+        )
+        assert found.memories == []
+        many = session_of("u1", "s5", *[("user", f"note {i} about work") for i in range(20)])
+        await memory.add_session_to_memory(many)
+        assert len(await search(memory, "u1", "work")) == 10
         await memory.close()

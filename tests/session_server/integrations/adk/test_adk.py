@@ -383,3 +383,42 @@ def test_split_state_scopes(state: dict[str, Any]) -> None:
         **{"user:" + k: v for k, v in user.items()},
     }
     assert kept == {k: v for k, v in state.items() if not k.startswith("temp:")}
+
+
+def memory_event(tag: str, text: str | None, author: str = "user") -> Event:
+    content = types.Content(parts=[types.Part(text=text)]) if text is not None else None
+    return Event(
+        id=f"event-{tag}",
+        invocation_id=f"inv-{tag}",
+        author=author,
+        timestamp=12345.0,
+        content=content,
+    )
+
+
+async def test_add_events_to_memory(tmp_path: Path) -> None:
+    """ADK's memory cases that do not search: explicit events are a delta, appended
+    without replacing, deduplicated by id; no ``session_id`` means the user's
+    ``adk-memory`` session; a session with no events is fine."""
+    async with running_server(tmp_path / "memory") as server:
+        memory = SessionServerMemoryService(registry=server.registry, agent_id=AGENT)
+        sessions = SessionServerSessionService(registry=server.registry, agent_id=AGENT)
+
+        async def ids(session_id: str) -> list[str]:
+            got = await sessions.get_session(app_name=APP, user_id=USER, session_id=session_id)
+            assert got is not None
+            return [e.id for e in got.events]
+
+        first = [memory_event("1a", "The ADK is a great toolkit."), memory_event("1b", None)]
+        await memory.add_events_to_memory(app_name=APP, user_id=USER, session_id="s1", events=first)
+        assert await ids("s1") == ["event-1a", "event-1b"]
+        later = [memory_event("1a", "Updated duplicate text."), memory_event("1d", "A new fact.")]
+        await memory.add_events_to_memory(app_name=APP, user_id=USER, session_id="s1", events=later)
+        assert await ids("s1") == ["event-1a", "event-1b", "event-1d"]
+        await memory.add_events_to_memory(app_name=APP, user_id=USER, events=[later[1]])
+        assert await ids("adk-memory") == ["event-1d"]
+        empty = await InMemorySessionService().create_session(
+            app_name=APP, user_id=USER, session_id="s4"
+        )
+        await memory.add_session_to_memory(empty)
+        assert await ids("s4") == []
