@@ -1,12 +1,22 @@
-"""The behaviour of ADK's session services (the cases of google-adk's
-``tests/unittests/sessions/test_session_service.py``), each run on ADK's own
-``InMemorySessionService`` and on ``SessionServerSessionService`` remote and in-process.
+"""The behaviour of ADK's session services: the cases of google-adk's
+``tests/unittests/sessions/test_session_service.py`` (2.13), run on ADK's own
+``InMemorySessionService`` and on ``SessionServerSessionService`` remote and in-process
+(the ``session_service`` fixture), so each states ADK's behaviour, not ours.
 
-The cases are written here, not copied: google-adk's sdist on PyPI ships no tests.
-Adapted only in how the service is made (the ``session_service`` fixture). Cases of
-google-adk's file that test one backend's internals (SQLAlchemy engines, pool pre-ping,
-read-only factories, timezone handling of SQL dialects, schema migrations, Spanner,
-Vertex AI) do not apply to this service and are not here.
+Written anew from google-adk's file (its sdist on PyPI ships no tests), adapted only in
+how the service is made. Cases ADK runs on its persistent services only (stale sessions,
+concurrent stale writers, marker-less sessions, timestamp drift, ``get_user_state``,
+which the 2.13 in-memory service leaves out) run here on ours only (``served``).
+
+Cases of google-adk's file that cannot apply, as they test one backend's internals:
+SQLAlchemy engine options (pool pre-ping and its override, read-only engines and
+factories for Spanner and other dialects), timezone stripping per SQL dialect,
+``SqliteSessionService`` URL parsing and read-only URIs, rollback on a failed commit
+and recovery after several (SQLAlchemy session spies), ``prepare_tables`` races and
+idempotence, ``_get_or_create_state``, row locks requested per state scope, revision
+fields read before commit, missing app/user state rows (tables of
+``DatabaseSessionService``), appending through the in-memory service's own storage
+object, and Vertex AI.
 """
 
 from __future__ import annotations
@@ -202,6 +212,20 @@ async def test_append_event_allows_markerless_current_session(served: BaseSessio
     await served.append_event(session, first)
     session._storage_update_marker = None
     session.last_update_time -= 0.0001
+    await served.append_event(
+        session, Event(invocation_id="inv2", author="user", timestamp=first.timestamp + 10)
+    )
+    got = await served.get_session(app_name=APP, user_id=USER, session_id="s1")
+    assert got is not None and [e.invocation_id for e in got.events] == ["inv1", "inv2"]
+
+
+async def test_append_event_allows_timestamp_drift_for_current_session(
+    served: BaseSessionService,
+) -> None:
+    session = await served.create_session(app_name=APP, user_id=USER, session_id="s1")
+    first = Event(invocation_id="inv1", author="user", timestamp=session.last_update_time + 10)
+    await served.append_event(session, first)
+    session.last_update_time -= 0.0001  # a float round trip that changes no revision
     await served.append_event(
         session, Event(invocation_id="inv2", author="user", timestamp=first.timestamp + 10)
     )
