@@ -65,6 +65,7 @@ from typing_extensions import override
 
 from session_server.integrations.adk_events import (
     ADK_EVENT,
+    adk_event_ids,
     adk_events_of,
     context_to_events,
     event_to_records,
@@ -402,6 +403,18 @@ class _Agents:
             await backend.aclose()
 
 
+ON_LOOP_EVENTS: Final = 256
+"""ADK events validated on the caller's event loop; more go to a worker thread (pydantic
+validation of an ``Event`` costs about a millisecond: a long history would hold the
+loop, the server's own for an in-process service, for seconds)."""
+
+
+async def _events_of(records: list[SessionEvent]) -> list[Event]:
+    if len(records) <= ON_LOOP_EVENTS:
+        return adk_events_of(records)
+    return await asyncio.to_thread(adk_events_of, records)
+
+
 async def _all_records(
     backend: _Backend, session_id: str, *, after_seq: int = 0, since: int | None = None
 ) -> list[SessionEvent]:
@@ -684,15 +697,19 @@ class SessionServerSessionService(BaseSessionService):
             return []
         if self.strategy is not None:
             ctx = await backend.build(session_id, self.strategy)
-            events = context_to_events(ctx, now=time.time())
+            now = time.time()
+            if len(ctx.messages) <= ON_LOOP_EVENTS:
+                events = context_to_events(ctx, now=now)
+            else:
+                events = await asyncio.to_thread(context_to_events, ctx, now=now)
         elif after is not None:
             since = math.floor(after * 1000)
             records = await _all_records(backend, session_id, since=since)
-            events = adk_events_of(records)
+            events = await _events_of(records)
         elif recent is not None:
             events = await self._newest(backend, session_id, recent)
         else:
-            events = adk_events_of(await _all_records(backend, session_id))
+            events = await _events_of(await _all_records(backend, session_id))
         if after is not None:
             events = [e for e in events if e.timestamp >= after]
         if recent is not None:
@@ -706,7 +723,7 @@ class SessionServerSessionService(BaseSessionService):
         limit = count
         while True:
             records = await backend.load(session_id, limit=limit, tail=True)
-            events = adk_events_of(records)
+            events = await _events_of(records)
             if len(events) >= count or len(records) < limit:
                 return events[-count:]
             limit *= 2
@@ -895,7 +912,7 @@ class SessionServerMemoryService(BaseMemoryService):
             raise AlreadyExistsError(
                 f"Session with id {session_id} belongs to another app or user."
             )
-        known = {e.id for e in adk_events_of(await _all_records(backend, sid))}
+        known = adk_event_ids(await _all_records(backend, sid))
         fresh: list[Event] = []
         for event in events:
             if event.partial or event.id in known:

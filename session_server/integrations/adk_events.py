@@ -34,6 +34,7 @@ __all__ = [
     "ADK_EVENT",
     "ADK_PART_OF",
     "COMPACTION_INVOCATION",
+    "adk_event_ids",
     "adk_events_of",
     "context_to_events",
     "event_to_records",
@@ -133,6 +134,11 @@ def event_from(blob: Mapping[str, Any]) -> Event:
 def adk_events_of(records: Iterable[SessionEvent]) -> list[Event]:
     """The ADK events stored in ``records`` (in order; other records are skipped)."""
     return [event_from(b) for b in (_blob(r.metadata) for r in records) if b]
+
+
+def adk_event_ids(records: Iterable[SessionEvent]) -> set[str]:
+    """The ids of the ADK events stored in ``records`` (read from the blobs, unvalidated)."""
+    return {str(b.get("id")) for b in (_blob(r.metadata) for r in records) if b}
 
 
 def _placeholder(event: Event, call_id: str, text: str) -> Event:
