@@ -476,3 +476,33 @@ async def test_get_user_state(served: BaseSessionService) -> None:
     )
     assert await served.get_user_state(app_name=APP, user_id="u1") == {"lang": "fr"}
     assert await served.get_user_state(app_name=APP, user_id="u2") == {}
+
+
+async def test_runner_rewind(session_service: BaseSessionService) -> None:
+    """ADK 2.13 rewinds in the ``Runner`` (``rewind_async``: one more event whose deltas
+    undo the later ones), through ``get_session`` and ``append_event`` only."""
+    from google.adk.agents import LlmAgent
+    from google.adk.runners import Runner
+
+    runner = Runner(
+        app_name=APP,
+        agent=LlmAgent(name="agent", model="gemini-2.5-flash"),
+        session_service=session_service,
+    )
+    session = await session_service.create_session(app_name=APP, user_id=USER, state={"a": 0})
+    for i in (1, 2, 3):
+        await session_service.append_event(
+            session,
+            Event(invocation_id=f"inv-{i}", author="user",
+                  content=types.Content(role="user", parts=[types.Part(text=f"turn {i}")]),
+                  actions=EventActions(state_delta={"a": i, f"k{i}": i})),
+        )  # fmt: skip
+    await runner.rewind_async(
+        user_id=USER, session_id=session.id, rewind_before_invocation_id="inv-2"
+    )
+    got = await session_service.get_session(app_name=APP, user_id=USER, session_id=session.id)
+    assert got is not None
+    assert [e.invocation_id for e in got.events][:3] == ["inv-1", "inv-2", "inv-3"]
+    assert got.events[-1].actions.rewind_before_invocation_id == "inv-2"
+    assert got.state["a"] == 1 and got.state["k1"] == 1
+    assert got.state.get("k2") is None and got.state.get("k3") is None
