@@ -45,6 +45,7 @@ import hashlib
 import math
 import time
 import uuid
+import weakref
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
@@ -511,7 +512,10 @@ class SessionServerSessionService(BaseSessionService):
             raise InvalidParamsError("strategy: must be an object", data={"field": "strategy"})
         self.agents = _Agents(agent_id, url, registry, token, reconnect_budget)
         self.strategy = strategy
-        self._scoped_lock = asyncio.Lock()
+        # One lock per event loop (a Runner.run_sync call runs on a loop of its own).
+        self._scoped_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
+            weakref.WeakKeyDictionary()
+        )
 
     # -- sessions --------------------------------------------------------------------------
     @override
@@ -807,7 +811,11 @@ class SessionServerSessionService(BaseSessionService):
         user_delta: dict[str, Any],
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         """Merge the deltas into the app's and the user's holder sessions; their states."""
-        async with self._scoped_lock:
+        loop = asyncio.get_running_loop()
+        lock = self._scoped_locks.get(loop)
+        if lock is None:
+            lock = self._scoped_locks[loop] = asyncio.Lock()
+        async with lock:
             app = await self._merge_holder(
                 backend, _app_holder(app_name), {"adk_kind": "app", "adk_app": app_name}, app_delta
             )

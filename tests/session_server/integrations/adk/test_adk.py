@@ -4,7 +4,9 @@ ADK conversation, stale sessions, state after a lost update, compaction, restart
 
 from __future__ import annotations
 
+import asyncio
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -422,3 +424,37 @@ async def test_add_events_to_memory(tmp_path: Path) -> None:
         )
         await memory.add_session_to_memory(empty)
         assert await ids("s4") == []
+
+
+def test_one_service_from_several_loops(tmp_path: Path) -> None:
+    """``Runner.run`` (sync) runs each call on a loop of its own: one remote service
+    serves calls from several loops, state writes included."""
+    server = RestartableServer(tmp_path / "memory")
+
+    async def start() -> None:
+        await server.start()
+
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    asyncio.run_coroutine_threadsafe(start(), loop).result(60)
+    service = SessionServerSessionService(url=server.url, agent_id=AGENT)
+    try:
+        session = asyncio.run(
+            service.create_session(app_name=APP, user_id=USER, state={"app:n": 0})
+        )
+        for i in (1, 2):
+            delta = EventActions(state_delta={"app:n": i, "user:m": i})
+            asyncio.run(
+                service.append_event(
+                    session, Event(invocation_id=f"i{i}", author="user", actions=delta)
+                )
+            )
+        got = asyncio.run(service.get_session(app_name=APP, user_id=USER, session_id=session.id))
+        assert got is not None and got.state == {"app:n": 2, "user:m": 2}
+        asyncio.run(service.close())
+    finally:
+        asyncio.run_coroutine_threadsafe(server.stop(), loop).result(60)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
