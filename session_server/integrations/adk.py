@@ -76,7 +76,12 @@ from session_server.integrations.adk_events import (
 from session_server.mirror_io.writer import validate_new_session_id
 from session_server.values.codec import new_event_id
 from session_server.values.context import WorkingContext
-from session_server.values.errors import ConflictError, InvalidParamsError, NotFoundError
+from session_server.values.errors import (
+    ConflictError,
+    InvalidParamsError,
+    NotFoundError,
+    TooLargeError,
+)
 from session_server.values.events import ACTIONS, SessionEvent
 from session_server.values.plans import AppendResult
 
@@ -420,15 +425,23 @@ async def _all_records(
     backend: _Backend, session_id: str, *, after_seq: int = 0, since: int | None = None
 ) -> list[SessionEvent]:
     """Every stored record of the session after ``after_seq`` (from ``since``, ms), read
-    in pages."""
+    in pages; a page over the server's answer bound (large inline data) is asked again
+    at half the size."""
     records: list[SessionEvent] = []
     cursor = after_seq
+    page_size = _PAGE
     while True:
-        page = await backend.load(
-            session_id, limit=_PAGE, tail=False, after_seq=cursor, since=since
-        )
+        try:
+            page = await backend.load(
+                session_id, limit=page_size, tail=False, after_seq=cursor, since=since
+            )
+        except TooLargeError:
+            if page_size == 1:
+                raise
+            page_size = max(1, page_size // 2)
+            continue
         records += page
-        if len(page) < _PAGE:
+        if len(page) < page_size:
             return records
         cursor = page[-1].seq
 
@@ -726,7 +739,10 @@ class SessionServerSessionService(BaseSessionService):
         enough are found)."""
         limit = count
         while True:
-            records = await backend.load(session_id, limit=limit, tail=True)
+            try:
+                records = await backend.load(session_id, limit=limit, tail=True)
+            except TooLargeError:  # large events: read the history in pages instead
+                return (await _events_of(await _all_records(backend, session_id)))[-count:]
             events = await _events_of(records)
             if len(events) >= count or len(records) < limit:
                 return events[-count:]

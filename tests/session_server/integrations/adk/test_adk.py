@@ -15,6 +15,7 @@ from google.adk.errors import StaleSessionError
 from google.adk.errors.session_not_found_error import SessionNotFoundError
 from google.adk.events.event import Event
 from google.adk.events.event_actions import EventActions
+from google.adk.sessions.base_session_service import GetSessionConfig
 from google.adk.sessions.in_memory_session_service import InMemorySessionService
 from google.genai import types
 from hypothesis import HealthCheck, given, settings
@@ -458,3 +459,30 @@ def test_one_service_from_several_loops(tmp_path: Path) -> None:
         loop.call_soon_threadsafe(loop.stop)
         thread.join(10)
         loop.close()
+
+
+async def test_large_events_page_under_the_answer_bound(tmp_path: Path) -> None:
+    """Events with inline data bigger than a page the server may answer: reads ask again
+    with smaller pages, and every event comes back whole."""
+    async with running_server(tmp_path / "memory", max_answer_bytes=256 * 1024) as server:
+        service = SessionServerSessionService(url=server.url, agent_id=AGENT)
+        session = await service.create_session(app_name=APP, user_id=USER)
+        appended = []
+        for i in range(12):
+            data = bytes([i]) * 60_000
+            part = types.Part.from_bytes(data=data, mime_type="application/octet-stream")
+            event = Event(
+                invocation_id=f"i{i}",
+                author="user",
+                content=types.Content(role="user", parts=[part]),
+            )
+            await service.append_event(session, event)
+            appended.append(event)
+        got = await service.get_session(app_name=APP, user_id=USER, session_id=session.id)
+        assert got is not None and got.events == appended
+        recent = await service.get_session(
+            app_name=APP, user_id=USER, session_id=session.id,
+            config=GetSessionConfig(num_recent_events=5),
+        )  # fmt: skip
+        assert recent is not None and recent.events == appended[-5:]
+        await service.close()
