@@ -96,7 +96,7 @@ T = TypeVar("T")
 AgentIds = str | Mapping[str, str] | Callable[[str], str]
 _STORED: Final = [a for a in ACTIONS if a != "compaction"]
 _PAGE: Final = 1000
-_LIST_PAGE: Final = 500
+_LIST_PAGE: Final = 1000  # the most session.list answers in one page
 _APPEND_ATTEMPTS: Final = 8
 _WRITE_BACK: Final = 64
 RECONNECT_BUDGET: Final = 30.0
