@@ -524,9 +524,7 @@ class Connection:
         stream_cursor: int | None = None,
     ) -> int:
         """``events.subscribe``: see ``ConnectionSubscriptions.subscribe``."""
-        return await self.subscriptions.subscribe(
-            ctx, actor, session_id, after_seq, stream_cursor
-        )
+        return await self.subscriptions.subscribe(ctx, actor, session_id, after_seq, stream_cursor)
 
     def unsubscribe(self, session_id: str) -> bool:
         """Stop notifications for ``session_id``; ``False`` when there was no subscription."""
