@@ -162,7 +162,7 @@ class AgentActor(SessionReads, SessionWrites, SessionEdits):
                 # the encoding is loaded (at start-up the registry's load holds the
                 # counters' lock for half a second) it is awaited here, on a worker
                 # thread: the loop goes on serving, the counts stay exact.
-                await asyncio.get_running_loop().run_in_executor(self.host.executor, get_counter)
+                await self.host.executor.run(get_counter)
             if self._store is None:
                 async with self.host.open_slot():
                     self._store = await AgentStore.open(
@@ -233,8 +233,7 @@ class AgentActor(SessionReads, SessionWrites, SessionEdits):
                         continue
                     await self._drop_store()
                     self.core.hibernated()
-                    loop = asyncio.get_running_loop()
-                    return await loop.run_in_executor(self.host.executor, fn)
+                    return await self.host.executor.run(fn)
 
     async def close(self) -> None:
         """Cancel background summaries, wait for writes and reads in flight, then close
@@ -324,10 +323,8 @@ class AgentActor(SessionReads, SessionWrites, SessionEdits):
             sid, low, high = need.session_id, need.from_seq, need.before_seq
             return await self.run_read(lambda s: s.count_events(sid, low, high))
         if isinstance(need, NeedSnapshot):
-            loop = asyncio.get_running_loop()
             # A file read: off the event loop.
-            return await loop.run_in_executor(
-                self.host.executor,
+            return await self.host.executor.run(
                 self.mirror.snapshot_cache,
                 need.session_id,
                 need.last_seq,

@@ -21,12 +21,11 @@ generations) and gives the write chain (``_later``) and the flush of pending wri
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable, Sequence
-from concurrent.futures import Executor
 from pathlib import Path
 
+from ..concurrency.worker_threads import WorkerThreads
 from ..mirror.checkpoint import Resume, plan_activation, repair_reason
 from ..mirror_io.writer import MirrorWriter, validate_session_id
 from ..storage.event_pages import SessionEventReader
@@ -45,7 +44,7 @@ class MirrorActivation:
     module's doc); the base of ``MirrorLink``, which sets the state below."""
 
     writer: MirrorWriter
-    _executor: Executor
+    _executor: WorkerThreads
     # Sessions activated (resumed or repaired) since the store opened.
     _active: set[str]
     # Mirror cursors confirmed by the files, not yet stored in sessions.mirror_seq.
@@ -81,13 +80,12 @@ class MirrorActivation:
         if not self.enabled or store.readonly:
             return
         rows = await store.mirror_statuses()
-        loop = asyncio.get_running_loop()
         ids = {row.session_id for row in rows}
         if not store.created:
             # Before anything else touches the files: nothing is scheduled for this agent
             # yet. (A new file never had a session: folders beside it are not ours.)
-            await loop.run_in_executor(self._executor, self.writer.sweep_orphans, ids)
-        stale = await loop.run_in_executor(self._executor, self._stale, rows)
+            await self._executor.run(self.writer.sweep_orphans, ids)
+        stale = await self._executor.run(self._stale, rows)
         for session_id in stale:
             await self.ensure_active(store, session_id)
 

@@ -7,7 +7,6 @@ the core's cache, the mirror and the subscribers what changed.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
@@ -89,7 +88,7 @@ class SessionEdits:
         transaction; its mirror files are written from it right after the commit."""
         validate_new_session_id(rows.session.id)
         # Linear in the rows (every event decoded): on a worker, not the event loop.
-        await asyncio.get_running_loop().run_in_executor(self.host.executor, check_rows, rows)
+        await self.host.executor.run(check_rows, rows)
 
         async def write(store: AgentStore) -> None:
             await store.insert_session_rows(rows)
