@@ -90,6 +90,21 @@ class WorkerThreads:
         self._put((fn, args, loop, future))
         return await future
 
+    async def run_to_end(self, fn: Callable[..., T], /, *args: Any) -> T:
+        """``run``, except that a caller cancelled meanwhile still waits for the job to
+        end before the cancellation reaches it: for work that must not outlive the locks
+        its caller holds (an agent file replaced while no call may reopen it)."""
+        job = asyncio.ensure_future(self.run(fn, *args))
+        try:
+            return await asyncio.shield(job)
+        except asyncio.CancelledError:
+            while not job.done():
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.wait([job])
+            if not job.cancelled():
+                job.exception()  # retrieved: the caller was cancelled, that is its answer
+            raise
+
     def post(self, job: Callable[[], object]) -> None:
         """Queue ``job()``, awaited by nobody (an exception it lets out is logged).
         ``RuntimeError`` after ``shutdown``."""

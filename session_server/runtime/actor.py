@@ -221,7 +221,8 @@ class AgentActor(SessionReads, SessionWrites, SessionEdits):
     async def replace_file(self, fn: Callable[[], T]) -> T:
         """Close the store and run ``fn`` on a worker thread while no call can use or reopen
         it (a restore replaces the agent file this way under a running server); calls
-        arriving meanwhile wait, then open the new file."""
+        arriving meanwhile wait, then open the new file. A cancelled caller holds the
+        locks until ``fn`` ended."""
         async with self._write_lock:
             while True:
                 while self._inflight:
@@ -233,7 +234,7 @@ class AgentActor(SessionReads, SessionWrites, SessionEdits):
                         continue
                     await self._drop_store()
                     self.core.hibernated()
-                    return await self.host.executor.run(fn)
+                    return await self.host.executor.run_to_end(fn)
 
     async def close(self) -> None:
         """Cancel background summaries, wait for writes and reads in flight, then close

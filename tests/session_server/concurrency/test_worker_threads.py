@@ -116,6 +116,38 @@ async def test_a_caller_that_leaves_does_not_break_the_job_or_the_loop(
     assert await pool.run(lambda: "next") == "next"
 
 
+async def test_run_to_end_holds_a_cancelled_caller_until_the_job_ended(
+    pool: WorkerThreads,
+) -> None:
+    started, release = threading.Event(), threading.Event()
+    lock = asyncio.Lock()
+
+    def swap() -> str:
+        started.set()
+        release.wait(30)
+        return "swapped"
+
+    async def under_lock() -> str:
+        async with lock:
+            return await pool.run_to_end(swap)
+
+    call = asyncio.create_task(under_lock())
+    await until(started.is_set, "the job to start")
+    call.cancel()
+    # The cancellation is delivered at the loop's next steps; the caller still waits
+    # (with ``run`` it would have left at once, the job still running).
+    done, _ = await asyncio.wait({call}, timeout=0.5)
+    assert not done and lock.locked(), "the caller waits for its job"
+    call.cancel()  # again: still held
+    done, _ = await asyncio.wait({call}, timeout=0.2)
+    assert not done
+    release.set()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    assert not lock.locked()
+    assert await pool.run_to_end(lambda: "next") == "next"
+
+
 def test_a_job_that_ends_after_its_loop_closed_raises_nothing_on_its_thread(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
