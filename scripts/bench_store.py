@@ -57,13 +57,13 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
 from bench_rpc import run_with_loop
 from tqdm import tqdm
 
+from session_server.concurrency.worker_threads import WorkerThreads
 from session_server.runtime.registry import ActorRegistry
 from session_server.storage.schema import SCHEMA_VERSION, schema_sql
 from session_server.storage.sqlite_open import wal_autocheckpoint_pages
@@ -387,20 +387,19 @@ async def bench_floor(
     """The two costs a turn of (b) has that (a) does not, and that (b) cannot drop: the
     token count of the turn's 4 messages (``values.tokens.count_events``, tiktoken) and one
     round trip to a worker thread and back (the commit runs off the event loop:
-    ``run_in_executor`` of a no-op on a pool like the registry's). Measured turn by turn
+    ``WorkerThreads.run`` of a no-op on a pool like the registry's). Measured turn by turn
     in the same rounds as (a), (b) and (c). ``events_of(n)``: turn ``n`` as events (this
     benchmark's turn by default; ``bench_rpc`` counts its own, smaller one)."""
     events_of = turn_events if events_of is None else events_of
-    loop = asyncio.get_running_loop()
     counts: list[float] = []
     hops: list[float] = []
-    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="bench-floor") as pool:
+    with WorkerThreads(max_workers=2, thread_name_prefix="bench-floor") as pool:
         for n in range(1, warmup + turns + 1):
             events = events_of(n)
             t0 = time.perf_counter()
             count_events(events)
             t1 = time.perf_counter()
-            await loop.run_in_executor(pool, int)
+            await pool.run(int)
             t2 = time.perf_counter()
             if n > warmup:
                 counts.append(t1 - t0)

@@ -41,6 +41,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import functools
 import hashlib
 import math
 import time
@@ -64,6 +65,7 @@ from google.adk.sessions.base_session_service import (
 from google.adk.sessions.session import Session
 from typing_extensions import override
 
+from session_server.concurrency.worker_threads import default_threads
 from session_server.integrations.adk_events import (
     ADK_EVENT,
     adk_event_ids,
@@ -411,7 +413,7 @@ loop, the server's own for an in-process service, for seconds)."""
 async def _events_of(records: list[SessionEvent]) -> list[Event]:
     if len(records) <= ON_LOOP_EVENTS:
         return adk_events_of(records)
-    return await asyncio.to_thread(adk_events_of, records)
+    return await default_threads().run(adk_events_of, records)
 
 
 async def _all_records(
@@ -711,7 +713,9 @@ class SessionServerSessionService(BaseSessionService):
             if len(ctx.messages) <= ON_LOOP_EVENTS:
                 events = context_to_events(ctx, now=now)
             else:
-                events = await asyncio.to_thread(context_to_events, ctx, now=now)
+                events = await default_threads().run(
+                    functools.partial(context_to_events, ctx, now=now)
+                )
         elif after is not None:
             since = math.floor(after * 1000)
             records = await _all_records(backend, session_id, since=since)

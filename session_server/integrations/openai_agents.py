@@ -72,6 +72,7 @@ from agents.items import ModelResponse, TResponseInputItem
 from agents.memory import SessionSettings
 
 from session_server.adapters.openai_responses import from_items, to_input_items
+from session_server.concurrency.worker_threads import default_threads
 from session_server.values.codec import event_to_message, message_to_event, new_event_id
 from session_server.values.context import WorkingContext
 from session_server.values.errors import ConflictError, InvalidParamsError, NotFoundError
@@ -103,7 +104,7 @@ async def _converted(count: int, convert: Callable[[], T]) -> T:
     """``convert()``, on a worker thread when it converts more than ``ON_LOOP_ITEMS``."""
     if count <= ON_LOOP_ITEMS:
         return convert()
-    return await asyncio.to_thread(convert)
+    return await default_threads().run(convert)
 
 
 async def _in_pieces(

@@ -8,7 +8,6 @@ reads or writes a path a client names.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 from collections.abc import Callable
 from typing import Annotated, Any, Literal, TypeVar
@@ -49,7 +48,7 @@ T = TypeVar("T")
 
 async def _off_loop(ctx: CallContext, fn: Callable[[], T]) -> T:
     """Run blocking file reads on the registry's worker threads."""
-    return await asyncio.get_running_loop().run_in_executor(ctx.registry.executor, fn)
+    return await ctx.registry.executor.run(fn)
 
 
 class StrategyQuery(RpcParams):

@@ -278,7 +278,7 @@ class AgentActor:
                 # the encoding is loaded (at start-up the registry's load holds the
                 # counters' lock for half a second) it is awaited here, on a worker
                 # thread: the loop goes on serving, the counts stay exact.
-                await asyncio.get_running_loop().run_in_executor(self.host.executor, get_counter)
+                await self.host.executor.run(get_counter)
             if self._store is None:
                 async with self.host.open_slot():
                     self._store = await AgentStore.open(
@@ -340,7 +340,8 @@ class AgentActor:
     async def replace_file(self, fn: Callable[[], T]) -> T:
         """Close the store and run ``fn`` on a worker thread while no call can use or reopen
         it (a restore replaces the agent file this way under a running server); calls
-        arriving meanwhile wait, then open the new file."""
+        arriving meanwhile wait, then open the new file. A cancelled caller holds the
+        locks until ``fn`` ended."""
         async with self._write_lock:
             while True:
                 while self._inflight:
@@ -355,8 +356,7 @@ class AgentActor:
                     self.streams.forget()  # the new file's streams are read again
                     self.usage.forget()
                     self.retention.forget()
-                    loop = asyncio.get_running_loop()
-                    return await loop.run_in_executor(self.host.executor, fn)
+                    return await self.host.executor.run_to_end(fn)
 
     async def close(self) -> None:
         """Cancel background summaries, wait for writes and reads in flight, then close
@@ -454,10 +454,8 @@ class AgentActor:
             sid, low, high = need.session_id, need.from_seq, need.before_seq
             return await self.run_read(lambda s: s.count_events(sid, low, high))
         if isinstance(need, NeedSnapshot):
-            loop = asyncio.get_running_loop()
             # A file read: off the event loop.
-            return await loop.run_in_executor(
-                self.host.executor,
+            return await self.host.executor.run(
                 self.mirror.snapshot_cache,
                 need.session_id,
                 need.last_seq,
@@ -696,7 +694,7 @@ class AgentActor:
         transaction; its mirror files are written from it right after the commit."""
         validate_new_session_id(rows.session.id)
         # Linear in the rows (every event decoded): on a worker, not the event loop.
-        await asyncio.get_running_loop().run_in_executor(self.host.executor, check_rows, rows)
+        await self.host.executor.run(check_rows, rows)
 
         async def write(store: AgentStore) -> None:
             await store.insert_session_rows(rows)

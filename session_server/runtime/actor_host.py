@@ -3,11 +3,11 @@ protocol: the registry is the one implementation, tests may give their own)."""
 
 from __future__ import annotations
 
-from concurrent.futures import Executor
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
+from ..concurrency.worker_threads import WorkerThreads
 from ..mirror_io.snapshot_index import SnapshotIndex
 from ..storage.idempotency import IdempotencyRetention
 from ..values.cache_budget import CacheBudget
@@ -39,13 +39,13 @@ class ActorHost(CompactionHost, Protocol[A]):
         ...
 
     @property
-    def count_executor(self) -> Executor:
+    def count_executor(self) -> WorkerThreads:
         """A thread of its own where group commits take token counts ahead of the writer
         (``storage.group_counts``): never one SQLite calls wait for."""
         ...
 
     @property
-    def mirror_executor(self) -> Executor:
+    def mirror_executor(self) -> WorkerThreads:
         """Where mirror file I/O runs: threads of its own, so a burst of mirror writes or
         a streamed repair never holds the threads commits wait for."""
         ...

@@ -8,7 +8,6 @@ the server never writes where a client says.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import binascii
 import contextlib
@@ -140,7 +139,7 @@ async def backup_bytes(registry: ActorRegistry, agent_id: str) -> dict[str, Any]
             data = (tmp / entry.file).read_bytes()
         return {**_summary(agent_id, entry), "data": base64.b64encode(data).decode("ascii")}
 
-    return await asyncio.get_running_loop().run_in_executor(registry.executor, run)
+    return await registry.executor.run(run)
 
 
 def _decoded(data: str) -> bytes:
@@ -161,7 +160,7 @@ async def restore_bytes(
     ``force`` is needed when the agent exists.
     """
     # Decoded on a worker: 16 MiB of base64 held the event loop about 50 ms.
-    raw = await asyncio.get_running_loop().run_in_executor(registry.executor, _decoded, data)
+    raw = await registry.executor.run(_decoded, data)
     if len(raw) > RPC_MAX_BACKUP_BYTES:
         raise TooLargeError(
             f"data: {len(raw)} bytes, more than an RPC restore carries ({RPC_MAX_BACKUP_BYTES})",
@@ -174,11 +173,10 @@ async def restore_bytes(
             f"force: agent {agent_id!r} exists; pass force: true to replace it",
             data={"field": "force"},
         )
-    loop = asyncio.get_running_loop()
     with contextlib.ExitStack() as stack:
         # Staged and checked while the agent keeps serving; only the swap closes it.
-        folder = await loop.run_in_executor(
-            registry.executor, stack.enter_context, staging(registry.memory_dir, "restore")
+        folder = await registry.executor.run(
+            stack.enter_context, staging(registry.memory_dir, "restore")
         )
 
         def check() -> tuple[Path, int]:
@@ -193,11 +191,11 @@ async def restore_bytes(
             return staged, check_staged(staged, agent_id, field="data")
 
         try:
-            staged, sessions = await loop.run_in_executor(registry.executor, check)
+            staged, sessions = await registry.executor.run(check)
             await actor.replace_file(
                 functools.partial(install_restore, staged, agent_dir, agent_id, force=force)
             )
         finally:
-            await loop.run_in_executor(registry.executor, stack.close)
+            await registry.executor.run(stack.close)
     await actor.list_sessions()  # opens the restored file (and repairs mirrors)
     return {"agent_id": agent_id, "bytes": len(raw), "sha256": sha256, "sessions": sessions}

@@ -47,18 +47,8 @@ class GroupCommit:
             batch = job.plan.batch
             cursor = self.mirror.cursor(batch.session_id)
             batches.append(batch if cursor is None else batch.with_mirror_seq(cursor))
-        answered = False
-
-        def answer(outcomes: list[AppendOutcome | SessionServerError]) -> None:
-            nonlocal answered
-            answered = True
-            self._answer(live, outcomes)
-
-        # Answered in the loop step that learns of the commit (``then``): each caller
-        # wakes in the next step, not after one more step of this drainer.
-        outcomes = await store.append_group(batches, then=answer)
-        if not answered:  # a single batch refused
-            self._answer(live, outcomes)
+        # The write lock is held across the await: the effects below run in commit order.
+        self._answer(live, await store.append_group(batches))
 
     def _not_removed(self, jobs: list[AppendJob]) -> list[AppendJob]:
         """Fail the jobs derived from events removed since they were planned (under the

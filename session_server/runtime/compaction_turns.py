@@ -14,11 +14,11 @@ import asyncio
 import functools
 import logging
 from collections.abc import Callable, Mapping
-from concurrent.futures import Executor
 from typing import Any, Literal, Protocol, TypeVar
 
 from ..compaction.fallback import FallbackCause
 from ..compaction.records import CompactionPlan
+from ..concurrency.worker_threads import WorkerThreads
 from ..core.agent_core import AgentCore
 from ..core.decisions import AppendPlan, CompactionDue, ContextDraft, free_in_steps
 from ..core.needs import Known, Need
@@ -60,7 +60,7 @@ class CompactionHost(Protocol):
     """What the turns need from the actor's host (``ActorHost`` extends it)."""
 
     @property
-    def executor(self) -> Executor:
+    def executor(self) -> WorkerThreads:
         """The worker threads (large system instructions are counted there)."""
         ...
 

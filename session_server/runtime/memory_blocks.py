@@ -13,10 +13,10 @@ from __future__ import annotations
 import functools
 import sqlite3
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from concurrent.futures import Executor
 from pathlib import Path
 from typing import Any, Final, Protocol, TypeVar
 
+from ..concurrency.worker_threads import WorkerThreads
 from ..core.block_cache import BlockCache
 from ..mirror_io.block_files import append_revision, drop_label, write_blocks_file
 from ..storage.block_sql import (
@@ -114,7 +114,7 @@ class MemoryBlocks:
     """
 
     def __init__(
-        self, cache: BlockCache, executor: Executor, mirror: BlockMirror, agent_dir: Path
+        self, cache: BlockCache, executor: WorkerThreads, mirror: BlockMirror, agent_dir: Path
     ) -> None:
         self.cache = cache
         self.executor = executor

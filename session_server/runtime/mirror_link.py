@@ -64,10 +64,10 @@ import logging
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Executor
 from pathlib import Path
 from typing import Any, TypeVar
 
+from ..concurrency.worker_threads import WorkerThreads
 from ..core.agent_core import render_snapshot
 from ..core.decisions import SnapshotParts
 from ..mirror.checkpoint import Resume, plan_activation, repair_reason
@@ -108,7 +108,7 @@ class MirrorLink:
         agent_id: str,
         *,
         enabled: bool,
-        executor: Executor,
+        executor: WorkerThreads,
         snapshot_parts: SnapshotRenderer,
         read_snapshot: SnapshotRenderer | None = None,
         delay: float = 0.05,
@@ -174,13 +174,12 @@ class MirrorLink:
         if not self.enabled or store.readonly:
             return
         rows = await store.mirror_statuses()
-        loop = asyncio.get_running_loop()
         ids = {row.session_id for row in rows}
         if not store.created:
             # Before anything else touches the files: nothing is scheduled for this agent
             # yet. (A new file never had a session: folders beside it are not ours.)
-            await loop.run_in_executor(self._executor, self.writer.sweep_orphans, ids)
-        stale = await loop.run_in_executor(self._executor, self._stale, rows)
+            await self._executor.run(self.writer.sweep_orphans, ids)
+        stale = await self._executor.run(self._stale, rows)
         for session_id in stale:
             await self.ensure_active(store, session_id)
 
@@ -304,13 +303,12 @@ class MirrorLink:
 
     def _later(self, fn: Callable[[], T], then: Callable[[T], None] | None = None) -> None:
         prev = self._chain
-        loop = asyncio.get_running_loop()
 
         async def run() -> None:
             if prev is not None:
                 await asyncio.wait([prev])
             try:
-                result = await loop.run_in_executor(self._executor, fn)
+                result = await self._executor.run(fn)
             except Exception:
                 # The writer logs its own I/O errors; anything else is a bug, but the
                 # mirror is derived data: the next activation repairs it.
@@ -475,17 +473,13 @@ class MirrorLink:
         (a tombstone on disk, so not even a rebuild after a crash lists it again)."""
         if self.index is not None and names_a_folder(session_id):
             index = self.index
-            await asyncio.get_running_loop().run_in_executor(
-                self._executor, index.forget, self.writer.agent_id, session_id
-            )
+            await self._executor.run(index.forget, self.writer.agent_id, session_id)
 
     async def relist(self, session_id: str) -> None:
         """The delete announced by ``unlist`` did not happen."""
         if self.index is not None and names_a_folder(session_id):
             index = self.index
-            await asyncio.get_running_loop().run_in_executor(
-                self._executor, index.unforget, self.writer.agent_id, session_id
-            )
+            await self._executor.run(index.unforget, self.writer.agent_id, session_id)
 
     def _forget(self, session_id: str) -> None:
         """A delete committed: nothing pending or confirmed for the session counts now."""
@@ -538,9 +532,7 @@ class MirrorLink:
         stamps, snapshot binding) in one transaction, forget in-memory state."""
         await self.drain()
         if store is not None and self._active:
-            loop = asyncio.get_running_loop()
-            checkpoints = await loop.run_in_executor(
-                self._executor,
+            checkpoints = await self._executor.run(
                 self._checkpoints,
                 sorted(self._active),
                 dict(self._cursor),

@@ -13,13 +13,12 @@ on a worker thread first and pins their counts for the request (``pin_instructio
 
 from __future__ import annotations
 
-import asyncio
 import functools
 from collections.abc import AsyncIterator, Callable, Sequence
-from concurrent.futures import Executor
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, Final, TypeVar
 
+from ..concurrency.worker_threads import WorkerThreads
 from ..values.tokens import TokenCounter, loaded_counter
 
 __all__ = [
@@ -47,9 +46,9 @@ event loop for seconds, a build of 100k events for hundreds of milliseconds), an
 common small window is not worth a worker round trip."""
 
 
-async def on_worker(executor: Executor, fn: Callable[[], T]) -> T:
+async def on_worker(executor: WorkerThreads, fn: Callable[[], T]) -> T:
     """``fn()`` on a worker thread of ``executor``; its result, or its exception here."""
-    return await asyncio.get_running_loop().run_in_executor(executor, fn)
+    return await executor.run(fn)
 
 
 def release_in_steps(value: Any) -> None:
@@ -77,7 +76,7 @@ def release_in_steps(value: Any) -> None:
 
 
 def release_after_response(
-    executor: Executor, after_response: Callable[[Callable[[], None]], None], value: Any
+    executor: WorkerThreads, after_response: Callable[[Callable[[], None]], None], value: Any
 ) -> None:
     """Once the request's answer is queued (``after_response``), ``release_in_steps``
     its ``value`` on a worker thread; until then this keeps it alive, so the response
@@ -86,22 +85,22 @@ def release_after_response(
 
     def release() -> None:
         job = functools.partial(release_in_steps, held.pop())
-        executor.submit(job)
+        executor.post(job)
 
     after_response(release)
 
 
-async def off_loop_if_large(executor: Executor, size: int, plan: Callable[[], T]) -> T:
+async def off_loop_if_large(executor: WorkerThreads, size: int, plan: Callable[[], T]) -> T:
     """Run the pure planning step ``plan`` (validation and token counting, linear in
     the content) on a worker thread when the content is large: a 15 MiB append
     counted on the event loop stalled every client for seconds."""
     if size < LARGE_CONTENT_CHARS:
         return plan()
-    return await asyncio.get_running_loop().run_in_executor(executor, plan)
+    return await executor.run(plan)
 
 
 def instructions_counted(
-    executor: Executor, texts: Sequence[str]
+    executor: WorkerThreads, texts: Sequence[str]
 ) -> AbstractAsyncContextManager[None]:
     """Within the block, ``texts`` count without tokenising on the loop when they reach
     ``LARGE_CONTENT_CHARS`` together: those not counted yet are counted first, on a
@@ -129,13 +128,12 @@ _NOTHING: Final = _Nothing()
 
 @asynccontextmanager
 async def _pinned_counts(
-    executor: Executor, counter: TokenCounter, texts: Sequence[str]
+    executor: WorkerThreads, counter: TokenCounter, texts: Sequence[str]
 ) -> AsyncIterator[None]:
     counts = counter.known_instructions(texts)
     todo = list(dict.fromkeys(t for t in texts if t not in counts))
     if sum(map(len, todo)) >= LARGE_CONTENT_CHARS:
-        loop = asyncio.get_running_loop()
-        counts.update(await loop.run_in_executor(executor, _count, counter, todo))
+        counts.update(await executor.run(_count, counter, todo))
     elif todo:
         counts.update(_count(counter, todo))
     counter.pin_instructions(counts)

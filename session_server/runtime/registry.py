@@ -26,7 +26,6 @@ import time
 import weakref
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -34,7 +33,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from ..compaction import resolve_strategy, validate_strategy
-from ..concurrency.io_threads import IoThreads
+from ..concurrency.worker_threads import WorkerThreads
 from ..mirror_io.snapshot_index import SnapshotIndex
 from ..process.limits import derive_limits
 from ..process.ops_metrics import AgentCollector, OperationsMetrics
@@ -226,23 +225,23 @@ class ActorRegistry:
         )
         # SQLite calls run here, a whole transaction per call; the thread count is bounded
         # whatever the number of agents.
-        self.executor = IoThreads(
+        self.executor = WorkerThreads(
             max_workers=max(1, io_threads), thread_name_prefix="session-server-sqlite"
         )
         # Mirror file I/O (trace lines, snapshots, streamed repairs) on threads of its own:
         # callers wait for commits, nobody waits for the mirror.
-        self.mirror_executor = ThreadPoolExecutor(
+        self.mirror_executor = WorkerThreads(
             max_workers=MIRROR_THREADS, thread_name_prefix="session-server-mirror"
         )
         # Group commits take their later batches' token counts here, ahead of the writer
         # (``storage.group_counts``): one thread of its own, so a count never holds a
         # thread SQLite calls wait for, and a writer never waits for a count not started.
-        self.count_executor = ThreadPoolExecutor(
+        self.count_executor = WorkerThreads(
             max_workers=1, thread_name_prefix="session-server-count"
         )
         # Load the token encoding now, beside start-up: the first commit counts its turn
         # and would otherwise wait for the load (and every caller queued behind it).
-        self.executor.submit(get_counter)
+        self.executor.post(get_counter)
         # Weak: an actor leaves memory once nothing uses it (see the module doc). Strong
         # references: ``_open`` (open stores), ``_closing``, calls and subscriptions.
         self._actors: weakref.WeakValueDictionary[str, AgentActor] = weakref.WeakValueDictionary()
@@ -366,7 +365,7 @@ class ActorRegistry:
 
     async def list_agents_async(self) -> list[str]:
         """``list_agents`` on a worker thread (a directory listing: not on the loop)."""
-        return await asyncio.get_running_loop().run_in_executor(self.executor, self.list_agents)
+        return await self.executor.run(self.list_agents)
 
     @property
     def open_count(self) -> int:
@@ -495,9 +494,7 @@ class ActorRegistry:
         await asyncio.gather(*(a.close() for a in actors), return_exceptions=True)
         self._open.clear()
         if self.snapshot_index is not None:
-            await asyncio.get_running_loop().run_in_executor(
-                self.executor, self.snapshot_index.close
-            )
+            await self.executor.run(self.snapshot_index.close)
         self.executor.shutdown(wait=True)
         self.mirror_executor.shutdown(wait=True)
         self.count_executor.shutdown(wait=True)

@@ -19,7 +19,6 @@ the agent's, carried by its backup, not by a session's export).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import functools
 import itertools
@@ -243,4 +242,4 @@ async def _staged(actor: AgentActor, stack: contextlib.ExitStack, kind: str) -> 
 
 async def _off_loop(actor: AgentActor, fn: Callable[[], T]) -> T:
     """Run blocking file work on the registry's worker threads."""
-    return await asyncio.get_running_loop().run_in_executor(actor.host.executor, fn)
+    return await actor.host.executor.run(fn)

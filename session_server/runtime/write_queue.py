@@ -199,8 +199,7 @@ class WriteQueue:
             # is empty: a job queued from now on starts a new drainer. (A done callback
             # would run too late: a job queued before it would wait forever; and a
             # write's caller answered in this step, which runs next, must find the queue
-            # idle. Appends answered by ``commit_group``'s ``then`` resume before this
-            # step: what they queue joins the mailbox this loop drains.)
+            # idle.)
             if self._drainer is not None:
                 self.pending.discard(self._drainer)
             self._drainer = None

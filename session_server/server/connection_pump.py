@@ -296,8 +296,7 @@ class Connection:
 
     async def _off_loop(self, fn: Callable[[], T]) -> T:
         """Run the pure ``fn`` on one of the registry's worker threads."""
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self.server.registry.executor, fn)
+        return await self.server.registry.executor.run(fn)
 
     def _parse(self, data: bytes, text: bool) -> Frame | bytes | None:
         """The frame, or the encoded answer to a frame that does not parse (None: a text

@@ -269,9 +269,7 @@ class SessionServer:
         try:
             if not self.registry.readonly:
                 # Copies a process killed mid-restore or mid-import left in the staging folder.
-                await asyncio.get_running_loop().run_in_executor(
-                    self.registry.executor, sweep_staging, self.registry.memory_dir
-                )
+                await self.registry.executor.run(sweep_staging, self.registry.memory_dir)
             await self._listen()
         except BaseException:
             self._release_lock()

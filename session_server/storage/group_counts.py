@@ -20,9 +20,9 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Sequence
-from concurrent.futures import Executor
 from typing import Final
 
+from ..concurrency.worker_threads import WorkerThreads
 from ..values.plans import AppendBatch
 from ..values.tokens import count_events
 
@@ -36,9 +36,9 @@ _WRITER: Final = 3
 
 class GroupCounts:
     """The counts of ``batches`` (those without given counts), taken ahead on
-    ``executor``; ``take(i)`` on the writer thread, in order."""
+    ``threads``; ``take(i)`` on the writer thread, in order."""
 
-    def __init__(self, batches: Sequence[AppendBatch], executor: Executor) -> None:
+    def __init__(self, batches: Sequence[AppendBatch], threads: WorkerThreads) -> None:
         self._batches = batches
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
@@ -49,7 +49,7 @@ class GroupCounts:
             for i, b in enumerate(batches)
         ]
         with contextlib.suppress(RuntimeError):  # shut down: the writer counts everything
-            executor.submit(self._run)
+            threads.post(self._run)
 
     def _run(self) -> None:
         for i, batch in enumerate(self._batches):

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Sequence
-from concurrent.futures import Executor
 from typing import Any, Final
 
 import msgspec
 
+from ..concurrency.worker_threads import WorkerThreads
 from ..values.codec import encode_json, event_metadata, now_ms
 from ..values.errors import ConflictError, NotFoundError, SessionServerError
 from ..values.events import SessionEvent
@@ -223,7 +223,7 @@ def append_group(
     conn: sqlite3.Connection,
     batches: Sequence[AppendBatch],
     retention: IdempotencyRetention = DEFAULT_RETENTION,
-    count_executor: Executor | None = None,
+    count_executor: WorkerThreads | None = None,
 ) -> list[AppendOutcome | SessionServerError]:
     """The body of a group commit (run inside ``write_txn``): each batch in order, in its
     own savepoint, so a refused batch (conflict, unknown session, an id that exists)

@@ -202,35 +202,26 @@ class AgentStore(StoreConnections):
 
     # -- events ------------------------------------------------------------------------
 
-    async def append(
-        self, batch: AppendBatch, then: Callable[[AppendOutcome], object] | None = None
-    ) -> AppendOutcome:
+    async def append(self, batch: AppendBatch) -> AppendOutcome:
         """Run ``batch`` in one transaction; all or nothing (see ``sqlite_ops.append``).
 
         ``batch.mirror_seq``, when given, records the JSONL mirror cursor in the same
         transaction (the actor passes the cursor confirmed by the previous append, so the
         stored cursor lags by at most one append and a crash is always detected on
-        activation). ``then``: as ``append_group`` says.
+        activation).
         """
-        return await self._write("append_events", ops.append, batch, self.idempotency, then=then)
+        return await self._write("append_events", ops.append, batch, self.idempotency)
 
     async def append_group(
-        self,
-        batches: Sequence[AppendBatch],
-        then: Callable[[list[AppendOutcome | SessionServerError]], object] | None = None,
+        self, batches: Sequence[AppendBatch]
     ) -> list[AppendOutcome | SessionServerError]:
         """Append several batches in one transaction (one commit, one fsync): each is
         atomic on its own, and a refused one is answered by its error in its place
         (``sqlite_ops.append_group``). A failure of the transaction itself raises.
-
-        ``then(outcomes)``: run on the event loop as soon as the transaction ended, before
-        the caller resumes (``thread_calls.call_on``); not run when it raised, nor for a
-        single batch refused (its error comes back only through the return value).
         """
         if len(batches) == 1:  # no savepoint needed: the transaction is the batch
-            one = None if then is None else (lambda outcome: then([outcome]))
             try:
-                return [await self.append(batches[0], then=one)]
+                return [await self.append(batches[0])]
             except SessionServerError as exc:
                 return [exc]
         return await self._write(
@@ -240,7 +231,6 @@ class AgentStore(StoreConnections):
             self.idempotency,
             self.count_executor,
             batch_size=len(batches),
-            then=then,
         )
 
     async def load_events(

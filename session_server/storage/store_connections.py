@@ -4,8 +4,8 @@
 mode with two connections: a writer, used only under the actor's write lock, and a
 read-only reader, so reads see the last committed state and never wait for a write in
 progress (WAL snapshot isolation). Every operation is one synchronous function run on a
-worker thread of the registry's pool (``_write``: one whole transaction per call,
-``_read``: one read at a time on the reader). Opening takes the agent's exclusive lock
+worker thread (``WorkerThreads.run``: the registry's pool, else the process's default one;
+``_write``: one whole transaction per call, ``_read``: one read at a time on the reader). Opening takes the agent's exclusive lock
 (``agent.lock``), creates and migrates the file; a read-only open checks its schema.
 """
 
@@ -19,11 +19,10 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Executor
 from pathlib import Path
 from typing import Any, Final, Literal, Self, TypeVar
 
-from ..concurrency.thread_calls import call_on
+from ..concurrency.worker_threads import WorkerThreads, default_threads
 from ..process.limits import descriptor_error, out_of_descriptors
 from ..values.errors import AgentUnavailableError
 from .file_lock import try_exclusive_lock
@@ -50,11 +49,11 @@ class StoreConnections:
         agent_id: str,
         synchronous: Synchronous,
         busy_timeout_ms: int,
-        executor: Executor | None,
+        executor: WorkerThreads | None,
         on_commit: Callable[[float, int], None] | None = None,
         readonly: bool = False,
         idempotency: IdempotencyRetention = DEFAULT_RETENTION,
-        count_executor: Executor | None = None,
+        count_executor: WorkerThreads | None = None,
     ) -> None:
         self.path = path
         self.idempotency = idempotency
@@ -65,7 +64,7 @@ class StoreConnections:
         self.agent_id = agent_id
         self.synchronous = synchronous
         self.busy_timeout_ms = busy_timeout_ms
-        self._executor = executor
+        self._threads = default_threads() if executor is None else executor
         self.count_executor = count_executor
         self._on_commit = on_commit
         self._writer: sqlite3.Connection | None = None
@@ -81,17 +80,9 @@ class StoreConnections:
 
     # -- plumbing ------------------------------------------------------------------
 
-    async def _call(
-        self, fn: Callable[..., T], *args: Any, then: Callable[[T], object] | None = None
-    ) -> T:
-        """``fn(*args)`` on a worker thread; ``then`` as ``call_on`` says."""
-        if self._executor is not None:
-            return await call_on(self._executor, fn, *args, then=then)  # the lighter hop
-        loop = asyncio.get_running_loop()
-        result = await loop.run_in_executor(None, fn, *args)
-        if then is not None:
-            then(result)
-        return result
+    async def _call(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` on a worker thread; its result, or its exception raised here."""
+        return await self._threads.run(fn, *args)
 
     @property
     def writer(self) -> sqlite3.Connection:
@@ -111,10 +102,9 @@ class StoreConnections:
         body: Callable[..., T],
         *args: Any,
         batch_size: int = 1,
-        then: Callable[[T], object] | None = None,
     ) -> T:
         started = time.perf_counter()
-        result: T = await self._call(write_txn, self.writer, what, body, *args, then=then)
+        result: T = await self._threads.run(write_txn, self.writer, what, body, *args)
         if self._on_commit is not None:  # seconds of the transaction, queueing included
             self._on_commit(time.perf_counter() - started, batch_size)
         return result
@@ -144,7 +134,7 @@ class StoreConnections:
                 raise storage_error(exc, "read") from exc
 
         async with self._read_lock:
-            return await self._call(run)
+            return await self._threads.run(run)
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -156,14 +146,16 @@ class StoreConnections:
         *,
         synchronous: Synchronous = "FULL",
         busy_timeout_ms: int = 5000,
-        executor: Executor | None = None,
+        executor: WorkerThreads | None = None,
         on_commit: Callable[[float, int], None] | None = None,
         readonly: bool = False,
         idempotency: IdempotencyRetention = DEFAULT_RETENTION,
-        count_executor: Executor | None = None,
+        count_executor: WorkerThreads | None = None,
     ) -> Self:
         """Open (creating and migrating if needed) the agent file.
 
+        ``executor``: the worker threads every call runs on (``None``: the process's
+        default pool, ``default_threads()``).
         ``readonly``: open only a reader, without the agent lock, beside a server that may
         be writing (WAL lets readers and one writer share the file); the file must exist
         and every write raises ``AgentUnavailableError``.

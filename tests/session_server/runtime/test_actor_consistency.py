@@ -256,15 +256,11 @@ async def test_a_cancelled_build_acts_on_pressure_once(
         original = AgentStore.append
         entered, release = asyncio.Event(), asyncio.Event()
 
-        async def slow_append(
-            self: AgentStore,
-            batch: AppendBatch,
-            then: Callable[[AppendOutcome], object] | None = None,
-        ) -> AppendOutcome:
+        async def slow_append(self: AgentStore, batch: AppendBatch) -> AppendOutcome:
             if any(e.action == "compaction" for e in batch.events):
                 entered.set()
                 await release.wait()  # a slow fsync
-            return await original(self, batch, then)
+            return await original(self, batch)
 
         monkeypatch.setattr(AgentStore, "append", slow_append)
         ctx = await actor.build_working_context(sid)

@@ -253,21 +253,30 @@ async def test_a_sequential_turn_reaches_the_writer_in_its_callers_step_with_eag
     assert started, "the transaction ran"
 
 
-async def test_callers_are_answered_in_the_step_that_learns_of_the_commit(
+async def test_each_commits_effects_run_in_commit_order_before_its_answer(
     actor: AgentActor,
 ) -> None:
-    # The group's answers go out from the callback that learns the transaction ended
-    # (``append_group(then=)``), so a caller resumes before the drainer's own next
-    # step: it finds the drainer still there, holding the write lock.
+    # The write lock is held across the store's await, so the effects of a group's
+    # commits (here: what subscribers see) run after it in commit order, and each
+    # caller is answered only after its own commit's effects ran: a single turn, a
+    # group, and a refused single turn (answered by its error alone, no effect).
     sid = await actor.create_session(session_id="s")
     await warm(actor)
-    result = await actor.persist_working_context(sid, turn_ctx(1))
-    assert result.seqs == [1, 2, 3, 4]
-    assert actor.pending_writes and actor.write_lock.locked()
-    # The same for a group, and for a refused single turn (answered after the drainer
-    # resumed, through the return value: its error is the only outcome).
+    log: list[tuple[str, list[int]]] = []
+    actor.subscribe(sid, lambda events: log.append(("effect", [e.seq for e in events])))
+
+    def answered(call: asyncio.Future[AppendResult]) -> None:
+        if not call.cancelled() and call.exception() is None:
+            log.append(("answer", call.result().seqs))
+
+    async def persist(n: int) -> AppendResult:
+        call = asyncio.ensure_future(actor.persist_working_context(sid, turn_ctx(n)))
+        call.add_done_callback(answered)
+        return await call
+
+    assert (await persist(1)).seqs == [1, 2, 3, 4]
     await actor.write_lock.acquire()
-    calls = [asyncio.ensure_future(actor.persist_working_context(sid, turn_ctx(n))) for n in (2, 3)]
+    calls = [asyncio.ensure_future(persist(n)) for n in (2, 3)]
     await queued(actor, calls)
     actor.write_lock.release()
     assert [r.seqs for r in await asyncio.gather(*calls)] == [[5, 6, 7, 8], [9, 10, 11, 12]]
@@ -275,8 +284,13 @@ async def test_callers_are_answered_in_the_step_that_learns_of_the_commit(
     await actor.append_events(sid, [taken])
     with pytest.raises(ConflictError, match="already exists"):  # refused in the transaction
         await actor.append_events(sid, [taken])
-    assert (await actor.load_events(sid, limit=1)).pop().seq == 13
-    assert (await actor.persist_working_context(sid, turn_ctx(4))).seqs == [14, 15, 16, 17]
+    assert (await persist(4)).seqs == [14, 15, 16, 17]
+    effects = [seqs for kind, seqs in log if kind == "effect"]
+    assert effects == [[1, 2, 3, 4], [5, 6, 7, 8], [9, 10, 11, 12], [13], [14, 15, 16, 17]]
+    for i, (kind, seqs) in enumerate(log):
+        if kind == "answer":
+            assert ("effect", seqs) in log[:i], f"answer {seqs} before its effects"
+    assert not actor.write_lock.locked()
 
 
 async def test_a_drainer_cancelled_at_once_releases_the_queue(actor: AgentActor) -> None:

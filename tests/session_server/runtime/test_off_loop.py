@@ -11,7 +11,6 @@ import asyncio
 import json
 import threading
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ from session_server import ActorRegistry, AgentActor
 from session_server.client import SessionClient
 from session_server.compaction.config import StrategyConfig
 from session_server.compaction.summarize import SummaryRequest, SummaryResult
+from session_server.concurrency.worker_threads import WorkerThreads
 from session_server.core import decisions
 from session_server.core.agent_core import AgentCore
 from session_server.core.decisions import LARGE_WINDOW_EVENTS
@@ -308,7 +308,7 @@ async def test_instructions_counted_ahead_stay_counted_for_the_whole_block(
     huge = "word " * (tokens.INSTRUCTION_CACHE_CHARS // 4 // 5 + 1)  # too large to remember
     seen = prompt_counts(monkeypatch, [*many, huge])
     counter = get_counter()
-    with ThreadPoolExecutor(1, thread_name_prefix=WORKER_PREFIX) as pool:
+    with WorkerThreads(1, thread_name_prefix=WORKER_PREFIX) as pool:
         async with instructions_counted(pool, many):
             counts = [counter.count_instruction(text) for text in many]
         assert on_workers(seen) and len(seen) == len(many), seen

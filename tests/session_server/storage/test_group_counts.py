@@ -9,11 +9,10 @@ import random
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Executor, Future, ThreadPoolExecutor
-from typing import Any
 
 import pytest
 
+from session_server.concurrency.worker_threads import WorkerThreads
 from session_server.storage import group_counts
 from session_server.storage.group_counts import GroupCounts
 from session_server.values.codec import new_event_id
@@ -30,26 +29,27 @@ def batch(n: int, given: bool = False) -> AppendBatch:
     return AppendBatch("s", events, [1, 2] if given else None)
 
 
-class Inline(Executor):
-    """Runs each job at once, inside ``submit``: the count thread is always ahead."""
-
-    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
-        future: Future[Any] = Future()
-        future.set_result(fn(*args, **kwargs))
-        return future
-
-
-class Held(Executor):
-    """Keeps each job until ``run``: the count thread has not started."""
+class Inline(WorkerThreads):
+    """Runs each job at once, inside ``post``: the count thread is always ahead."""
 
     def __init__(self) -> None:
-        self.jobs: list[Callable[[], Any]] = []
+        super().__init__(max_workers=1, thread_name_prefix="inline")
 
-    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
-        self.jobs.append(lambda: fn(*args, **kwargs))
-        return Future()
+    def post(self, job: Callable[[], object]) -> None:
+        job()
 
-    def run(self) -> None:
+
+class Held(WorkerThreads):
+    """Keeps each job until ``run_held``: the count thread has not started."""
+
+    def __init__(self) -> None:
+        super().__init__(max_workers=1, thread_name_prefix="held")
+        self.jobs: list[Callable[[], object]] = []
+
+    def post(self, job: Callable[[], object]) -> None:
+        self.jobs.append(job)
+
+    def run_held(self) -> None:
         for job in self.jobs:
             job()
 
@@ -89,12 +89,12 @@ def test_the_writer_never_waits_for_a_count_not_started(counted: Counter[str]) -
     batches = [batch(n) for n in range(1, 5)]
     ahead = GroupCounts(batches, held)
     assert [ahead.take(i) for i in range(4)] == [None] * 4  # the writer counts them all
-    held.run()  # the count thread comes late: every batch is claimed, none counted twice
+    held.run_held()  # the count thread comes late: every batch is claimed, none counted twice
     assert sum(counted.values()) == 0
 
 
 def test_a_shut_down_count_thread_leaves_every_count_to_the_writer() -> None:
-    pool = ThreadPoolExecutor(max_workers=1)
+    pool = WorkerThreads(max_workers=1, thread_name_prefix="count-test")
     pool.shutdown()
     ahead = GroupCounts([batch(1), batch(2)], pool)
     assert [ahead.take(0), ahead.take(1)] == [None, None]
@@ -116,7 +116,7 @@ def test_on_a_real_thread_each_batch_is_counted_once_and_right(counted: Counter[
     writer: Counter[str] = Counter()
     ids: list[str] = []
     firsts: list[str] = []
-    with ThreadPoolExecutor(max_workers=1) as pool:
+    with WorkerThreads(max_workers=1, thread_name_prefix="count-test") as pool:
         for _ in range(200):
             batches = [batch(n) for n in rng.sample(range(1, 60), rng.randint(2, 12))]
             ids += [b.events[0].id for b in batches]
@@ -152,7 +152,7 @@ def test_a_count_thread_stopped_mid_count_leaves_the_batch_to_the_writer(
 
     monkeypatch.setattr(group_counts, "count_events", stopped)
     taken: list[list[int] | None] = []
-    with ThreadPoolExecutor(max_workers=1) as pool:
+    with WorkerThreads(max_workers=1, thread_name_prefix="count-test") as pool:
         ahead = GroupCounts([batch(1), batch(2)], pool)
         assert started.wait(timeout=30)  # the count thread claimed batch 1, then stopped
     # The writer counts batch 1 itself instead of waiting for a count that ended. (A

@@ -11,42 +11,40 @@ import sqlite3
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
+from session_server.concurrency.worker_threads import WorkerThreads
 from session_server.storage.store import AgentStore
 from session_server.values.errors import AgentUnavailableError
 from session_server.values.events import SessionEvent
 from session_server.values.plans import AppendBatch
 from tests.support.waiting import until
 
-T = TypeVar("T")
 
-
-class CountingPool(ThreadPoolExecutor):
-    """A pool of one thread that counts the jobs submitted to it."""
+class CountingPool(WorkerThreads):
+    """A pool of one thread that counts the jobs queued on it."""
 
     def __init__(self) -> None:
-        super().__init__(max_workers=1)
+        super().__init__(max_workers=1, thread_name_prefix="counting-test")
         self.submitted = 0
 
-    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
+    def _put(self, job: Any) -> None:
         self.submitted += 1
-        return super().submit(fn, *args, **kwargs)
+        super()._put(job)
 
 
 @pytest.fixture
-def pool() -> Iterator[ThreadPoolExecutor]:
-    with ThreadPoolExecutor(max_workers=2) as executor:
-        yield executor
+def pool() -> Iterator[WorkerThreads]:
+    with WorkerThreads(max_workers=2, thread_name_prefix="store-test") as threads:
+        yield threads
 
 
 async def test_a_close_waits_for_a_read_whose_caller_was_cancelled(
-    tmp_path: Path, pool: ThreadPoolExecutor
+    tmp_path: Path, pool: WorkerThreads
 ) -> None:
     store = await AgentStore.open(tmp_path / "agent.sqlite", "agent", executor=pool)
     await store.create_session(None, "s")
@@ -82,10 +80,10 @@ async def test_a_read_job_that_starts_after_the_close_opens_nothing(
     with CountingPool() as one:
         store = await AgentStore.open(tmp_path / "agent.sqlite", "agent", executor=one)
         blocker = threading.Event()
-        one.submit(blocker.wait, 10)  # the pool's thread is busy: the read waits in line
+        one.post(lambda: blocker.wait(10))  # the pool's thread is busy: the read waits in line
         submitted = one.submitted
         reading = asyncio.create_task(store._read(lambda conn: conn.execute("SELECT 1")))
-        await until(lambda: one.submitted > submitted, "the read's job to be submitted")
+        await until(lambda: one.submitted > submitted, "the read's job to be queued")
         reading.cancel()  # its job is queued behind the blocker
         closing = asyncio.create_task(store.close())
         blocker.set()
@@ -100,7 +98,7 @@ async def test_a_read_job_that_starts_after_the_close_opens_nothing(
 
 async def test_a_delete_stands_when_the_store_closes_before_its_wal_erase(
     tmp_path: Path,
-    pool: ThreadPoolExecutor,
+    pool: WorkerThreads,
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -154,7 +152,7 @@ os.kill(os.getpid(), signal.SIGKILL)
 
 
 async def test_a_wal_left_by_a_kill_after_a_delete_is_erased_on_open(
-    tmp_path: Path, pool: ThreadPoolExecutor
+    tmp_path: Path, pool: WorkerThreads
 ) -> None:
     """Issue 33, item 3: no deleted text in the raw bytes of the file or its WAL once the
     store is open again, even when the delete's own truncation never ran."""

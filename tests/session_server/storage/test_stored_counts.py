@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 from session_server import ActorRegistry, AgentActor
+from session_server.concurrency.worker_threads import WorkerThreads
 from session_server.runtime.off_loop import LARGE_CONTENT_CHARS
 from session_server.storage.store import AgentStore
 from session_server.values import tokens
@@ -53,18 +53,18 @@ def expected(events: list[SessionEvent]) -> list[int]:
 
 
 @pytest.fixture
-def pool() -> Iterator[ThreadPoolExecutor]:
-    with ThreadPoolExecutor(max_workers=2) as executor:
-        yield executor
+def pool() -> Iterator[WorkerThreads]:
+    with WorkerThreads(max_workers=2, thread_name_prefix="counts-test") as threads:
+        yield threads
 
 
 @pytest.fixture(params=["writer counts", "count thread"])
 async def store(
-    tmp_path: Path, pool: ThreadPoolExecutor, request: pytest.FixtureRequest
+    tmp_path: Path, pool: WorkerThreads, request: pytest.FixtureRequest
 ) -> AsyncIterator[AgentStore]:
     """A store whose group commits count on the writer alone, or also on a count thread
     ahead of it (``storage.group_counts``, as the registry's stores do)."""
-    with ThreadPoolExecutor(max_workers=1) as counts:
+    with WorkerThreads(max_workers=1, thread_name_prefix="count-test") as counts:
         s = await AgentStore.open(
             tmp_path / "agent.sqlite",
             "agent",
