@@ -19,6 +19,8 @@ from ..storage.store import AgentStore
 from ..values.branches import Branch, ForkResult, RewindResult
 from ..values.codec import encode_json
 from ..values.errors import InvalidParamsError
+from .branch_blocks import blocks_branched
+from .memory_blocks import MemoryBlocks
 from .subscriptions import Subscriptions
 
 __all__ = ["MAX_REASON_CHARS", "BranchRunner", "branches", "fork", "rewind"]
@@ -34,6 +36,9 @@ class BranchRunner(Protocol):
 
     @property
     def subscriptions(self) -> Subscriptions: ...
+
+    @property
+    def blocks(self) -> MemoryBlocks: ...
 
     async def run_write(self, fn: Callable[[AgentStore], Awaitable[T]]) -> T: ...
 
@@ -67,6 +72,7 @@ async def fork(
             session_id, new_id, at_seq, meta, inherit_metadata=metadata is None
         )
         runner.events_removed(store, new_id)  # its mirror folder, rendered from SQLite
+        await blocks_branched(runner.blocks, store, [new_id])
         return result
 
     return await runner.run_write(write)
@@ -98,6 +104,12 @@ async def rewind(
         runner.events_removed(store, session_id)
         if result.branch_session_id is not None:
             runner.events_removed(store, result.branch_session_id)
+        touched = (
+            [session_id]
+            if result.branch_session_id is None
+            else [session_id, result.branch_session_id]
+        )
+        await blocks_branched(runner.blocks, store, touched)
         runner.subscriptions.publish_rewound(session_id, result.to_seq, result.rewind_seq)
         return result
 

@@ -30,6 +30,7 @@ from ..values.branches import (
 )
 from ..values.codec import now_ms
 from ..values.errors import InvalidParamsError, NotFoundError
+from .branch_blocks import copy_blocks, rewind_session_blocks
 from .sqlite_ops import insert_session, invalidate_mirror
 
 __all__ = ["fork_session", "list_branches", "rewind_session"]
@@ -126,6 +127,7 @@ def fork_session(
         conn, agent_id, source_id, new_id, at, src["metadata"] if inherit_metadata else metadata
     )
     conn.execute(_DERIVE_CALLS.format(only=""), (new_id, at))
+    copy_blocks(conn, source_id, new_id, at)  # its session blocks as they stood at ``at``
     turn, start = _turn_position(conn, new_id, at)
     flag = int(src["compaction_required"]) if at == last_seq else 0
     conn.execute(
@@ -181,6 +183,7 @@ def rewind_session(
             (branch, session_id, point),
         )
         conn.execute(_DERIVE_CALLS.format(only=""), (branch, last_seq))
+        copy_blocks(conn, session_id, branch, last_seq)  # the blocks as at the old head
         conn.execute(
             "UPDATE sessions SET last_seq = ?, last_turn = ?, last_turn_start_seq = ?,"
             " strategy = ?, compaction_required = ?, parent_session_id = ?, fork_seq = ?,"
@@ -206,6 +209,7 @@ def rewind_session(
         only = f"AND json_extract(c.value, '$.id') IN ({marks})"
         conn.execute(_DERIVE_CALLS.format(only=only), (session_id, point, *gone))
     rewind_seq = last_seq + 1
+    rewind_session_blocks(conn, session_id, point, rewind_seq, erase=erase)
     turn, start = _turn_position(conn, session_id, point)
     now = now_ms()
     conn.execute(

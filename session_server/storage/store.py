@@ -377,7 +377,7 @@ class AgentStore(StoreConnections):
                 reason=reason, erase=erase, branch_id=branch_id,
             ),
         )  # fmt: skip
-        if result.erased:  # erased text leaves the WAL too, as a delete's does
+        if result.erased or erase:  # erased text (blocks too) leaves the WAL, as a delete's
             await self._erase_after_delete()
         return result
 
