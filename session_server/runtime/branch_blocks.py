@@ -15,14 +15,17 @@ import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..mirror_io.block_files import write_blocks_file
+from ..mirror_io.block_files import read_blocks_file, write_blocks_file
+from ..mirror_io.jsonl import atomic_write_bytes, encode_lines
 from ..storage.block_sql import all_revisions
+from ..storage.branch_sql import rewind_target
 from ..storage.file_modes import make_dir
 from ..storage.store import AgentStore
-from ..values.blocks import BlockRevision
+from ..values.blocks import BLOCKS_FILE, BlockRevision
+from ..values.errors import SessionServerError
 from .memory_blocks import MemoryBlocks
 
-__all__ = ["blocks_branched"]
+__all__ = ["blocks_branched", "drop_erased_lines"]
 
 
 def _revisions(session_id: str, conn: sqlite3.Connection) -> list[BlockRevision]:
@@ -48,3 +51,41 @@ async def blocks_branched(
         blocks.mirror.run_later(
             functools.partial(_write_file, blocks.mirror.session_dir(sid), revisions)
         )
+
+
+def _drop_after(folder: Path, seq: int) -> None:
+    """Rewrite ``folder/blocks.jsonl`` without the revisions written after ``seq``."""
+    items = read_blocks_file(folder)
+    kept = [
+        item
+        for item in items
+        if not (isinstance(item, dict) and int(item.get("session_seq", 0)) > seq)
+    ]
+    if len(kept) == len(items):
+        return
+    if kept:
+        atomic_write_bytes(folder / BLOCKS_FILE, encode_lines(kept), fsync=True)
+    else:
+        (folder / BLOCKS_FILE).unlink(missing_ok=True)
+
+
+async def drop_erased_lines(
+    blocks: MemoryBlocks, store: AgentStore, session_id: str, to_seq: int
+) -> None:
+    """Before a rewind with ``erase`` (under the write lock): the revisions it will erase
+    leave the session's ``blocks.jsonl`` first, so that no file keeps them, also after a
+    crash between. Errors of ``to_seq`` are left to the rewind's own transaction."""
+    if not blocks.mirror.enabled or isinstance(to_seq, bool) or not isinstance(to_seq, int):
+        return
+    try:
+        point = await store.query(functools.partial(_target, session_id, to_seq))
+    except SessionServerError:
+        return  # refused by the rewind itself, with nothing written
+    blocks.mirror.run_later(
+        functools.partial(_drop_after, blocks.mirror.session_dir(session_id), point)
+    )
+    await blocks.mirror.drain()
+
+
+def _target(session_id: str, to_seq: int, conn: sqlite3.Connection) -> int:
+    return rewind_target(conn, session_id, to_seq)

@@ -19,7 +19,7 @@ from ..storage.store import AgentStore
 from ..values.branches import Branch, ForkResult, RewindResult
 from ..values.codec import encode_json
 from ..values.errors import InvalidParamsError
-from .branch_blocks import blocks_branched
+from .branch_blocks import blocks_branched, drop_erased_lines
 from .memory_blocks import MemoryBlocks
 from .subscriptions import Subscriptions
 
@@ -98,6 +98,8 @@ async def rewind(
     branch_id = str(uuid.uuid4())
 
     async def write(store: AgentStore) -> RewindResult:
+        if erase:  # the erased block revisions leave the mirror before the commit
+            await drop_erased_lines(runner.blocks, store, session_id, to_seq)
         result = await store.rewind_session(
             session_id, to_seq, reason=reason, erase=erase, branch_id=branch_id
         )

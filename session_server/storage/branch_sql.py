@@ -33,7 +33,7 @@ from ..values.errors import InvalidParamsError, NotFoundError
 from .branch_blocks import copy_blocks, rewind_session_blocks
 from .sqlite_ops import insert_session, invalidate_mirror
 
-__all__ = ["fork_session", "list_branches", "rewind_session"]
+__all__ = ["fork_session", "list_branches", "rewind_session", "rewind_target"]
 
 # A fresh version 7 UUID per copied row, made by SQLite itself (no Python call per row):
 # the time of the fork in ms leads (``?1``: its 12 hex digits), then random bits from
@@ -140,6 +140,24 @@ def fork_session(
     return ForkResult(session_id=new_id, parent_session_id=source_id, fork_seq=at, last_seq=at)
 
 
+def rewind_target(conn: sqlite3.Connection, session_id: str, to_seq: int) -> int:
+    """The seq a rewind of ``session_id`` to ``to_seq`` keeps the session up to: ``to_seq``,
+    moved to its turn's start when inside one (``rewind_point``); checked against the
+    session's last seq."""
+    last_seq = int(_source_row(conn, session_id)["last_seq"])
+    if to_seq < 0 or to_seq > last_seq:
+        raise InvalidParamsError(
+            f"to_seq: must be between 0 and the session's last seq {last_seq}, not {to_seq}",
+            data={"field": "to_seq", "last_seq": last_seq},
+        )
+    nxt = conn.execute(
+        "SELECT action, turn_start_seq FROM events WHERE session_id = ? AND seq > ?"
+        " AND action != 'compaction' ORDER BY seq LIMIT 1",
+        (session_id, to_seq),
+    ).fetchone()
+    return rewind_point(to_seq, None if nxt is None else nxt[0], 0 if nxt is None else nxt[1])
+
+
 def rewind_session(
     conn: sqlite3.Connection,
     agent_id: str,
@@ -156,17 +174,7 @@ def rewind_session(
     events are the abandoned ones), or are deleted with ``erase``."""
     src = _source_row(conn, session_id)
     last_seq = int(src["last_seq"])
-    if to_seq < 0 or to_seq > last_seq:
-        raise InvalidParamsError(
-            f"to_seq: must be between 0 and the session's last seq {last_seq}, not {to_seq}",
-            data={"field": "to_seq", "last_seq": last_seq},
-        )
-    nxt = conn.execute(
-        "SELECT action, turn_start_seq FROM events WHERE session_id = ? AND seq > ?"
-        " AND action != 'compaction' ORDER BY seq LIMIT 1",
-        (session_id, to_seq),
-    ).fetchone()
-    point = rewind_point(to_seq, None if nxt is None else nxt[0], 0 if nxt is None else nxt[1])
+    point = rewind_target(conn, session_id, to_seq)
     present = int(
         conn.execute(
             "SELECT COUNT(*) FROM events WHERE session_id = ? AND seq > ?", (session_id, point)

@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 
 from session_server import ActorRegistry, AgentActor
+from session_server.runtime.branch_blocks import drop_erased_lines
+from session_server.storage.store import AgentStore
 from session_server.values.events import ContextMessage
 
 AGENT = "agent"
@@ -176,3 +178,26 @@ async def test_a_rewind_with_erase_leaves_no_trace_of_the_abandoned_blocks(
     assert any(p.name == "blocks.jsonl" for p in files)
     for path in files:
         assert b"ZEBRA-7731" not in path.read_bytes(), path
+
+
+async def test_erased_revisions_leave_the_mirror_before_the_rewind_commits(
+    actor: AgentActor, tmp_path: Path
+) -> None:
+    await actor.set_block("task", "kept", session_id="s1")
+    at = await turn(actor, "s1", 1)
+    await turn(actor, "s1", 2)
+    await actor.set_block("task", "ZEBRA-7731", session_id="s1")
+    await turn(actor, "s1", 3)  # inside the turn: the rewind's point moves to its start
+    await actor.mirror_settled()
+
+    async def first_step(store: AgentStore) -> None:
+        await drop_erased_lines(actor.blocks, store, "s1", at + 1)
+
+    await actor.run_write(first_step)  # the rewind's first step alone
+    # Only the mirror changed: the file no longer holds the revision SQLite still has.
+    assert [x["value"] for x in mirror_lines(tmp_path, "s1")] == ["kept"]
+    assert (await actor.get_block("task", "s1")).value == "ZEBRA-7731"
+    await actor.rewind_session("s1", at + 1, erase=True)
+    assert (await actor.get_block("task", "s1")).value == "kept"
+    await actor.mirror_settled()
+    assert [x["value"] for x in mirror_lines(tmp_path, "s1")] == ["kept"]
