@@ -14,7 +14,10 @@ result, answer; some 230 words of generated text per turn, as ``bench_recall.py`
   (what indexing the batch directly would cost, without the queue's round trip);
 - ``direct, columnsize=0`` / ``direct, detail=column``: the same with FTS5 options
   (``detail=column`` cannot answer phrase queries; measured to show what it would save);
-- ``direct, automerge=0``: no incremental merging in the turn's transaction.
+- ``direct, automerge=0``: no incremental merging in the turn's transaction;
+- ``queue only``: the triggers queue the events but the turn does not index them (what a
+  turn would cost if the index were built from the queue after the turn, in batches:
+  measured to show the lower bound; the store does not do this).
 
 Variants run interleaved in every round (the machine is shared); the figure of a variant
 is the median over rounds of its per-round median turn. Also printed: the Python part
@@ -68,7 +71,7 @@ def setup(conn: sqlite3.Connection, variant: str) -> None:
         "INSERT INTO sessions(id, agent_id, created_at, updated_at, last_seq, last_turn)"
         " VALUES ('s', 'a', 1, 1, 0, 0)"
     )
-    if variant == "store path":
+    if variant in ("store path", "queue only"):
         return
     for name in TRIGGERS:
         conn.execute(f"DROP TRIGGER {name}")
@@ -106,7 +109,8 @@ def one_file(path: Path, variant: str, sync: str, turns: list[list[Row]]) -> flo
                     indexed.append((cur.lastrowid, body))
             if indexed:
                 conn.executemany("INSERT INTO events_fts(rowid, text) VALUES (?, ?)", indexed)
-            index_pending(conn)  # what write_txn runs before every COMMIT
+            if variant != "queue only":
+                index_pending(conn)  # what write_txn runs before every COMMIT
             conn.execute("COMMIT")
             if n >= 10:  # the first turns warm the caches
                 times.append(time.perf_counter() - t)
@@ -150,6 +154,7 @@ VARIANTS = (
     "direct, columnsize=0",
     "direct, detail=column",
     "direct, automerge=0",
+    "queue only",
 )
 
 
