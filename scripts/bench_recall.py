@@ -2,7 +2,7 @@
 of a migrated file and what it does to another client.
 
 Run: ``.venv/bin/python scripts/bench_recall.py [--events N ...] [--turns N] [--rounds N]
-[--queries N]``. On fresh files in a temporary directory:
+[--queries N] [--turns-only]``. On fresh files in a temporary directory:
 
 1. **Search** over ``--events`` events (100000 by default; ``--events 100000 1000000``
    for both) of generated text: a vocabulary of 50,000 made-up words drawn with Zipf's
@@ -16,7 +16,8 @@ Run: ``.venv/bin/python scripts/bench_recall.py [--events N ...] [--turns N] [--
    posting of it is left).
 3. **Per turn**: sequential 4-event turns (``build_working_context`` +
    ``persist_working_context``) on a file with the index's triggers and on the same file
-   without them, at FULL and NORMAL, in alternating rounds.
+   without them, at FULL and NORMAL, in alternating rounds (the figure: the median over
+   rounds of each round's median turn).
 4. **Migration**: a version-3 file (no index) of the same events opened by a registry:
    the background backfill's throughput (events/s), and meanwhile another agent of the
    same registry runs sequential turns and searches: its longest call against the same
@@ -317,11 +318,13 @@ async def bench_turns(root: Path, text: Text, turns: int, rounds: int) -> dict[s
     for sync in ("FULL", "NORMAL"):
         with_idx: list[float] = []
         without: list[float] = []
-        for r in range(rounds):
-            with_idx += await turns_once(root / f"{sync}-i{r}", text, sync, turns, True)
-            without += await turns_once(root / f"{sync}-n{r}", text, sync, turns, False)
-        out[f"{sync}_with_ms"] = 1000 * statistics.mean(with_idx)
-        out[f"{sync}_without_ms"] = 1000 * statistics.mean(without)
+        for r in range(rounds):  # interleaved; a round's figure is its median turn
+            idx = await turns_once(root / f"{sync}-i{r}", text, sync, turns, True)
+            with_idx.append(statistics.median(idx))
+            no_idx = await turns_once(root / f"{sync}-n{r}", text, sync, turns, False)
+            without.append(statistics.median(no_idx))
+        out[f"{sync}_with_ms"] = 1000 * statistics.median(with_idx)
+        out[f"{sync}_without_ms"] = 1000 * statistics.median(without)
     return out
 
 
@@ -378,12 +381,13 @@ async def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--queries", type=int, default=300)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--turns-only", action="store_true", help="only the per-turn cost (3.)")
     args = parser.parse_args()
     text = Text(random.Random(args.seed))
     lines = ["| measure | figure |", "|---|---|"]
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        for n in args.events:
+        for n in [] if args.turns_only else args.events:
             s = await bench_search(root / f"search-{n}", text, n, args.queries)
             lines += [
                 f"| search over {n:,} events, p50 / p99 / max | {s['p50_ms']:.2f} / "
@@ -402,6 +406,9 @@ async def main() -> None:
                 f"| sequential turn, {sync}: with index / without | {w:.3f} / {wo:.3f} ms "
                 f"({100 * (w / wo - 1):+.1f}%) |"
             )
+        if args.turns_only:
+            print("\n".join(lines))
+            return
         m = await bench_migration(root / "migration", text, args.events[0])
         lines += [
             f"| backfill of a migrated file ({args.events[0]:,} events) | "
