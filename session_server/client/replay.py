@@ -12,7 +12,7 @@ the same state and gives the caller the same answer as running it once:
   the first call's result, writing nothing; ``SessionClient`` gives every such write a
   key), and ``session.create`` with ``if_exists: "return"`` and a ``session_id``;
 - writes that replace a value with the same value: ``session.update``,
-  ``memory.set_strategy``;
+  ``memory.set_strategy``, ``memory.set_budget``, ``retention.set``;
 - ``stream.append`` with ``after_cursor`` (the server skips the chunks it already has).
 
 Everything else is not sent again (``OutcomeUnknownError``): ``session.create`` without
@@ -49,6 +49,14 @@ REPLAYED: Final = frozenset(
         "memory.search",
         "memory.expand",
         "memory.tools",
+        "memory.usage",
+        "memory.usage_chart",
+        "memory.get_budget",
+        "retention.get",
+        "retention.preview",
+        "memory.blocks.get",
+        "memory.blocks.list",
+        "memory.blocks.history",
         # admin reads
         "agent.backup",
         "agents.list",
@@ -57,6 +65,8 @@ REPLAYED: Final = frozenset(
         # replacing a value with the same value
         "session.update",
         "memory.set_strategy",
+        "memory.set_budget",
+        "retention.set",
     }
 )
 """Methods that are always safe to send again."""
@@ -81,6 +91,9 @@ NOT_REPLAYED: Final = frozenset(
         "stream.append",  # unless it carries after_cursor
         "memory.tool_call",  # a model tool may write (memory blocks)
         "memory.reindex",
+        "memory.blocks.set",  # a second run writes another revision (or a conflict)
+        "memory.blocks.revert",
+        "memory.blocks.delete",  # a second run answers deleted: false
     }
 )
 """Methods whose second run differs from the first: a lost call is reported, not resent."""

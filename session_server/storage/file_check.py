@@ -68,6 +68,7 @@ _ADDED_TABLES: Final = {
     "turn_usage": 7,
     "usage_totals": 7,
     "usage_days": 7,
+    "recall_pending": 8,
 }
 _SHOWN: Final = 3  # problems named in a refusal (the rest are counted)
 

@@ -38,13 +38,25 @@ UNDO: Final[dict[int, tuple[str, ...]]] = {
         "DROP TABLE sessions",
         "ALTER TABLE sessions_v3 RENAME TO sessions",
     ),
-    # usage, budgets and retention
+    # usage, budgets and retention (the sessions table rebuilt without their columns:
+    # SQLite's DROP COLUMN cannot rewrite a table whose last column has a comment)
     7: (
         "DROP TABLE turn_usage",
         "DROP TABLE usage_totals",
         "DROP TABLE usage_days",
-        "ALTER TABLE sessions DROP COLUMN budget",
-        "ALTER TABLE sessions DROP COLUMN retention",
+        "CREATE TABLE sessions_v6 (id TEXT PRIMARY KEY NOT NULL, agent_id TEXT NOT NULL,"
+        " created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL, metadata TEXT,"
+        " last_seq INTEGER NOT NULL DEFAULT 0, last_turn INTEGER NOT NULL DEFAULT 0,"
+        " last_turn_start_seq INTEGER NOT NULL DEFAULT 0, strategy TEXT,"
+        " compaction_required INTEGER NOT NULL DEFAULT 0, mirror_seq INTEGER NOT NULL DEFAULT 0,"
+        " mirror_state TEXT, mirror_files TEXT, snapshot_seq INTEGER NOT NULL DEFAULT 0,"
+        " snapshot_digest TEXT, parent_session_id TEXT, fork_seq INTEGER, fork_kind TEXT)",
+        f"INSERT INTO sessions_v6 SELECT {_V3_COLUMNS}, parent_session_id, fork_seq, fork_kind"
+        " FROM sessions",
+        "DROP TABLE sessions",
+        "ALTER TABLE sessions_v6 RENAME TO sessions",
+        "CREATE INDEX idx_sessions_parent ON sessions(parent_session_id)"
+        " WHERE parent_session_id IS NOT NULL",
     ),
     # the recall index
     8: (

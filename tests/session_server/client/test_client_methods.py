@@ -68,6 +68,11 @@ CLIENT_METHODS = {
     "memory.blocks.history": "block_history",
     "memory.blocks.revert": "revert_block",
     "memory.blocks.delete": "delete_block",
+    "memory.search": "search",
+    "memory.expand": "expand",
+    "memory.tools": "memory_tools",
+    "memory.tool_call": "tool_call",
+    "memory.reindex": "reindex",
 }
 
 

@@ -297,6 +297,7 @@ async def test_close_waits_for_a_read_in_flight(
     reg = ActorRegistry(tmp_path, idle_timeout=None, mirror=False)
     actor = await reg.get("agent")
     await actor.list_sessions()  # an activity ended: the actor's idle event is set
+    await actor.recall_settled()  # and the activation's search-index check too
     assert actor._idle.is_set()
     armed["on"] = True
     read = asyncio.ensure_future(actor.list_sessions())

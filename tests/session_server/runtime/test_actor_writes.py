@@ -16,7 +16,8 @@ from tests.support.server import turn_messages
 
 
 def test_persist_working_context_has_the_design_signature() -> None:
-    """DESIGN §3 (plus ``strategy``, §11): no wire hints in the public method."""
+    """DESIGN §3 (plus ``strategy``, §11, and ``model``, §12): no wire hints in the public
+    method."""
     params = inspect.signature(AgentActor.persist_working_context).parameters
     assert list(params) == [
         "self",
@@ -26,8 +27,15 @@ def test_persist_working_context_has_the_design_signature() -> None:
         "usage",
         "on_conflict",
         "strategy",
+        "model",
     ]
-    assert [params[name].default for name in list(params)[3:]] == [None, None, "append", None]
+    assert [params[name].default for name in list(params)[3:]] == [
+        None,
+        None,
+        "append",
+        None,
+        None,
+    ]
     assert all(params[name].kind is inspect.Parameter.KEYWORD_ONLY for name in list(params)[3:])
 
 

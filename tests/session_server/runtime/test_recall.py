@@ -15,6 +15,7 @@ from session_server.storage.sqlite_open import MIGRATIONS
 from session_server.values.errors import InvalidParamsError, NotFoundError
 from session_server.values.events import ContextMessage, SessionEvent, ToolCall
 from session_server.values.recall import SNIPPET_CLOSE, SNIPPET_OPEN
+from tests.support.old_schema import undo_to
 
 
 @pytest.fixture
@@ -197,8 +198,9 @@ async def test_in_context_is_false_after_a_summary(actor: AgentActor, tmp_path: 
         await actor.expand("nope", 1, 2)
 
 
-def _make_v3_file(tmp_path: Path, events: int) -> Path:
-    """An agent file as version 3 wrote it (no index), with ``events`` stored events."""
+def _make_v7_file(tmp_path: Path, events: int) -> Path:
+    """An agent file as version 7 wrote it (the last without the index), with ``events``
+    stored events."""
     db = _db(tmp_path)
     db.parent.mkdir(parents=True)
     conn = sqlite3.connect(db, isolation_level=None)
@@ -207,9 +209,10 @@ def _make_v3_file(tmp_path: Path, events: int) -> Path:
     from session_server.storage.sqlite_open import _statements
 
     for statement in _statements(schema_sql()):
-        if "events_fts" not in statement and "recall_pending" not in statement:
-            conn.execute(statement)
-    conn.execute("PRAGMA user_version=3")
+        conn.execute(statement)
+    for statement in undo_to(7):
+        conn.execute(statement)
+    conn.execute("PRAGMA user_version=7")
     conn.execute("BEGIN")
     conn.execute(
         "INSERT INTO sessions(id, agent_id, created_at, updated_at, last_seq, last_turn)"
@@ -227,8 +230,8 @@ def _make_v3_file(tmp_path: Path, events: int) -> Path:
 
 
 async def test_a_migrated_file_is_indexed_in_the_background(tmp_path: Path) -> None:
-    _make_v3_file(tmp_path, 1_234)
-    assert 3 in MIGRATIONS
+    _make_v7_file(tmp_path, 1_234)
+    assert 7 in MIGRATIONS
     async with ActorRegistry(tmp_path, idle_timeout=None) as reg:
         actor = await reg.get("agent")
         await actor.store()  # activation starts the backfill
@@ -247,7 +250,7 @@ async def test_a_migrated_file_is_indexed_in_the_background(tmp_path: Path) -> N
 
 
 async def test_a_search_during_the_backfill_says_indexing(tmp_path: Path) -> None:
-    _make_v3_file(tmp_path, 3_000)
+    _make_v7_file(tmp_path, 3_000)
     async with ActorRegistry(tmp_path, idle_timeout=None, readonly=True) as reg:
         actor = await reg.get("agent")
         # Read-only: nobody builds the index; the search answers and says so.

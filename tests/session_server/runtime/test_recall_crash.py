@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from session_server.runtime.registry import ActorRegistry
-from tests.session_server.runtime.test_recall import _make_v3_file
+from tests.session_server.runtime.test_recall import _make_v7_file
 from tests.session_server.test_crash_safety import WRITER, Writer
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -57,7 +57,7 @@ async def _finish(memory_dir: Path, agent: str) -> int:
 def test_sigkill_during_the_backfill_leaves_index_and_events_agreeing(tmp_path: Path) -> None:
     seed = int(os.environ.get("CRASH_SEED", random.SystemRandom().randrange(2**32)))
     rng = random.Random(seed)
-    db = _make_v3_file(tmp_path, 12_000)
+    db = _make_v7_file(tmp_path, 12_000)
     kills = 0
     for round_no in range(4):
         where = f"seed={seed} round={round_no}"

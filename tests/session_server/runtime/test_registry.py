@@ -36,6 +36,7 @@ async def test_idle_actors_hibernate_and_reopen(tmp_path: Path) -> None:
         actor = await reg.get("sleepy")
         sid = await actor.create_session()
         assert actor.is_open and reg.open_count == 1
+        await actor.recall_settled()  # the activation's search-index check is done
         assert await reg.hibernate_idle(older_than=-1) == 1
         assert not actor.is_open and reg.open_count == 0
         # the next call re-opens transparently

@@ -45,15 +45,6 @@ def stamped(text: str, ms: int) -> SessionEvent:
     return SessionEvent(action="user_message", content=text, timestamp=ms)
 
 
-V4_OBJECTS_DROPPED = (
-    "DROP TABLE turn_usage",
-    "DROP TABLE usage_totals",
-    "DROP TABLE usage_days",
-    "ALTER TABLE sessions DROP COLUMN budget",
-    "ALTER TABLE sessions DROP COLUMN retention",
-)
-
-
 async def file_of_version_2(root: Path) -> str:
     """An agent file as version 2 left it (its index and version number), with 6 events
     whose timestamps are 1000..1005; the session id."""
@@ -65,8 +56,6 @@ async def file_of_version_2(root: Path) -> str:
         for statement in undo_to(3):
             conn.execute(statement)
         conn.execute(V2_INDEX)
-        for statement in V4_OBJECTS_DROPPED:  # what version 4 added
-            conn.execute(statement)
         conn.execute("PRAGMA user_version=2")
     return sid
 
