@@ -95,6 +95,17 @@ def _block(rev: BlockRevision) -> dict[str, Any]:
     return rev.to_dict()
 
 
+def _written(rev: BlockRevision) -> dict[str, Any]:
+    """The answer of a write (``memory.blocks.set`` and ``revert``): the new revision."""
+    return {
+        "label": rev.label,
+        "session_id": rev.session_id,
+        "revision": rev.revision,
+        "tokens": rev.tokens,
+        "max_tokens": rev.max_tokens,
+    }
+
+
 async def blocks_set(ctx: CallContext, p: BlockSetParams) -> dict[str, Any]:
     _check_agent_write(ctx, p.session_id)
     actor = await ctx.actor()
@@ -107,13 +118,7 @@ async def blocks_set(ctx: CallContext, p: BlockSetParams) -> dict[str, Any]:
         reason=p.reason,
         expected_revision=p.expected_revision,
     )
-    return {
-        "label": rev.label,
-        "session_id": rev.session_id,
-        "revision": rev.revision,
-        "tokens": rev.tokens,
-        "max_tokens": rev.max_tokens,
-    }
+    return _written(rev)
 
 
 async def blocks_get(ctx: CallContext, p: BlockParams) -> dict[str, Any]:
@@ -151,13 +156,7 @@ async def blocks_revert(ctx: CallContext, p: BlockRevertParams) -> dict[str, Any
         reason=p.reason,
         expected_revision=p.expected_revision,
     )
-    return {
-        "label": rev.label,
-        "session_id": rev.session_id,
-        "revision": rev.revision,
-        "tokens": rev.tokens,
-        "max_tokens": rev.max_tokens,
-    }
+    return _written(rev)
 
 
 async def blocks_delete(ctx: CallContext, p: BlockDeleteParams) -> dict[str, Any]:
