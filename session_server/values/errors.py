@@ -22,6 +22,7 @@ __all__ = [
     "MemoryDirInUseError",
     "MethodNotFoundError",
     "NotFoundError",
+    "NotOwnerError",
     "ParseError",
     "RenderError",
     "SessionServerError",
@@ -151,3 +152,12 @@ class BudgetExceededError(UnavailableError):
     ``context.render`` refuse until the budget is raised or the request says
     ``override_budget: true``. Shares -32005 with ``UnavailableError`` (DESIGN §12);
     ``data["reason"]`` is ``"budget_exceeded"`` and ``data["retryable"]`` false."""
+
+
+class NotOwnerError(UnavailableError):
+    """In cluster mode, this node does not (or no longer) own the agent: another node
+    claimed it, or a fenced append of this node was refused as stale. Shares -32005
+    with ``UnavailableError``; ``data["reason"]`` is ``"not_owner"``, ``data["retryable"]``
+    true, ``data["agent_id"]`` names the agent and ``data["owner"]`` (when known) is
+    ``{node_id, url, generation}``. Front doors retry it at the owner; clients retry it
+    elsewhere."""
