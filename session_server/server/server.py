@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final
 from urllib.parse import unquote, urlsplit
 
+from websockets.asyncio.client import ClientConnection
 from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.http11 import Request, Response
 
@@ -50,6 +51,7 @@ from ..auth.tokens import (
     token_from_headers,
 )
 from ..concurrency.flow import ByteBudget, Permits
+from ..process.forward_metrics import forward_metrics
 from ..process.limits import derive_limits
 from ..process.log_redact import redacting_logger
 from ..rpc.method_spec import AGENT, SERVER, MethodSpec
@@ -60,8 +62,11 @@ from ..storage.file_modes import make_dir
 from ..storage.staging import sweep_staging
 from ..values.agent_ids import validate_agent_id
 from ..values.errors import InvalidAgentIdError, MemoryDirInUseError
+from ..values.forwarding import FORWARD_HEADER, MIN_CLUSTER_SECRET_BYTES, credential_valid
+from ..values.ownership import OwnerDirectory
 from .connection_pump import Connection
 from .fanout import Topic
+from .forwarding import MISDIRECTED, ForwardedConnection, Forwarder, OwnerRefusal
 from .handshake import (
     AGENT_PREFIX,
     Route,
@@ -143,6 +148,12 @@ class SessionServer:
       a request whose ``Origin`` is another is refused with HTTP 403 (``origins``).
     - ``stop_timeout``: ``stop()`` returns within about this many seconds whatever the
       clients do (requests still running are cancelled, unwritable connections aborted).
+
+    Cluster mode: ``owner_directory`` says which node serves each agent; a connection to
+    an agent another node owns is forwarded to it (``forwarding``, docs/front-door.md),
+    authenticated there by the client's own token and a node credential derived from
+    ``cluster_secret`` (the same secret on every node, at least 32 bytes). Without a
+    directory nothing is looked up: the handshake is the single-node one.
     """
 
     def __init__(
@@ -174,6 +185,8 @@ class SessionServer:
         allow_origins: Sequence[str] = (),
         stop_timeout: float = 10.0,
         methods: Mapping[str, MethodSpec] | None = None,
+        owner_directory: OwnerDirectory | None = None,
+        cluster_secret: bytes | None = None,
     ) -> None:
         self.registry = registry
         # The one method table (``rpc.table``) unless the caller passes another.
@@ -244,6 +257,27 @@ class SessionServer:
         self._connections: set[Connection] = set()
         self._stopped = asyncio.Event()
         self._lock_fd: int | None = None
+        self.cluster_secret = cluster_secret
+        self.forwarder: Forwarder | None = None
+        if owner_directory is not None:
+            if cluster_secret is None or len(cluster_secret) < MIN_CLUSTER_SECRET_BYTES:
+                raise ValueError(
+                    f"cluster_secret: an owner_directory needs a cluster secret of at "
+                    f"least {MIN_CLUSTER_SECRET_BYTES} bytes (the same on every node)"
+                )
+            self.forwarder = Forwarder(
+                owner_directory,
+                cluster_secret,
+                forward_metrics(registry.operations.registry, registry.operations.namespace),
+                # The owner's answers are bounded by its max_answer_bytes (the same
+                # settings on every node), notifications by its max_frame_bytes.
+                max_size=2 * max(self.max_answer_bytes, max_frame_bytes),
+                open_timeout=handshake_timeout,
+            )
+        self._upstreams: weakref.WeakKeyDictionary[ServerConnection, ClientConnection] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._forwarded: set[ForwardedConnection] = set()
         self.http = HttpRoutes(
             registry,
             auth_required=lambda: self.auth.enabled,
@@ -285,7 +319,7 @@ class SessionServer:
             self._handler,
             self.host,
             self.port,
-            process_request=self._process_request,
+            process_request=(self._process_request if self.forwarder is None else self._front_door),
             select_subprotocol=select_subprotocol,
             max_size=self.max_frame_bytes,
             # Frames buffered by websockets before we read them: few, they may be large.
@@ -335,6 +369,8 @@ class SessionServer:
         self._ws.close(close_connections=False)
         for conn in list(self._connections):
             conn.stop_reading()
+        for forwarded in list(self._forwarded):
+            forwarded.stop()
         try:
             async with asyncio.timeout(self.stop_timeout):
                 await self._ws.wait_closed()
@@ -344,6 +380,8 @@ class SessionServer:
                 ws.transport.abort()
             for conn in list(self._connections):
                 conn.abort()
+            for forwarded in list(self._forwarded):
+                forwarded.abort()
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(1.0):
                     await self._ws.wait_closed()
@@ -462,6 +500,81 @@ class SessionServer:
             )
         return self._admit(connection, Route(AGENT, agent_id, grant))
 
+    async def _front_door(self, connection: ServerConnection, request: Request) -> Response | None:
+        """The handshake in cluster mode: the single-node checks, then, for an agent
+        another node owns, an upstream to that owner (``forwarding.Forwarder``), or its
+        refusal. A handshake forwarded by another node (its credential in
+        ``FORWARD_HEADER``) is served here or refused with 421, never forwarded again."""
+        response = self._process_request(connection, request)
+        route = self._routes.get(connection)
+        if response is not None or route is None or route.agent_id is None:
+            return response
+        forwarder = self.forwarder
+        assert forwarder is not None  # this handshake is used only with one
+        agent_id = route.agent_id
+        presented = request.headers.get(FORWARD_HEADER)
+        if presented is not None:
+            if not credential_valid(self.cluster_secret, agent_id, presented):
+                self._routes.pop(connection, None)
+                return unauthorized(connection, "invalid node credential")
+            location = await forwarder.directory.locate(agent_id)
+            if location is None:
+                return None
+            self._routes.pop(connection, None)
+            return refuse(
+                connection,
+                MISDIRECTED,
+                f"this node is not the owner of this agent (its owner is node "
+                f"{location.node_id!r})",
+            )
+        token = token_from_headers(
+            request.headers.get("Authorization"), offered_subprotocols(request.headers)
+        )
+        opened = await forwarder.open_upstream(agent_id, token)
+        if opened is None:
+            return None
+        if isinstance(opened, OwnerRefusal):
+            self._routes.pop(connection, None)
+            return _passed_on(connection, opened)
+        if self.stopping:  # stop() began while the upstream opened
+            self._routes.pop(connection, None)
+            await opened.close()
+            return refuse(connection, http.HTTPStatus.SERVICE_UNAVAILABLE, "server shutting down")
+        self._upstreams[connection] = opened
+        # Closed if the client's handshake fails after this (no handler will take it).
+        connection.connection_lost_waiter.add_done_callback(
+            lambda _lost: self._drop_upstream(connection)
+        )
+        return None
+
+    def _drop_upstream(self, connection: ServerConnection) -> None:
+        upstream = self._upstreams.pop(connection, None)
+        if upstream is not None:
+            upstream.transport.abort()
+
+    async def _forward(
+        self, ws: IntakeConnection, route: Route, upstream: ClientConnection
+    ) -> None:
+        assert self.forwarder is not None and route.agent_id is not None
+        forwarded = ForwardedConnection(
+            ws,
+            upstream,
+            route.agent_id,
+            self.forwarder,
+            permits=self.permits,
+            write_timeout=self.write_timeout,
+            remaining_stop_time=self.remaining_stop_time,
+        )
+        self._forwarded.add(forwarded)
+        self.registry.operations.open_connections.inc()
+        try:
+            if self.stopping:
+                forwarded.stop()
+            await forwarded.run()
+        finally:
+            self._forwarded.discard(forwarded)
+            self.registry.operations.open_connections.dec()
+
     def _admit(self, connection: ServerConnection, route: Route) -> Response | None:
         """Take a connection slot for a handshake that passed every check, or 503."""
         if isinstance(connection, GuardedConnection) and not self.gate.admit(connection):
@@ -495,6 +608,11 @@ class SessionServer:
         if route is None or not isinstance(ws, IntakeConnection):  # cannot happen
             await ws.close(1011, "no route")
             return
+        if self.forwarder is not None:
+            upstream = self._upstreams.pop(ws, None)
+            if upstream is not None:
+                await self._forward(ws, route, upstream)
+                return
         conn = Connection(self, ws, route)
         self._connections.add(conn)
         self.registry.operations.open_connections.inc()
@@ -510,6 +628,16 @@ class SessionServer:
 SERVER_LOCK_FILE: Final = "server.lock"
 RETRY_AFTER_SECONDS: Final = 1
 """What a 503 for a full server tells the client to wait before it tries again."""
+
+
+def _passed_on(connection: ServerConnection, refusal: OwnerRefusal) -> Response:
+    """The owner's refusal of a forwarded handshake, as the client's answer."""
+    response = connection.respond(http.HTTPStatus(refusal.status), refusal.body)
+    if refusal.retry_after is not None:
+        response.headers["Retry-After"] = refusal.retry_after
+    if refusal.www_authenticate is not None:
+        response.headers["WWW-Authenticate"] = refusal.www_authenticate
+    return response
 
 
 def lock_memory_dir(memory_dir: Path) -> int:
