@@ -19,6 +19,12 @@ is safe (``replay.replay_safe``: reads, keyed writes, ...), otherwise it raises
 (nothing ran) is retried with the same backoff. Subscriptions resume on the new
 connection after the last seq each one received (``events.subscribe {after_seq}``): no
 gap, no duplicate. Only ``close()`` ends the connection for good.
+
+Several URLs (``failover``): ``url`` may be a sequence of base URLs, the nodes of a
+cluster. An opening tries them in turn from the current one, waiting only after a whole
+round failed; a dropped connection moves the client to the next node; a retryable
+``not_owner`` refusal closes the connection (its calls and subscriptions carry on as after
+a drop) and moves on too.
 """
 
 from __future__ import annotations
@@ -28,9 +34,8 @@ import contextlib
 import itertools
 import logging
 import random
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Final, Self
-from urllib.parse import quote
 
 import msgspec
 from websockets.asyncio.client import ClientConnection, connect
@@ -51,6 +56,7 @@ from .errors import (
     handshake_error,
     retry_after,
 )
+from .failover import endpoint_urls, moves_on, next_index, round_done
 from .live import LiveSubscription
 from .replay import replay_safe
 from .subscription import Subscription
@@ -91,7 +97,7 @@ class RpcConnection:
 
     def __init__(
         self,
-        url: str,
+        url: str | Sequence[str],
         agent_id: str | None,
         *,
         token: str | None = None,
@@ -102,13 +108,12 @@ class RpcConnection:
         max_retry_delay: float = 2.0,
         connect_retries: int | None = None,
     ) -> None:
-        base = url.rstrip("/")
         if agent_id is not None:
             validate_agent_id(agent_id)  # InvalidAgentIdError before any connection
         self.agent_id = agent_id
-        self.url = (
-            f"{base}/v1" if agent_id is None else f"{base}/v1/agents/{quote(agent_id, safe='')}"
-        )
+        self.urls = endpoint_urls(url, agent_id)
+        self._index = 0  # the node of ``urls`` this client talks to
+        self._moving: set[asyncio.Task[None]] = set()
         self.backoff = Backoff(
             budget=reconnect_budget, initial=retry_delay, max_delay=max_retry_delay
         )
@@ -127,6 +132,15 @@ class RpcConnection:
         self._subs: dict[str, list[Subscription]] = {}
         self._lost: BaseException | None = None
         self._random = random.Random()
+
+    @property
+    def url(self) -> str:
+        """The endpoint URL of the node this client talks to (or tries next)."""
+        return self.urls[self._index]
+
+    def _move_on(self) -> None:
+        """The next connection goes to the next node of ``urls`` (``failover``)."""
+        self._index = next_index(self._index, len(self.urls))
 
     @property
     def lost(self) -> BaseException | None:
@@ -185,10 +199,19 @@ class RpcConnection:
             except Exception as exc:
                 if not _reachable_later(exc):
                     raise
+                count = len(self.urls)
+                if count > 1:
+                    self._move_on()
+                    if not round_done(attempt, count) and loop.time() - start < self.backoff.budget:
+                        log.info(
+                            "cannot reach %s (%s); trying the next", self.urls[self._index - 1], exc
+                        )
+                        continue  # the next node at once: a wait only after a round
+                rounds = attempt // count
                 wait: float | None = None
-                if self._connect_retries is None or attempt < self._connect_retries:
+                if self._connect_retries is None or rounds < self._connect_retries:
                     wait = self.backoff.wait(
-                        attempt, loop.time() - start, self._random.random(),
+                        rounds, loop.time() - start, self._random.random(),
                         min_delay=retry_after(exc),
                     )  # fmt: skip
                 if wait is None or self._closed:
@@ -264,6 +287,8 @@ class RpcConnection:
                     f"connection closed with code {ws.close_code}: {ws.close_reason}"
                 )
             if self._ws is ws:
+                if self._lost is None and len(self.urls) > 1:
+                    self._move_on()  # a dropped node: the next one first
                 self._lost = error
             self._pending.pop(ws, None)
             for future in pending.values():
@@ -378,6 +403,8 @@ class RpcConnection:
             except UnavailableError as exc:  # an answer: refused for now, nothing ran
                 if not (exc.data or {}).get("retryable"):
                     raise
+                if moves_on(exc.data) and self._ws is ws and self._lost is None:
+                    self._leave(ws)
                 since = loop.time() if since is None else since
                 wait = self.backoff.wait(
                     refusals, loop.time() - since, self._random.random(),
@@ -387,6 +414,19 @@ class RpcConnection:
                     raise
                 refusals += 1
                 await asyncio.sleep(wait)
+
+    def _leave(self, ws: ClientConnection) -> None:
+        """This node said another should serve the agent: close ``ws`` (its calls in
+        flight are resent when safe, its subscriptions resumed) and go to the next node
+        (with one URL, the same one again: a load balancer's next pick)."""
+        self._lost = ConnectionLostError(
+            "the node no longer serves this agent", data={"url": self.url}
+        )
+        if len(self.urls) > 1:
+            self._move_on()
+        closing = asyncio.ensure_future(ws.close(1000, "moving to another node"))
+        self._moving.add(closing)
+        closing.add_done_callback(self._moving.discard)
 
     async def _send(
         self, ws: ClientConnection, method: str, params: Mapping[str, Any] | None

@@ -91,6 +91,9 @@ class SessionClient(RpcConnection):
     reconnect_budget=30.0, retry_delay=0.05, max_retry_delay=2.0, connect_retries=None)``;
     the connection itself is ``RpcConnection``'s (``connect``, ``close``, ``call``), and
     reconnects on its own within ``reconnect_budget`` seconds (see ``connection``).
+    ``url`` may be a list of URLs (the nodes of a cluster): the client uses the first that
+    answers and moves on to the next after a dropped connection or a ``not_owner``
+    refusal (``failover``); idempotency keys keep resent writes exactly-once.
     """
 
     # -- sessions ------------------------------------------------------------------------

@@ -36,7 +36,7 @@ import asyncio
 import concurrent.futures
 import threading
 import warnings
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from concurrent.futures import Future
 from types import TracebackType
 from typing import Any, Final
@@ -65,7 +65,7 @@ class SyncSessionClient:
 
     def __init__(
         self,
-        url: str,
+        url: str | Sequence[str],
         agent_id: str | None,
         *,
         token: str | None = None,
@@ -83,7 +83,6 @@ class SyncSessionClient:
                 DeprecationWarning,
                 stacklevel=2,
             )
-        self.url = url
         self.agent_id = agent_id
         self.reconnect_budget = reconnect_budget
         self.timeout = reconnect_budget + _CALL_MARGIN if timeout is None else timeout
@@ -103,6 +102,11 @@ class SyncSessionClient:
         )
         self._thread.start()
         self._closed = False
+
+    @property
+    def url(self) -> str:
+        """The endpoint URL of the node the client talks to (or tries next)."""
+        return self._client.url
 
     # -- running coroutines on the private loop ---------------------------------------
     def _submit(self, coro: Coroutine[Any, Any, Any]) -> Future[Any]:

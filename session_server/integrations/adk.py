@@ -137,7 +137,9 @@ class _Backend(Protocol):
 
 
 class _Remote:
-    def __init__(self, url: str, agent_id: str, token: str | None, budget: float) -> None:
+    def __init__(
+        self, url: str | Sequence[str], agent_id: str, token: str | None, budget: float
+    ) -> None:
         from session_server.client.sync_client import SyncSessionClient
 
         self.client: SyncSessionClient = SyncSessionClient(
@@ -343,7 +345,7 @@ class _Agents:
     def __init__(
         self,
         agent_id: AgentIds,
-        url: str | None,
+        url: str | Sequence[str] | None,
         registry: ActorRegistry | None,
         token: str | None,
         reconnect_budget: float,
@@ -510,7 +512,7 @@ class SessionServerSessionService(BaseSessionService):
         self,
         *,
         agent_id: AgentIds,
-        url: str | None = None,
+        url: str | Sequence[str] | None = None,
         registry: ActorRegistry | None = None,
         token: str | None = None,
         strategy: dict[str, Any] | None = None,
@@ -879,7 +881,7 @@ class SessionServerMemoryService(BaseMemoryService):
         self,
         *,
         agent_id: AgentIds,
-        url: str | None = None,
+        url: str | Sequence[str] | None = None,
         registry: ActorRegistry | None = None,
         token: str | None = None,
         limit: int = 10,

@@ -170,7 +170,9 @@ class _Backend(Protocol):
 
 
 class _Remote:
-    def __init__(self, url: str, agent_id: str, token: str | None, budget: float) -> None:
+    def __init__(
+        self, url: str | Sequence[str], agent_id: str, token: str | None, budget: float
+    ) -> None:
         from session_server.client.sync_client import SyncSessionClient
 
         self.client: SyncSessionClient = SyncSessionClient(
@@ -390,7 +392,7 @@ class SessionServerSession:
         session_id: str,
         *,
         agent_id: str,
-        url: str | None = None,
+        url: str | Sequence[str] | None = None,
         registry: ActorRegistry | None = None,
         token: str | None = None,
         strategy: dict[str, Any] | None = None,
