@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..auth.cluster_secret import read_cluster_secret
 from ..auth.token_files import AuthSources
 from ..auth.tokens import Authenticator, parse_token_spec, split_env_specs
 from ..server.origins import parse_allowed_origin
@@ -85,6 +86,15 @@ def serve_arguments(p: argparse.ArgumentParser) -> None:
         "Without any token, authentication is off",
     )
     add_secret_file(p)
+    p.add_argument(
+        "--cluster-secret-file",
+        type=Path,
+        default=path_env("CLUSTER_SECRET_FILE"),
+        metavar="FILE",
+        help="cluster mode: the secret (at least 32 bytes, the same on every node) from which "
+        "a node forwarding a client's connection to the agent's owner proves it is a node "
+        "(env SESSION_SERVER_CLUSTER_SECRET_FILE)",
+    )
     p.add_argument(
         "--token-file",
         type=Path,
@@ -459,8 +469,16 @@ async def _serve(args: argparse.Namespace, sources: AuthSources, auth: Authentic
         usage=args.usage,
         retention_interval=args.retention_interval,
     ) as registry:
+        cluster_secret = None
+        if args.cluster_secret_file is not None:
+            try:
+                cluster_secret = read_cluster_secret(args.cluster_secret_file)
+            except ValueError as exc:
+                print(f"session-server: {exc}", file=sys.stderr, flush=True)
+                return 2
         server = SessionServer(
             registry,
+            cluster_secret=cluster_secret,
             host=host,
             port=args.port,
             auth=auth,
