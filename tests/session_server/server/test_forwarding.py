@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from session_server.values.errors import NotFoundError, NotOwnerError
 from session_server.values.events import SessionEvent
 from session_server.values.forwarding import FORWARD_HEADER, forward_credential
 from tests.support.owner_map import SECRET, OwnerMap, at
+from tests.support.restartable_process import RestartableProcess
 from tests.support.server import RestartableServer, RunningServer, running_server
 from tests.support.waiting import until
 
@@ -306,3 +308,48 @@ async def test_stopping_a_front_door_closes_forwarded_connections(tmp_path: Path
                 await ws.recv()
             assert ws.close_code == 1001
         await until(lambda: b.registry.operations.value("open_connections") == 0, "upstream")
+
+
+async def test_a_sigkilled_owner_loses_no_acknowledged_turn_through_the_front_door(
+    tmp_path: Path,
+) -> None:
+    """The owner (a ``serve`` subprocess) is SIGKILLed mid-run and comes back on the same
+    files (as a new owner would, from the same data): the front door forgets it, the
+    client reconnects through the front door, resends its keyed writes and resumes its
+    subscription; every acknowledged turn is stored once, in order, and seen once."""
+    owner = RestartableProcess(tmp_path / "owner")
+    await owner.start()
+    directory = OwnerMap({AGENT: at("owner", owner.url)})
+    try:
+        async with (
+            running_server(tmp_path / "a", owner_directory=directory, cluster_secret=SECRET) as a,
+            SessionClient(a.url, AGENT, reconnect_budget=30) as client,
+        ):
+            sid = await client.create_session()
+            sub = await client.subscribe(sid)
+            acknowledged: list[int] = []
+
+            async def persist_all() -> None:
+                for i in range(30):
+                    await client.persist_turn(sid, turn(i), idempotency_key=f"turn-{i}")
+                    acknowledged.append(i)
+
+            writer = asyncio.create_task(persist_all())
+            await until(lambda: len(acknowledged) >= 8, "eight turns through the front door")
+            await owner.stop(signal.SIGKILL)
+            await until(lambda: AGENT in directory.forgotten, "the owner forgotten")
+            await owner.start()
+            await writer
+            seen: list[int] = []
+            async for event in sub:
+                seen.append(event.seq)
+                if event.seq == 60:
+                    break
+            events = await client.load_events(sid, limit=1000)
+            await sub.close()
+    finally:
+        await owner.stop()
+    assert acknowledged == list(range(30))
+    assert seen == list(range(1, 61))
+    expected = [text for i in range(30) for text in (f"question {i}", f"answer {i}")]
+    assert [e.content for e in events] == expected
