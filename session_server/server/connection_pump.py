@@ -28,6 +28,7 @@ from ..rpc.dispatch import dispatch
 from ..rpc.method_spec import CallContext
 from ..rpc.protocol import Frame, encode_message, encode_small, error_response, parse_frame
 from ..values.errors import InvalidRequestError, SessionServerError
+from ..values.forwarding import CLOSE_TRY_AGAIN, not_owner_answer
 from .answers import answer_reservation, encode_bounded, is_utf8
 from .connection_host import ConnectionHost
 from .connection_subscriptions import ConnectionSubscriptions
@@ -125,6 +126,10 @@ class Connection:
         self.stop_requested = False
         self.closed = False
         self.revoked: str | None = None  # why the token stopped being valid
+        # Cluster mode: an answer saying this node no longer owns the agent ends the
+        # connection (1013) so that the client's next handshake reaches the owner.
+        self.watch_owner = server.forwarding
+        self.owner_moved = False
         self.expiry: asyncio.TimerHandle | None = None
         # The idle timeout: when the last frame came (loop time), the watchdog's timer.
         self.last_frame_at = 0.0
@@ -416,6 +421,9 @@ class Connection:
                 self.slots.release()
             else:
                 self.send(answer, self.slots.release, held)
+                if self.watch_owner and not self.owner_moved and not_owner_answer(answer):
+                    self.owner_moved = True
+                    self.stop_reading()
             for ctx in contexts:
                 for callback in ctx.after:
                     try:
@@ -594,6 +602,8 @@ class Connection:
             code, reason = 1001, "server shutting down"
         elif self.revoked is not None:
             code, reason = 1008, self.revoked
+        elif self.owner_moved:
+            code, reason = CLOSE_TRY_AGAIN, "this node no longer serves this agent; reconnect"
         else:
             return
         try:

@@ -286,6 +286,11 @@ class SessionServer:
         )
 
     @property
+    def forwarding(self) -> bool:
+        """Cluster mode: connections to agents another node owns are forwarded."""
+        return self.forwarder is not None
+
+    @property
     def url(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"ws://{host}:{self.port}"

@@ -21,7 +21,9 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from session_server.client import SessionClient
 from session_server.client.live import StreamChunk, StreamClosed
+from session_server.rpc.method_spec import CallContext, MethodSpec, RpcParams
 from session_server.rpc.protocol import error_response
+from session_server.rpc.table import BUILTIN_METHODS
 from session_server.values.errors import NotFoundError, NotOwnerError
 from session_server.values.events import SessionEvent
 from session_server.values.forwarding import FORWARD_HEADER, forward_credential
@@ -353,3 +355,53 @@ async def test_a_sigkilled_owner_loses_no_acknowledged_turn_through_the_front_do
     assert seen == list(range(1, 61))
     expected = [text for i in range(30) for text in (f"question {i}", f"answer {i}")]
     assert [e.content for e in events] == expected
+
+
+class _Empty(RpcParams):
+    pass
+
+
+async def _fenced(ctx: CallContext, params: _Empty) -> Any:
+    """What the cluster's fence answers on a node that lost the agent."""
+    raise NotOwnerError(
+        "this node no longer owns the agent",
+        data={"reason": "not_owner", "retryable": True, "agent_id": ctx.agent_id},
+    )
+
+
+FENCED_TABLE = {
+    **BUILTIN_METHODS,
+    "test.fenced": MethodSpec("test.fenced", _Empty, _fenced, scope="read"),
+}
+
+
+async def test_a_not_owner_answer_ends_a_local_connection_with_1013(tmp_path: Path) -> None:
+    """In cluster mode a connection served here ends once an answer says this node no
+    longer owns the agent, so the client's next handshake reaches the owner (forwarded);
+    the other calls in flight are answered first. A single node never does this."""
+    async with (
+        running_server(
+            tmp_path / "n",
+            owner_directory=OwnerMap(),
+            cluster_secret=SECRET,
+            methods=FENCED_TABLE,
+        ) as node,
+        connect(agent_ws(node.url)) as ws,
+    ):
+        created = await rpc(
+            ws,
+            {"jsonrpc": "2.0", "id": 1, "method": "session.create", "params": {"session_id": "s"}},
+        )
+        assert created["result"]["session_id"] == "s"
+        refused = await rpc(ws, {"jsonrpc": "2.0", "id": 2, "method": "test.fenced"})
+        assert refused["error"]["data"]["reason"] == "not_owner"
+        with pytest.raises(ConnectionClosed):
+            await ws.recv()
+        assert ws.close_code == 1013
+    async with (
+        running_server(tmp_path / "single", methods=FENCED_TABLE) as single,
+        connect(agent_ws(single.url)) as ws,
+    ):
+        for rid in (1, 2):
+            refused = await rpc(ws, {"jsonrpc": "2.0", "id": rid, "method": "test.fenced"})
+            assert refused["error"]["code"] == -32005
