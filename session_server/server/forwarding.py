@@ -55,7 +55,7 @@ from ..values.forwarding import (
 from ..values.ownership import OwnerDirectory
 from .intake import IntakeConnection
 
-__all__ = ["MAX_LOCATES", "ForwardedConnection", "Forwarder", "OwnerRefusal"]
+__all__ = ["MAX_LOCATES", "ForwardedConnection", "Forwarder", "OwnerRefusal", "unlocated"]
 
 log = logging.getLogger("session_server.server")
 
@@ -104,7 +104,10 @@ class Forwarder:
             headers["Authorization"] = f"Bearer {token}"
         last = "no owner found"
         for _attempt in range(MAX_LOCATES):
-            location = await self.directory.locate(agent_id)
+            try:
+                location = await self.directory.locate(agent_id)
+            except Exception as exc:  # the cluster's directory failed: the client retries
+                return unlocated(exc)
             if location is None:
                 return None
             try:
@@ -145,7 +148,20 @@ class Forwarder:
     def relocate(self, agent_id: str) -> None:
         """Forget ``agent_id``'s owner: the next ``locate`` looks again."""
         self.metrics.relocations.inc()
-        self.directory.forget(agent_id)
+        try:
+            self.directory.forget(agent_id)
+        except Exception:
+            log.exception("the owner directory failed to forget an agent's owner")
+
+
+def unlocated(exc: Exception) -> OwnerRefusal:
+    """The answer to a handshake whose agent the directory could not locate (503)."""
+    log.warning("the owner directory failed to locate an agent: %r", exc)
+    return OwnerRefusal(
+        http.HTTPStatus.SERVICE_UNAVAILABLE,
+        "503 Service Unavailable: the owner of this agent cannot be located now; retry later\n",
+        retry_after="1",
+    )
 
 
 class ForwardedConnection:

@@ -66,7 +66,7 @@ from ..values.forwarding import FORWARD_HEADER, MIN_CLUSTER_SECRET_BYTES, creden
 from ..values.ownership import OwnerDirectory
 from .connection_pump import Connection
 from .fanout import Topic
-from .forwarding import MISDIRECTED, ForwardedConnection, Forwarder, OwnerRefusal
+from .forwarding import MISDIRECTED, ForwardedConnection, Forwarder, OwnerRefusal, unlocated
 from .handshake import (
     AGENT_PREFIX,
     Route,
@@ -522,7 +522,11 @@ class SessionServer:
             if not credential_valid(self.cluster_secret, agent_id, presented):
                 self._routes.pop(connection, None)
                 return unauthorized(connection, "invalid node credential")
-            location = await forwarder.directory.locate(agent_id)
+            try:
+                location = await forwarder.directory.locate(agent_id)
+            except Exception as exc:
+                self._routes.pop(connection, None)
+                return _passed_on(connection, unlocated(exc))
             if location is None:
                 return None
             self._routes.pop(connection, None)

@@ -27,6 +27,7 @@ from session_server.rpc.table import BUILTIN_METHODS
 from session_server.values.errors import NotFoundError, NotOwnerError
 from session_server.values.events import SessionEvent
 from session_server.values.forwarding import FORWARD_HEADER, forward_credential
+from session_server.values.ownership import OwnerLocation
 from tests.support.owner_map import SECRET, OwnerMap, at
 from tests.support.restartable_process import RestartableProcess
 from tests.support.server import RestartableServer, RunningServer, running_server
@@ -405,3 +406,29 @@ async def test_a_not_owner_answer_ends_a_local_connection_with_1013(tmp_path: Pa
         for rid in (1, 2):
             refused = await rpc(ws, {"jsonrpc": "2.0", "id": rid, "method": "test.fenced"})
             assert refused["error"]["code"] == -32005
+
+
+class _BrokenDirectory(OwnerMap):
+    """A directory whose store is down (the cluster's KV unreachable)."""
+
+    async def locate(self, agent_id: str) -> OwnerLocation | None:
+        raise ConnectionError("the ownership store cannot be reached")
+
+
+async def test_a_failing_directory_answers_503_and_the_client_retries(tmp_path: Path) -> None:
+    directory = _BrokenDirectory()
+    async with running_server(tmp_path, owner_directory=directory, cluster_secret=SECRET) as a:
+        with pytest.raises(InvalidStatus) as refused:
+            await connect(agent_ws(a.url))
+        assert refused.value.response.status_code == 503
+        assert refused.value.response.headers["Retry-After"] == "1"
+        with pytest.raises(InvalidStatus) as forwarded:
+            await connect(
+                agent_ws(a.url),
+                additional_headers={FORWARD_HEADER: forward_credential(SECRET, AGENT)},
+            )
+        assert forwarded.value.response.status_code == 503
+        # The server endpoint needs no owner: it answers.
+        async with connect(f"{a.url}/v1") as ws:
+            listed = await rpc(ws, {"jsonrpc": "2.0", "id": 1, "method": "agents.list"})
+            assert "result" in listed
