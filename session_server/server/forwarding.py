@@ -62,6 +62,12 @@ log = logging.getLogger("session_server.server")
 MAX_LOCATES: Final = 3
 """Owners tried for one handshake (each failure forgets the owner and asks again)."""
 
+UPSTREAM_PING_INTERVAL: Final = 5.0
+UPSTREAM_PING_TIMEOUT: Final = 5.0
+"""Keepalive of an upstream: an owner that stops answering (frozen, or a network cut
+with no reset) is found gone within about 10 s, then forgotten (websockets' default,
+20 s + 20 s, would hold the client that long)."""
+
 MISDIRECTED: Final = http.HTTPStatus.MISDIRECTED_REQUEST
 """The owner's answer to a forwarded handshake for an agent it does not own (421)."""
 
@@ -118,6 +124,8 @@ class Forwarder:
                     max_queue=4,
                     compression=None,
                     open_timeout=self.open_timeout,
+                    ping_interval=UPSTREAM_PING_INTERVAL,
+                    ping_timeout=UPSTREAM_PING_TIMEOUT,
                     logger=redacting_logger("websockets.client"),
                 )
             except InvalidStatus as exc:

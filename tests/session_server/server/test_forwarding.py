@@ -432,3 +432,34 @@ async def test_a_failing_directory_answers_503_and_the_client_retries(tmp_path: 
         async with connect(f"{a.url}/v1") as ws:
             listed = await rpc(ws, {"jsonrpc": "2.0", "id": 1, "method": "agents.list"})
             assert "result" in listed
+
+
+async def test_a_frozen_owner_is_found_gone_by_the_upstreams_keepalive(tmp_path: Path) -> None:
+    """An owner that stops answering (SIGSTOP: no reset, no close) is found gone by the
+    upstream's keepalive, forgotten, and the client closed with 1013."""
+    owner = RestartableProcess(tmp_path / "owner")
+    await owner.start()
+    directory = OwnerMap({AGENT: at("owner", owner.url)})
+    try:
+        async with (
+            running_server(tmp_path / "a", owner_directory=directory, cluster_secret=SECRET) as a,
+            connect(agent_ws(a.url), ping_interval=None) as ws,
+        ):
+            created = await rpc(
+                ws,
+                {"jsonrpc": "2.0", "id": 1, "method": "session.create",
+                 "params": {"session_id": "s"}},
+            )  # fmt: skip
+            assert created["result"]["session_id"] == "s"
+            owner.send_signal(signal.SIGSTOP)
+            try:
+                with pytest.raises(ConnectionClosed):
+                    await ws.recv()
+                assert ws.close_code == 1013
+                assert directory.forgotten == [AGENT]
+                ops = a.registry.operations
+                assert ops.value("forward_failures_total", {"reason": "dropped"}) == 1
+            finally:
+                owner.send_signal(signal.SIGCONT)
+    finally:
+        await owner.stop()
