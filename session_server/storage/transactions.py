@@ -56,6 +56,12 @@ def write_txn(
             index_pending(recording)  # type: ignore[arg-type]
             if recording.statements:
                 turn_log.commit_point(conn, recording.record(what))
+                try:
+                    conn.execute("COMMIT")
+                except BaseException:
+                    turn_log.uncommitted()  # the log has a record the file lacks
+                    raise
+                return result
         conn.execute("COMMIT")
         return result
     except BaseException as exc:

@@ -38,6 +38,7 @@ __all__ = [
     "LogTarget",
     "RecordingConnection",
     "TurnLog",
+    "TurnLogSource",
     "applied_seq",
     "apply_entries",
     "install_random",
@@ -77,6 +78,18 @@ class TurnLog(Protocol):
         to refuse the write (the transaction rolls back)."""
         ...
 
+    def uncommitted(self) -> None:
+        """``COMMIT`` failed after ``commit_point`` returned: the log holds a record the
+        file does not; the file must be caught up from the log before the next write."""
+        ...
+
+
+class TurnLogSource(Protocol):
+    """Where an agent's turn log comes from when its store opens (cluster mode: the
+    cluster node, which claims the agent or refuses with ``NotOwnerError``)."""
+
+    async def acquire(self, agent_id: str) -> TurnLog: ...
+
 
 class LocalTurnLog:
     """The single-node turn log: records nothing (the store then keeps none)."""
@@ -87,6 +100,9 @@ class LocalTurnLog:
         return None
 
     def commit_point(self, conn: sqlite3.Connection, record: TurnRecord) -> None:
+        return None
+
+    def uncommitted(self) -> None:
         return None
 
 

@@ -1,0 +1,488 @@
+"""``ClusterNode``: this server's membership of a NATS JetStream cluster (I/O shell).
+
+What it keeps in JetStream (``prefix`` defaults to ``ss``):
+
+- the stream ``<PREFIX>_TURNS`` (subjects ``<prefix>.agent.>``, file storage, R3 with three
+  servers): one subject per agent, ``<prefix>.agent.<agent_token>``, holding its records
+  and owner markers (``values/turn_records.py``);
+- the KV bucket ``<prefix>_owners``: per agent ``{node_id, url, generation}``, claimed by
+  compare-and-set (``create``, or ``update`` with the revision read); the generation
+  grows with each claim;
+- the KV bucket ``<prefix>_nodes`` with a TTL of one lease: each node's heartbeat, put
+  every third of a lease. A node whose key expired is taken for gone.
+
+Ownership (``locate``): an agent owned here is served here; an unowned agent, or one
+whose owner's heartbeat lapsed (or whose owner is this node id, after a restart), is
+claimed; else the owner's location is the answer. A claim only says who may append:
+``acquire`` (called when the agent's store opens) appends an owner marker with the
+expected last subject sequence (the fence: the previous owner's next append is refused),
+then the store catches the agent file up from the log (``catch_up``: the local file when
+it is current, else its missing tail replayed). Correctness never depends on clocks:
+leases only decide when a node may claim; the log's compare-and-set decides who writes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import Any, Final
+
+import msgspec
+import nats
+from nats.aio.client import Client
+from nats.js import JetStreamContext
+from nats.js import api as js_api
+from nats.js.errors import APIError, KeyNotFoundError, KeyWrongLastSequenceError
+from nats.js.errors import NotFoundError as JsNotFoundError
+from nats.js.kv import KeyValue
+from prometheus_client import CollectorRegistry, Counter
+
+from ..storage.turn_log import LogTarget
+from ..values.errors import NotOwnerError, StorageError, UnavailableError
+from ..values.ownership import OwnerLocation
+from ..values.turn_records import (
+    OwnerEntry,
+    OwnerMarker,
+    TurnRecord,
+    agent_token,
+    decode_entry,
+    decode_owner,
+    encode_marker,
+    encode_owner,
+)
+from .cluster_log import READ_BATCH, AgentLog
+
+__all__ = ["ClusterNode"]
+
+log = logging.getLogger(__name__)
+
+EXPECTED_LAST_SUBJECT_SEQ: Final = "Nats-Expected-Last-Subject-Sequence"
+WRONG_LAST_SEQUENCE: Final = 10071
+CLAIM_ATTEMPTS: Final = 8
+FENCE_ATTEMPTS: Final = 50
+
+
+class _Heartbeat(msgspec.Struct, frozen=True):
+    node_id: str
+    url: str
+    started: float
+
+
+class ClusterNode:
+    """One node of the cluster (see the module doc). ``await start()``, then pass it to
+    the registry (``turn_logs=``) and the server (``owner_directory=``); ``await stop()``
+    after the registry closed."""
+
+    def __init__(
+        self,
+        servers: list[str],
+        node_id: str,
+        url: str,
+        *,
+        prefix: str = "ss",
+        lease_s: float = 3.0,
+        replicas: int | None = None,
+        append_timeout_s: float = 10.0,
+    ) -> None:
+        if not servers:
+            raise ValueError("servers: at least one nats:// URL")
+        if not node_id or agent_token(node_id) != node_id:
+            raise ValueError(f"node_id: letters, digits, '-' and '_' only, got {node_id!r}")
+        if lease_s <= 0:
+            raise ValueError("lease_s: must be positive")
+        self.servers = servers
+        self.node_id = node_id
+        self.url = url
+        self.prefix = prefix
+        self.stream = f"{prefix.upper()}_TURNS"
+        self.lease_s = float(lease_s)
+        self.replicas = replicas if replicas is not None else min(3, len(servers))
+        self.append_timeout = float(append_timeout_s)
+        self.nc: Client | None = None
+        self._js: JetStreamContext | None = None
+        self._owners: KeyValue | None = None
+        self._nodes: KeyValue | None = None
+        self._heartbeat: asyncio.Task[None] | None = None
+        self._owned: dict[str, int] = {}  # agent -> generation claimed here
+        self._logs: dict[str, AgentLog] = {}
+        self._claims: dict[str, asyncio.Lock] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._started = 0.0
+        # Called with an agent id when this node loses it (a fence): the wiring hibernates
+        # the agent's actor so its caches and file are read again at the next claim.
+        self.on_lost: Callable[[str], None] | None = None
+        self.failovers = 0
+        self.rebuilds = 0
+        self.fenced_refusals = 0
+        self._counters: dict[str, Counter] = {}
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self.nc = await nats.connect(
+            self.servers,
+            name=f"session-server {self.node_id}",
+            max_reconnect_attempts=-1,
+            reconnect_time_wait=0.2,
+            connect_timeout=2,
+            error_cb=self._nats_error,
+        )
+        self._js = self.nc.jetstream(timeout=5.0)
+        config = js_api.StreamConfig(
+            name=self.stream,
+            subjects=[f"{self.prefix}.agent.>"],
+            storage=js_api.StorageType.FILE,
+            num_replicas=self.replicas,
+            allow_direct=True,
+            discard=js_api.DiscardPolicy.NEW,
+        )
+        try:
+            await self._js.stream_info(self.stream)
+        except JsNotFoundError:
+            await self._js.add_stream(config)
+        self._owners = await self._js.create_key_value(
+            bucket=f"{self.prefix}_owners", history=1, replicas=self.replicas
+        )
+        self._nodes = await self._js.create_key_value(
+            bucket=f"{self.prefix}_nodes", history=1, ttl=self.lease_s, replicas=self.replicas
+        )
+        self._started = time.time()
+        await self._beat()
+        self._heartbeat = asyncio.ensure_future(self._beats())
+
+    async def leave(self) -> None:
+        """Stop the heartbeat and remove it: other nodes may claim this node's agents at
+        once (before a shutdown). Its appends still go out, and are fenced once another
+        node claims an agent."""
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
+            await asyncio.gather(self._heartbeat, return_exceptions=True)
+            self._heartbeat = None
+        if self.nc is not None and self._nodes is not None:
+            try:
+                await self._nodes.delete(self.node_id)
+            except Exception as exc:  # the cluster may be gone already
+                log.info("cluster node %s: heartbeat not removed (%s)", self.node_id, exc)
+
+    async def stop(self) -> None:
+        await self.leave()
+        if self.nc is not None:
+            await self.nc.close()
+            self.nc = None
+
+    async def _nats_error(self, exc: Exception) -> None:
+        log.warning("cluster node %s: NATS: %s", self.node_id, exc)
+
+    async def _beat(self) -> None:
+        beat = _Heartbeat(self.node_id, self.url, self._started)
+        await self._kv(self._nodes).put(self.node_id, msgspec.json.encode(beat))
+
+    async def _beats(self) -> None:
+        while True:
+            await asyncio.sleep(self.lease_s / 3)  # the heartbeat's period
+            try:
+                await self._beat()
+            except Exception as exc:
+                log.warning("cluster node %s: heartbeat failed (%s)", self.node_id, exc)
+
+    # -- the directory (``values.ownership.OwnerDirectory``) ----------------------------
+
+    async def locate(self, agent_id: str) -> OwnerLocation | None:
+        """``None``: served here (owned, or claimed now); else the live owner."""
+        if agent_id in self._owned:
+            return None
+        lock = self._claims.setdefault(agent_id, asyncio.Lock())
+        async with lock:
+            for _ in range(CLAIM_ATTEMPTS):
+                if agent_id in self._owned:
+                    return None
+                entry, revision = await self._owner_entry(agent_id)
+                elsewhere = entry is not None and entry.node_id != self.node_id
+                if entry is not None and elsewhere and await self._alive(entry.node_id):
+                    return OwnerLocation(entry.node_id, entry.url, entry.generation)
+                if await self._claim(agent_id, entry, revision):
+                    if elsewhere:
+                        self._count("failovers")
+                    return None
+            raise UnavailableError(
+                f"agent {agent_id!r}: ownership is contended; try again",
+                data={"reason": "claim_contended", "retryable": True, "agent_id": agent_id},
+            )
+
+    def forget(self, agent_id: str) -> None:
+        """Nothing cached about other nodes' agents: every ``locate`` reads the KV."""
+        return None
+
+    async def owner(self, agent_id: str) -> OwnerEntry | None:
+        """The KV's owner entry of the agent (``cluster.owner``), ``None`` if unclaimed."""
+        entry, _ = await self._owner_entry(agent_id)
+        return entry
+
+    def owns(self, agent_id: str) -> bool:
+        return agent_id in self._owned
+
+    @property
+    def owned_agents(self) -> int:
+        return len(self._owned)
+
+    async def nodes(self) -> list[dict[str, Any]]:
+        """Every node with a live heartbeat (``cluster.status``)."""
+        kv = self._kv(self._nodes)
+        out: list[dict[str, Any]] = []
+        try:
+            keys = await kv.keys()
+        except Exception:  # nats-py raises NoKeysError for an empty bucket
+            keys = []
+        for key in sorted(keys):
+            try:
+                got = await kv.get(key)
+            except KeyNotFoundError:
+                continue
+            if got.value:
+                beat = msgspec.json.decode(got.value, type=_Heartbeat)
+                out.append({"node_id": beat.node_id, "url": beat.url, "alive": True})
+        return out
+
+    # -- claims and the fence ------------------------------------------------------------
+
+    async def acquire(self, agent_id: str) -> AgentLog:
+        """The agent's turn log, owned here: claimed if it may be (``locate``), fenced
+        by an owner marker; ``NotOwnerError`` naming the owner otherwise."""
+        for _ in range(CLAIM_ATTEMPTS):
+            location = await self.locate(agent_id)
+            if location is not None:
+                raise self.not_owner(agent_id, location)
+            current = self._logs.get(agent_id)
+            if current is not None and not current.fenced:
+                return current
+            generation = self._owned.get(agent_id)
+            if generation is None:
+                continue
+            marker_seq = await self._fence(agent_id, generation)
+            if marker_seq is None:
+                continue
+            agent_log = AgentLog(
+                self, agent_id, self.subject(agent_id), marker_seq, generation, self._running()
+            )
+            self._logs[agent_id] = agent_log
+            return agent_log
+        raise UnavailableError(
+            f"agent {agent_id!r}: ownership is contended; try again",
+            data={"reason": "claim_contended", "retryable": True, "agent_id": agent_id},
+        )
+
+    async def _owner_entry(self, agent_id: str) -> tuple[OwnerEntry | None, int | None]:
+        kv = self._kv(self._owners)
+        try:
+            got = await kv.get(agent_token(agent_id))
+        except KeyNotFoundError:  # KeyDeletedError is one too
+            return None, None
+        if not got.value:
+            return None, got.revision
+        return decode_owner(got.value), got.revision
+
+    async def _alive(self, node_id: str) -> bool:
+        try:
+            got = await self._kv(self._nodes).get(node_id)
+        except KeyNotFoundError:
+            return False
+        return bool(got.value)
+
+    async def _claim(self, agent_id: str, entry: OwnerEntry | None, revision: int | None) -> bool:
+        generation = (entry.generation if entry is not None else 0) + 1
+        value = encode_owner(OwnerEntry(self.node_id, self.url, generation))
+        kv = self._kv(self._owners)
+        try:
+            if revision is None:
+                await kv.create(agent_token(agent_id), value)
+            else:
+                await kv.update(agent_token(agent_id), value, last=revision)
+        except KeyWrongLastSequenceError:
+            return False
+        self._owned[agent_id] = generation
+        self._logs.pop(agent_id, None)
+        return True
+
+    async def _fence(self, agent_id: str, generation: int) -> int | None:
+        """Append the owner marker expecting the subject's last sequence; its sequence,
+        or ``None`` when the claim was lost meanwhile (another node's generation)."""
+        subject = self.subject(agent_id)
+        marker = encode_marker(OwnerMarker(self.node_id, generation))
+        js = self._jetstream()
+        for _ in range(FENCE_ATTEMPTS):
+            last = await self.last_seq(subject)
+            try:
+                ack = await js.publish(
+                    subject,
+                    marker,
+                    stream=self.stream,
+                    headers={EXPECTED_LAST_SUBJECT_SEQ: str(last)},
+                )
+                return int(ack.seq)
+            except APIError as exc:
+                if exc.err_code != WRONG_LAST_SEQUENCE:
+                    raise
+            entry, _ = await self._owner_entry(agent_id)  # the old owner appended: still ours?
+            if entry is None or entry.node_id != self.node_id or entry.generation != generation:
+                self._owned.pop(agent_id, None)
+                return None
+        raise UnavailableError(
+            f"agent {agent_id!r}: the log kept moving while this node claimed it",
+            data={"reason": "claim_contended", "retryable": True, "agent_id": agent_id},
+        )
+
+    async def last_seq(self, subject: str) -> int:
+        try:
+            msg = await self._jetstream().get_last_msg(self.stream, subject)
+        except JsNotFoundError:
+            return 0
+        return int(msg.seq or 0)
+
+    # -- appends (called from ``AgentLog.commit_point`` through the loop) ------------------
+
+    async def append(self, agent_log: AgentLog, payload: bytes) -> int:
+        try:
+            ack = await self._jetstream().publish(
+                agent_log.subject,
+                payload,
+                stream=self.stream,
+                headers={EXPECTED_LAST_SUBJECT_SEQ: str(agent_log.expected)},
+            )
+        except APIError as exc:
+            if exc.err_code == WRONG_LAST_SEQUENCE:
+                agent_log.fenced = True
+                self.fenced(agent_log, True)
+                raise self.not_owner(agent_log.agent_id) from None
+            raise UnavailableError(
+                f"agent {agent_log.agent_id!r}: the cluster's log refused the write ({exc})",
+                data={"reason": "cluster_unavailable", "retryable": True},
+            ) from None
+        except (nats.errors.TimeoutError, nats.errors.ConnectionClosedError) as exc:
+            raise UnavailableError(
+                f"agent {agent_log.agent_id!r}: the cluster's log is unreachable ({exc!r}); "
+                "nothing was committed here",
+                data={"reason": "cluster_unavailable", "retryable": True},
+            ) from None
+        agent_log.expected = int(ack.seq)
+        return agent_log.expected
+
+    def fenced(self, agent_log: AgentLog, refused: bool) -> None:
+        """On the loop: this node lost ``agent_log``'s agent (a stale append was refused,
+        or the file missed a record): forget the claim; the actor is hibernated."""
+        agent_id = agent_log.agent_id
+        if self._logs.get(agent_id) is agent_log:
+            del self._logs[agent_id]
+            self._owned.pop(agent_id, None)
+        if refused:
+            self._count("fenced_refusals")
+        if self.on_lost is not None:
+            self.on_lost(agent_id)
+
+    def not_owner(self, agent_id: str, owner: OwnerLocation | None = None) -> NotOwnerError:
+        data: dict[str, Any] = {"reason": "not_owner", "retryable": True, "agent_id": agent_id}
+        if owner is not None:
+            data["owner"] = {
+                "node_id": owner.node_id,
+                "url": owner.url,
+                "generation": owner.generation,
+            }
+            where = f"node {owner.node_id!r} ({owner.url})"
+        else:
+            where = "another node"
+        return NotOwnerError(f"agent {agent_id!r} is owned by {where}, not this node", data=data)
+
+    def seal(self, agent_id: str, payload: bytes) -> bytes:
+        """What goes into JetStream for a record (plain until data keys are on)."""
+        return payload
+
+    # -- rebuilds ----------------------------------------------------------------------
+
+    async def catch_up(self, agent_log: AgentLog, target: LogTarget) -> None:
+        """Replay the subject's entries after the file's applied sequence, up to
+        ``agent_log.expected`` (this node's marker), in batches of transactions."""
+        applied = await target.log_applied_seq()
+        if applied > agent_log.expected:
+            raise StorageError(
+                f"agent {agent_log.agent_id!r}: the local file has applied log sequence "
+                f"{applied}, past the log's {agent_log.expected} (a log that was reset?)"
+            )
+        if applied == agent_log.expected:
+            return
+        self._count("rebuilds")
+        async for entries in self.read_entries(agent_log.subject, applied + 1, agent_log.expected):
+            applied = await target.apply_log(entries)
+        if applied != agent_log.expected:
+            raise StorageError(
+                f"agent {agent_log.agent_id!r}: rebuilt to log sequence {applied}, "
+                f"expected {agent_log.expected}"
+            )
+
+    async def read_entries(self, subject: str, start: int, end: int) -> Any:
+        """Batches of ``(seq, entry)`` of ``subject`` from ``start`` to ``end``."""
+        js = self._jetstream()
+        config = js_api.ConsumerConfig(
+            deliver_policy=js_api.DeliverPolicy.BY_START_SEQUENCE,
+            opt_start_seq=start,
+            ack_policy=js_api.AckPolicy.NONE,
+            inactive_threshold=30.0,
+            mem_storage=True,
+            num_replicas=1,
+        )
+        sub = await js.pull_subscribe(subject, stream=self.stream, config=config)
+        try:
+            seq = start - 1
+            while seq < end:
+                msgs = await sub.fetch(batch=READ_BATCH, timeout=5.0)
+                batch: list[tuple[int, TurnRecord | OwnerMarker]] = []
+                for msg in msgs:
+                    seq = int(msg.metadata.sequence.stream)
+                    if seq > end:
+                        break
+                    batch.append((seq, decode_entry(self.unseal(subject, msg.data))))
+                if batch:
+                    yield batch
+        finally:
+            await sub.unsubscribe()
+
+    def unseal(self, subject: str, data: bytes) -> bytes:
+        return data
+
+    # -- helpers -----------------------------------------------------------------------
+
+    def subject(self, agent_id: str) -> str:
+        return f"{self.prefix}.agent.{agent_token(agent_id)}"
+
+    def register_metrics(self, registry: CollectorRegistry, namespace: str) -> None:
+        """Prometheus counters of failovers, rebuilds and fenced refusals."""
+        for name, doc in (
+            ("failovers", "agents this node claimed from a node whose lease lapsed"),
+            ("rebuilds", "agent files this node caught up from the cluster's log"),
+            ("fenced_refusals", "appends of this node refused as stale (another owner)"),
+        ):
+            self._counters[name] = Counter(
+                f"cluster_{name}", doc, namespace=namespace, registry=registry
+            )
+
+    def _count(self, name: str) -> None:
+        setattr(self, name, getattr(self, name) + 1)
+        counter = self._counters.get(name)
+        if counter is not None:
+            counter.inc()
+
+    def _running(self) -> asyncio.AbstractEventLoop:
+        if self._loop is None:
+            raise RuntimeError("ClusterNode.start() first")
+        return self._loop
+
+    def _jetstream(self) -> JetStreamContext:
+        if self._js is None:
+            raise RuntimeError("ClusterNode.start() first")
+        return self._js
+
+    def _kv(self, kv: KeyValue | None) -> KeyValue:
+        if kv is None:
+            raise RuntimeError("ClusterNode.start() first")
+        return kv
