@@ -153,6 +153,11 @@ class ClusterNode:
         await self._beat()
         self._heartbeat = asyncio.ensure_future(self._beats())
 
+    async def advertise(self, url: str) -> None:
+        """Announce ``url`` as this node's (known once the server listens: port 0)."""
+        self.url = url
+        await self._beat()
+
     async def leave(self) -> None:
         """Stop the heartbeat and remove it: other nodes may claim this node's agents at
         once (before a shutdown). Its appends still go out, and are fenced once another
@@ -223,6 +228,19 @@ class ClusterNode:
 
     def owns(self, agent_id: str) -> bool:
         return agent_id in self._owned
+
+    def generation(self, agent_id: str) -> int | None:
+        return self._owned.get(agent_id)
+
+    def health(self) -> dict[str, Any]:
+        return {
+            "node_id": self.node_id,
+            "connected": self.nc is not None and self.nc.is_connected,
+            "owned_agents": self.owned_agents,
+            "failovers": self.failovers,
+            "rebuilds": self.rebuilds,
+            "fenced_refusals": self.fenced_refusals,
+        }
 
     @property
     def owned_agents(self) -> int:

@@ -60,6 +60,7 @@ from ..storage.file_modes import make_dir
 from ..storage.staging import sweep_staging
 from ..values.agent_ids import validate_agent_id
 from ..values.errors import InvalidAgentIdError, MemoryDirInUseError
+from ..values.ownership import OwnerDirectory
 from .connection_pump import Connection
 from .fanout import Topic
 from .handshake import (
@@ -174,8 +175,12 @@ class SessionServer:
         allow_origins: Sequence[str] = (),
         stop_timeout: float = 10.0,
         methods: Mapping[str, MethodSpec] | None = None,
+        owner_directory: OwnerDirectory | None = None,
     ) -> None:
         self.registry = registry
+        # Cluster mode: who serves each agent (``values.ownership``; the cluster node).
+        # ``None``: single node, every agent is served here.
+        self.owner_directory = owner_directory
         # The one method table (``rpc.table``) unless the caller passes another.
         self.methods: Mapping[str, MethodSpec] = BUILTIN_METHODS if methods is None else methods
         self.host = host

@@ -139,9 +139,11 @@ async def registry(
         async with ActorRegistry(tmp_path, idle_timeout=None) as reg:
             yield reg
         return
-    async with node(nats_server, prefix, "n1") as member:
-        async with ActorRegistry(tmp_path, idle_timeout=None, turn_logs=member) as reg:
-            yield reg
+    async with (
+        node(nats_server, prefix, "n1") as member,
+        ActorRegistry(tmp_path, idle_timeout=None, turn_logs=member) as reg,
+    ):
+        yield reg
 
 
 async def test_an_idempotent_retry_writes_nothing(registry: ActorRegistry) -> None:
