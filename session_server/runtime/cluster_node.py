@@ -26,8 +26,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
-from typing import Any, Final
+from collections.abc import Awaitable, Callable
+from typing import Any, Final, TypeVar
 
 import msgspec
 import nats
@@ -57,11 +57,30 @@ from .cluster_log import READ_BATCH, AgentLog
 __all__ = ["ClusterNode"]
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 EXPECTED_LAST_SUBJECT_SEQ: Final = "Nats-Expected-Last-Subject-Sequence"
 WRONG_LAST_SEQUENCE: Final = 10071
 CLAIM_ATTEMPTS: Final = 8
 FENCE_ATTEMPTS: Final = 50
+
+
+START_DEADLINE_S: Final = 30.0
+
+
+async def _settled(step: Callable[[], Awaitable[T]], what: str) -> T:
+    """``step()``, again while JetStream is still settling (a stream or bucket just
+    created by another node, a leader being elected), for up to ``START_DEADLINE_S``."""
+    deadline = time.monotonic() + START_DEADLINE_S
+    delay = 0.05
+    while True:
+        try:
+            return await step()
+        except (nats.errors.Error, APIError) as exc:
+            if time.monotonic() > deadline:
+                raise UnavailableError(f"cluster: {what}: {exc!r}") from exc
+            await asyncio.sleep(delay)  # backoff between attempts
+            delay = min(delay * 2, 1.0)
 
 
 class _Heartbeat(msgspec.Struct, frozen=True):
@@ -131,6 +150,7 @@ class ClusterNode:
             error_cb=self._nats_error,
         )
         self._js = self.nc.jetstream(timeout=5.0)
+        js = self._js
         config = js_api.StreamConfig(
             name=self.stream,
             subjects=[f"{self.prefix}.agent.>"],
@@ -139,18 +159,28 @@ class ClusterNode:
             allow_direct=True,
             discard=js_api.DiscardPolicy.NEW,
         )
-        try:
-            await self._js.stream_info(self.stream)
-        except JsNotFoundError:
-            await self._js.add_stream(config)
-        self._owners = await self._js.create_key_value(
-            bucket=f"{self.prefix}_owners", history=1, replicas=self.replicas
+
+        async def ensure_stream() -> None:
+            try:
+                await js.stream_info(self.stream)
+            except JsNotFoundError:
+                await js.add_stream(config)
+
+        await _settled(ensure_stream, "the turn log stream")
+        self._owners = await _settled(
+            lambda: js.create_key_value(
+                bucket=f"{self.prefix}_owners", history=1, replicas=self.replicas
+            ),
+            "the owners bucket",
         )
-        self._nodes = await self._js.create_key_value(
-            bucket=f"{self.prefix}_nodes", history=1, ttl=self.lease_s, replicas=self.replicas
+        self._nodes = await _settled(
+            lambda: js.create_key_value(
+                bucket=f"{self.prefix}_nodes", history=1, ttl=self.lease_s, replicas=self.replicas
+            ),
+            "the nodes bucket",
         )
         self._started = time.time()
-        await self._beat()
+        await _settled(self._beat, "the first heartbeat")
         self._heartbeat = asyncio.ensure_future(self._beats())
 
     async def advertise(self, url: str) -> None:
