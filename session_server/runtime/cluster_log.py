@@ -22,18 +22,32 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import sqlite3
-from typing import TYPE_CHECKING, Final
+from typing import Final, Protocol
 
 from ..storage.turn_log import LogTarget, set_applied_seq
-from ..values.errors import StorageError, UnavailableError
+from ..values.errors import NotOwnerError, StorageError, UnavailableError
 from ..values.turn_records import TurnRecord, encode_record
 
-if TYPE_CHECKING:
-    from .cluster_node import ClusterNode
-
-__all__ = ["AgentLog"]
+__all__ = ["AgentLog", "LogNode"]
 
 READ_BATCH: Final = 512
+
+
+class LogNode(Protocol):
+    """What an ``AgentLog`` asks of its node (``ClusterNode``)."""
+
+    @property
+    def append_timeout(self) -> float: ...
+
+    async def append(self, agent_log: AgentLog, payload: bytes) -> int: ...
+
+    async def catch_up(self, agent_log: AgentLog, target: LogTarget) -> None: ...
+
+    def fenced(self, agent_log: AgentLog, refused: bool) -> None: ...
+
+    def not_owner(self, agent_id: str) -> NotOwnerError: ...
+
+    def seal(self, agent_id: str, payload: bytes) -> bytes: ...
 
 
 class AgentLog:
@@ -43,7 +57,7 @@ class AgentLog:
 
     def __init__(
         self,
-        node: ClusterNode,
+        node: LogNode,
         agent_id: str,
         subject: str,
         expected: int,
