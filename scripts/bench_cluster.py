@@ -114,7 +114,7 @@ async def rebuild_row(tmp: Path, events: int) -> str:
         await b.start()
         try:
             started = time.perf_counter()
-            agent_log = await b.acquire("big")
+            agent_log = await b.acquire("big", tmp / f"rb-b{events}" / "agent.db")
             store = await AgentStore.open(
                 tmp / f"rb-b{events}" / "agent.db", "big", turn_log=agent_log
             )

@@ -282,7 +282,9 @@ class AgentActor:
             if self._store is None:
                 async with self.host.open_slot():
                     logs = self.host.turn_logs  # cluster mode: claims the agent, or refuses
-                    turn_log = None if logs is None else await logs.acquire(self.agent_id)
+                    turn_log = (
+                        None if logs is None else await logs.acquire(self.agent_id, self.path)
+                    )
                     self._store = await AgentStore.open(
                         self.path,
                         self.agent_id,

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import sqlite3
+from pathlib import Path
 from typing import Final, Protocol
 
 from ..storage.turn_log import LogTarget, set_applied_seq
@@ -49,6 +50,8 @@ class LogNode(Protocol):
 
     def seal(self, agent_id: str, payload: bytes) -> bytes: ...
 
+    async def rotate(self, agent_log: AgentLog) -> None: ...
+
 
 class AgentLog:
     """The turn log of one agent this node owns (see the module doc)."""
@@ -71,6 +74,8 @@ class AgentLog:
         self.expected = expected
         self.generation = generation
         self.fenced = False
+        self.path: Path | None = None  # the agent file (snapshots read it)
+        self.since_snapshot = 0
         self._loop = loop
 
     async def attach(self, target: LogTarget) -> None:
@@ -96,6 +101,11 @@ class AgentLog:
             set_applied_seq(conn, seq)
         except sqlite3.Error as exc:
             raise StorageError(f"agent {self.agent_id!r}: applied sequence: {exc}") from exc
+
+    async def erased(self) -> None:
+        """A delete committed: rotate the agent's data key (``ClusterNode.rotate``)."""
+        if not self.fenced:
+            await self.node.rotate(self)
 
     def uncommitted(self) -> None:
         """The file missed a record the log has: drop the agent here (it is rebuilt

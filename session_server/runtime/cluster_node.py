@@ -25,8 +25,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import struct
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any, Final, TypeVar
 
 import msgspec
@@ -34,9 +36,15 @@ import nats
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js import api as js_api
-from nats.js.errors import APIError, KeyNotFoundError, KeyWrongLastSequenceError
+from nats.js.errors import (
+    APIError,
+    KeyNotFoundError,
+    KeyWrongLastSequenceError,
+    ObjectNotFoundError,
+)
 from nats.js.errors import NotFoundError as JsNotFoundError
 from nats.js.kv import KeyValue
+from nats.js.object_store import ObjectStore
 from prometheus_client import CollectorRegistry, Counter
 
 from ..storage.turn_log import LogTarget
@@ -52,6 +60,8 @@ from ..values.turn_records import (
     encode_marker,
     encode_owner,
 )
+from .cluster_files import file_image, install_image, local_applied_seq
+from .cluster_keys import DataKey, KeyRing, new_key, open_sealed, seal, sealed_key_id
 from .cluster_log import READ_BATCH, AgentLog
 
 __all__ = ["ClusterNode"]
@@ -104,6 +114,7 @@ class ClusterNode:
         lease_s: float = 3.0,
         replicas: int | None = None,
         append_timeout_s: float = 10.0,
+        snapshot_every: int = 10_000,
     ) -> None:
         if not servers:
             raise ValueError("servers: at least one nats:// URL")
@@ -119,6 +130,13 @@ class ClusterNode:
         self.lease_s = float(lease_s)
         self.replicas = replicas if replicas is not None else min(3, len(servers))
         self.append_timeout = float(append_timeout_s)
+        self.snapshot_every = snapshot_every
+        self._key_bucket: KeyValue | None = None
+        self._snapshots: ObjectStore | None = None
+        self._rings: dict[str, KeyRing] = {}
+        self._snapshotting: dict[str, asyncio.Task[None]] = {}
+        self.snapshots = 0
+        self.rotations = 0
         self.nc: Client | None = None
         self._js: JetStreamContext | None = None
         self._owners: KeyValue | None = None
@@ -178,6 +196,24 @@ class ClusterNode:
                 bucket=f"{self.prefix}_nodes", history=1, ttl=self.lease_s, replicas=self.replicas
             ),
             "the nodes bucket",
+        )
+        # Memory storage: the keys never reach a nats-server's disk (``cluster_keys``).
+        self._key_bucket = await _settled(
+            lambda: js.create_key_value(
+                bucket=f"{self.prefix}_keys",
+                history=1,
+                replicas=self.replicas,
+                storage=js_api.StorageType.MEMORY,
+            ),
+            "the keys bucket",
+        )
+        self._snapshots = await _settled(
+            lambda: js.create_object_store(
+                bucket=f"{self.prefix}_snapshots",
+                replicas=self.replicas,
+                storage=js_api.StorageType.FILE,
+            ),
+            "the snapshots bucket",
         )
         self._started = time.time()
         await _settled(self._beat, "the first heartbeat")
@@ -296,9 +332,11 @@ class ClusterNode:
 
     # -- claims and the fence ------------------------------------------------------------
 
-    async def acquire(self, agent_id: str) -> AgentLog:
+    async def acquire(self, agent_id: str, path: Path) -> AgentLog:
         """The agent's turn log, owned here: claimed if it may be (``locate``), fenced
-        by an owner marker; ``NotOwnerError`` naming the owner otherwise."""
+        by an owner marker, its data key loaded, and the agent file at ``path`` replaced
+        by the latest snapshot when it is older than that (its tail is replayed when the
+        store opens, ``catch_up``); ``NotOwnerError`` naming the owner otherwise."""
         for _ in range(CLAIM_ATTEMPTS):
             location = await self.locate(agent_id)
             if location is not None:
@@ -312,9 +350,12 @@ class ClusterNode:
             marker_seq = await self._fence(agent_id, generation)
             if marker_seq is None:
                 continue
+            await self._load_keys(agent_id)
+            await self._restore(agent_id, path)
             agent_log = AgentLog(
                 self, agent_id, self.subject(agent_id), marker_seq, generation, self._running()
             )
+            agent_log.path = path
             self._logs[agent_id] = agent_log
             return agent_log
         raise UnavailableError(
@@ -415,6 +456,9 @@ class ClusterNode:
                 data={"reason": "cluster_unavailable", "retryable": True},
             ) from None
         agent_log.expected = int(ack.seq)
+        agent_log.since_snapshot += 1
+        if agent_log.since_snapshot >= self.snapshot_every and agent_log.path is not None:
+            self.snapshot_soon(agent_log)
         return agent_log.expected
 
     def fenced(self, agent_log: AgentLog, refused: bool) -> None:
@@ -443,8 +487,120 @@ class ClusterNode:
         return NotOwnerError(f"agent {agent_id!r} is owned by {where}, not this node", data=data)
 
     def seal(self, agent_id: str, payload: bytes) -> bytes:
-        """What goes into JetStream for a record (plain until data keys are on)."""
-        return payload
+        """A record as it goes into JetStream: sealed with the agent's current data key."""
+        return seal(self._ring(agent_id).current, self.subject(agent_id), payload)
+
+    def _ring(self, agent_id: str) -> KeyRing:
+        ring = self._rings.get(agent_id)
+        if ring is None:
+            raise self.not_owner(agent_id)
+        return ring
+
+    def _open(self, agent_id: str, subject: str, data: bytes) -> bytes:
+        key_id = sealed_key_id(data)
+        if key_id is None:
+            return data
+        key = self._ring(agent_id).get(key_id)
+        if key is None:
+            raise StorageError(
+                f"agent {agent_id!r}: a log entry is sealed with key {key_id}, which no "
+                "longer exists (destroyed by a delete); the snapshot after it should be used"
+            )
+        return open_sealed(key, subject, data)
+
+    async def _load_keys(self, agent_id: str) -> KeyRing:
+        """The agent's key ring from the keys bucket, created with a first key if none."""
+        kv = self._kv(self._key_bucket)
+        token = agent_token(agent_id)
+        for _ in range(CLAIM_ATTEMPTS):
+            try:
+                got = await kv.get(token)
+                if got.value:
+                    ring = msgspec.msgpack.decode(got.value, type=KeyRing)
+                    self._rings[agent_id] = ring
+                    return ring
+                revision = got.revision
+            except KeyNotFoundError:
+                revision = None
+            ring = KeyRing([new_key(None)])
+            try:
+                if revision is None:
+                    await kv.create(token, msgspec.msgpack.encode(ring))
+                else:
+                    await kv.update(token, msgspec.msgpack.encode(ring), last=revision)
+            except KeyWrongLastSequenceError:
+                continue
+            self._rings[agent_id] = ring
+            return ring
+        raise UnavailableError(f"agent {agent_id!r}: its data key is contended; try again")
+
+    async def _store_ring(self, agent_id: str, ring: KeyRing) -> None:
+        await self._kv(self._key_bucket).put(agent_token(agent_id), msgspec.msgpack.encode(ring))
+        self._rings[agent_id] = ring
+
+    # -- snapshots and key rotation ------------------------------------------------------
+
+    async def snapshot(self, agent_log: AgentLog) -> int:
+        """Put a snapshot of the agent file (sealed with the current key) into the object
+        store and purge the agent's log before it; the sequence it covers."""
+        assert agent_log.path is not None
+        image, applied = await asyncio.to_thread(file_image, agent_log.path)
+        subject = agent_log.subject
+        key = self._ring(agent_log.agent_id).current
+        body = struct.pack(">Q", applied) + seal(key, subject + ".snapshot", image)
+        store = self._object_store()
+        await store.put(agent_token(agent_log.agent_id), body)
+        if applied > 1:  # everything before the snapshot's last entry
+            await self._jetstream().purge_stream(self.stream, subject=subject, seq=applied)
+        agent_log.since_snapshot = 0
+        self._count("snapshots")
+        return applied
+
+    def snapshot_soon(self, agent_log: AgentLog) -> None:
+        """A snapshot in the background (one at a time per agent), after many records."""
+        running = self._snapshotting.get(agent_log.agent_id)
+        if running is not None and not running.done():
+            return
+
+        async def take() -> None:
+            try:
+                await self.snapshot(agent_log)
+            except Exception as exc:
+                log.warning("agent %r: snapshot failed (%s)", agent_log.agent_id, exc)
+
+        self._snapshotting[agent_log.agent_id] = asyncio.ensure_future(take())
+
+    async def rotate(self, agent_log: AgentLog) -> None:
+        """After a delete: a new data key, a snapshot under it, the log before it
+        purged, then the old key destroyed (see ``cluster_keys``). Both keys stay in the
+        bucket until the snapshot is in, so a crash in between leaves a readable log."""
+        agent_id = agent_log.agent_id
+        ring = self._ring(agent_id)
+        fresh = new_key(ring.current)
+        await self._store_ring(agent_id, KeyRing([*ring.keys, fresh]))
+        await self.snapshot(agent_log)
+        await self._store_ring(agent_id, KeyRing([fresh]))
+        self._count("rotations")
+
+    def current_key(self, agent_id: str) -> DataKey:
+        """The agent's current data key (tests check that a destroyed one is gone)."""
+        return self._ring(agent_id).current
+
+    async def _restore(self, agent_id: str, path: Path) -> None:
+        """Replace the agent file by the latest snapshot when the file is older."""
+        try:
+            got = await self._object_store().get(agent_token(agent_id))
+        except ObjectNotFoundError:
+            return
+        data = got.data or b""
+        if len(data) < 8:
+            return
+        (seq,) = struct.unpack_from(">Q", data)
+        if await asyncio.to_thread(local_applied_seq, path) >= seq:
+            return
+        image = self._open(agent_id, self.subject(agent_id) + ".snapshot", data[8:])
+        await asyncio.to_thread(install_image, path, image)
+        self._count("rebuilds")
 
     # -- rebuilds ----------------------------------------------------------------------
 
@@ -460,7 +616,7 @@ class ClusterNode:
         if applied == agent_log.expected:
             return
         self._count("rebuilds")
-        async for entries in self.read_entries(agent_log.subject, applied + 1, agent_log.expected):
+        async for entries in self.read_entries(agent_log.agent_id, applied + 1, agent_log.expected):
             applied = await target.apply_log(entries)
         if applied != agent_log.expected:
             raise StorageError(
@@ -468,8 +624,9 @@ class ClusterNode:
                 f"expected {agent_log.expected}"
             )
 
-    async def read_entries(self, subject: str, start: int, end: int) -> Any:
-        """Batches of ``(seq, entry)`` of ``subject`` from ``start`` to ``end``."""
+    async def read_entries(self, agent_id: str, start: int, end: int) -> Any:
+        """Batches of ``(seq, entry)`` of the agent's subject from ``start`` to ``end``."""
+        subject = self.subject(agent_id)
         js = self._jetstream()
         config = js_api.ConsumerConfig(
             deliver_policy=js_api.DeliverPolicy.BY_START_SEQUENCE,
@@ -489,14 +646,11 @@ class ClusterNode:
                     seq = int(msg.metadata.sequence.stream)
                     if seq > end:
                         break
-                    batch.append((seq, decode_entry(self.unseal(subject, msg.data))))
+                    batch.append((seq, decode_entry(self._open(agent_id, subject, msg.data))))
                 if batch:
                     yield batch
         finally:
             await sub.unsubscribe()
-
-    def unseal(self, subject: str, data: bytes) -> bytes:
-        return data
 
     # -- helpers -----------------------------------------------------------------------
 
@@ -509,6 +663,8 @@ class ClusterNode:
             ("failovers", "agents this node claimed from a node whose lease lapsed"),
             ("rebuilds", "agent files this node caught up from the cluster's log"),
             ("fenced_refusals", "appends of this node refused as stale (another owner)"),
+            ("snapshots", "agent snapshots this node put into the object store"),
+            ("rotations", "data keys rotated after a delete"),
         ):
             self._counters[name] = Counter(
                 f"cluster_{name}", doc, namespace=namespace, registry=registry
@@ -529,6 +685,11 @@ class ClusterNode:
         if self._js is None:
             raise RuntimeError("ClusterNode.start() first")
         return self._js
+
+    def _object_store(self) -> ObjectStore:
+        if self._snapshots is None:
+            raise RuntimeError("ClusterNode.start() first")
+        return self._snapshots
 
     def _kv(self, kv: KeyValue | None) -> KeyValue:
         if kv is None:

@@ -23,6 +23,7 @@ import secrets
 import sqlite3
 import threading
 from collections.abc import Awaitable, Iterable, Sequence
+from pathlib import Path
 from typing import Any, Final, Protocol
 
 from ..values.turn_records import (
@@ -78,6 +79,11 @@ class TurnLog(Protocol):
         to refuse the write (the transaction rolls back)."""
         ...
 
+    async def erased(self) -> None:
+        """A delete committed and the file's WAL was erased: make what the log and its
+        snapshots held of the deleted rows unreadable (cluster mode: a key rotation)."""
+        ...
+
     def uncommitted(self) -> None:
         """``COMMIT`` failed after ``commit_point`` returned: the log holds a record the
         file does not; the file must be caught up from the log before the next write."""
@@ -88,7 +94,9 @@ class TurnLogSource(Protocol):
     """Where an agent's turn log comes from when its store opens (cluster mode: the
     cluster node, which claims the agent or refuses with ``NotOwnerError``)."""
 
-    async def acquire(self, agent_id: str) -> TurnLog: ...
+    async def acquire(self, agent_id: str, path: Path) -> TurnLog:
+        """The turn log of ``agent_id``, whose file is ``path`` (not open yet)."""
+        ...
 
 
 class LocalTurnLog:
@@ -100,6 +108,9 @@ class LocalTurnLog:
         return None
 
     def commit_point(self, conn: sqlite3.Connection, record: TurnRecord) -> None:
+        return None
+
+    async def erased(self) -> None:
         return None
 
     def uncommitted(self) -> None:

@@ -77,11 +77,11 @@ async def test_a_rebuild_from_the_log_gives_the_same_file(
             path = actor.path
         expected = dump(path)
     async with node(nats_server, prefix, "b") as b:
-        agent_log = await b.acquire("agent.one")
+        agent_log = await b.acquire("agent.one", tmp_path / "b" / "agent.db")
         copy = tmp_path / "b" / "agent.db"
         store = await AgentStore.open(copy, "agent.one", turn_log=agent_log)
         await store.close()
-        assert b.rebuilds == 1 and b.failovers == 1
+        assert b.rebuilds >= 1 and b.failovers == 1
     assert dump(copy) == expected
 
 
@@ -179,3 +179,43 @@ async def test_concurrent_writers_get_contiguous_seqs(registry: ActorRegistry) -
     seqs = [e.seq for e in await actor.load_events(sid)]
     assert seqs == list(range(1, 31))
     await until(lambda: not actor.pending_writes, "the writes to settle")
+
+
+def stored_bytes(nats: NatsCluster) -> bytes:
+    """Every byte of every nats-server's store folder."""
+    return b"".join(
+        path.read_bytes()
+        for folder in nats.store_dirs()
+        for path in sorted(folder.rglob("*"))
+        if path.is_file()
+    )
+
+
+async def test_deleted_text_and_its_key_are_gone_from_every_nats_server_file(
+    nats_server: NatsCluster, prefix: str, tmp_path: Path
+) -> None:
+    secret = "the launch code is 4417-crimson"
+    async with node(nats_server, prefix, "a") as a:
+        async with ActorRegistry(tmp_path / "a", idle_timeout=None, turn_logs=a) as reg:
+            actor = await reg.get("agent")
+            sid = await actor.create_session(session_id="secret")
+            ctx = await actor.build_working_context(sid)
+            ctx.add_message(ContextMessage(role="user", content=secret))
+            await actor.persist_working_context(sid, ctx)
+            kept = await actor.create_session(session_id="kept")
+            await turns(actor, kept, 2)
+            old_key = a.current_key("agent")
+            assert secret.encode() not in stored_bytes(nats_server)  # sealed from the start
+            await actor.delete_session(sid)
+            assert a.rotations == 1 and a.current_key("agent").key_id == old_key.key_id + 1
+        files = stored_bytes(nats_server)
+        assert secret.encode() not in files
+        assert old_key.key not in files  # the keys live in memory storage only
+    async with node(nats_server, prefix, "b") as b:
+        agent_log = await b.acquire("agent", tmp_path / "b" / "agent.db")
+        assert b.current_key("agent").key_id == old_key.key_id + 1
+        store = await AgentStore.open(tmp_path / "b" / "agent.db", "agent", turn_log=agent_log)
+        try:
+            assert [s["id"] for s in await store.list_sessions()] == ["kept"]
+        finally:
+            await store.close()
