@@ -640,7 +640,9 @@ class ClusterNode:
         try:
             seq = start - 1
             while seq < end:
-                msgs = await sub.fetch(batch=READ_BATCH, timeout=5.0)
+                msgs = await _settled(
+                    lambda: sub.fetch(batch=READ_BATCH, timeout=2.0), "reading the log"
+                )
                 batch: list[tuple[int, TurnRecord | OwnerMarker]] = []
                 for msg in msgs:
                     seq = int(msg.metadata.sequence.stream)

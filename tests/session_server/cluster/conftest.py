@@ -28,6 +28,19 @@ async def nats_server(nats_root: Path) -> AsyncIterator[NatsCluster]:
         cluster.stop()
 
 
+@pytest.fixture(params=[1, 3], ids=["1-server", "3-servers"])
+async def nats_servers(
+    request: pytest.FixtureRequest, nats_root: Path
+) -> AsyncIterator[NatsCluster]:
+    """One nats-server, then a cluster of three (R3): for the checks that depend on
+    what JetStream writes to disk."""
+    cluster = await NatsCluster.start(nats_root / f"run{next(_prefixes)}", request.param)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
 @pytest.fixture
 def prefix() -> Iterator[str]:
     yield f"t{next(_prefixes)}"

@@ -192,10 +192,10 @@ def stored_bytes(nats: NatsCluster) -> bytes:
 
 
 async def test_deleted_text_and_its_key_are_gone_from_every_nats_server_file(
-    nats_server: NatsCluster, prefix: str, tmp_path: Path
+    nats_servers: NatsCluster, prefix: str, tmp_path: Path
 ) -> None:
     secret = "the launch code is 4417-crimson"
-    async with node(nats_server, prefix, "a") as a:
+    async with node(nats_servers, prefix, "a") as a:
         async with ActorRegistry(tmp_path / "a", idle_timeout=None, turn_logs=a) as reg:
             actor = await reg.get("agent")
             sid = await actor.create_session(session_id="secret")
@@ -205,13 +205,13 @@ async def test_deleted_text_and_its_key_are_gone_from_every_nats_server_file(
             kept = await actor.create_session(session_id="kept")
             await turns(actor, kept, 2)
             old_key = a.current_key("agent")
-            assert secret.encode() not in stored_bytes(nats_server)  # sealed from the start
+            assert secret.encode() not in stored_bytes(nats_servers)  # sealed from the start
             await actor.delete_session(sid)
             assert a.rotations == 1 and a.current_key("agent").key_id == old_key.key_id + 1
-        files = stored_bytes(nats_server)
+        files = stored_bytes(nats_servers)
         assert secret.encode() not in files
         assert old_key.key not in files  # the keys live in memory storage only
-    async with node(nats_server, prefix, "b") as b:
+    async with node(nats_servers, prefix, "b") as b:
         agent_log = await b.acquire("agent", tmp_path / "b" / "agent.db")
         assert b.current_key("agent").key_id == old_key.key_id + 1
         store = await AgentStore.open(tmp_path / "b" / "agent.db", "agent", turn_log=agent_log)
