@@ -48,7 +48,7 @@ from nats.js.object_store import ObjectStore
 from prometheus_client import CollectorRegistry, Counter
 
 from ..storage.turn_log import LogTarget
-from ..values.errors import NotOwnerError, StorageError, UnavailableError
+from ..values.errors import NotOwnerError, StorageError, TooLargeError, UnavailableError
 from ..values.ownership import OwnerLocation
 from ..values.turn_records import (
     OwnerEntry,
@@ -449,7 +449,13 @@ class ClusterNode:
                 f"agent {agent_log.agent_id!r}: the cluster's log refused the write ({exc})",
                 data={"reason": "cluster_unavailable", "retryable": True},
             ) from None
-        except (nats.errors.TimeoutError, nats.errors.ConnectionClosedError) as exc:
+        except nats.errors.MaxPayloadError:
+            raise TooLargeError(
+                f"agent {agent_log.agent_id!r}: this write's record ({len(payload)} bytes) is "
+                "larger than the nats-servers' max_payload; nothing was committed",
+                data={"reason": "record_too_large", "bytes": len(payload)},
+            ) from None
+        except nats.errors.Error as exc:
             raise UnavailableError(
                 f"agent {agent_log.agent_id!r}: the cluster's log is unreachable ({exc!r}); "
                 "nothing was committed here",
