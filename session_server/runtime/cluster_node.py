@@ -142,6 +142,8 @@ class ClusterNode:
         self._owners: KeyValue | None = None
         self._nodes: KeyValue | None = None
         self._heartbeat: asyncio.Task[None] | None = None
+        self._watcher: asyncio.Task[None] | None = None
+        self._tokens: dict[str, str] = {}  # KV key -> agent id, of agents claimed here
         self._owned: dict[str, int] = {}  # agent -> generation claimed here
         self._logs: dict[str, AgentLog] = {}
         self._claims: dict[str, asyncio.Lock] = {}
@@ -218,11 +220,41 @@ class ClusterNode:
         self._started = time.time()
         await _settled(self._beat, "the first heartbeat")
         self._heartbeat = asyncio.ensure_future(self._beats())
+        self._watcher = asyncio.ensure_future(self._watch_owners())
 
     async def advertise(self, url: str) -> None:
         """Announce ``url`` as this node's (known once the server listens: port 0)."""
         self.url = url
         await self._beat()
+
+    async def _watch_owners(self) -> None:
+        """Drop at once an agent another node claimed (its owner entry changed), so that
+        this node stops serving reads of it too; the fence already refuses its writes."""
+        while True:
+            try:
+                watcher = await self._kv(self._owners).watchall()
+                async for update in watcher:
+                    if update is None or not update.value:
+                        continue
+                    agent_id = self._tokens.get(update.key)
+                    if agent_id is None or agent_id not in self._owned:
+                        continue
+                    entry = decode_owner(update.value)
+                    if entry.node_id != self.node_id or entry.generation != self._owned[agent_id]:
+                        self._lose(agent_id)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # a reconnect: watch again
+                log.info("cluster node %s: owners watch restarted (%s)", self.node_id, exc)
+                await asyncio.sleep(self.lease_s / 3)  # before watching again
+
+    def _lose(self, agent_id: str) -> None:
+        self._owned.pop(agent_id, None)
+        agent_log = self._logs.pop(agent_id, None)
+        if agent_log is not None:
+            agent_log.fenced = True
+        if self.on_lost is not None:
+            self.on_lost(agent_id)
 
     async def leave(self) -> None:
         """Stop the heartbeat and remove it: other nodes may claim this node's agents at
@@ -239,6 +271,10 @@ class ClusterNode:
                 log.info("cluster node %s: heartbeat not removed (%s)", self.node_id, exc)
 
     async def stop(self) -> None:
+        if self._watcher is not None:
+            self._watcher.cancel()
+            await asyncio.gather(self._watcher, return_exceptions=True)
+            self._watcher = None
         await self.leave()
         if self.nc is not None:
             await self.nc.close()
@@ -392,6 +428,7 @@ class ClusterNode:
         except KeyWrongLastSequenceError:
             return False
         self._owned[agent_id] = generation
+        self._tokens[agent_token(agent_id)] = agent_id
         self._logs.pop(agent_id, None)
         return True
 

@@ -114,6 +114,7 @@ async def test_a_stale_owner_acknowledges_nothing_and_drops_the_agent(
             stale = await ra.get("agent")
             sid = await stale.create_session(session_id="s")
             await turns(stale, sid, 3)
+            stale_log = await a.acquire("agent", stale.path)  # the log A appends with
             await a.leave()  # as a frozen node: its lease lapses, it still talks to NATS
             async with ActorRegistry(tmp_path / "b", idle_timeout=None, turn_logs=b) as rb:
                 fresh = await rb.get("agent")
@@ -123,8 +124,11 @@ async def test_a_stale_owner_acknowledges_nothing_and_drops_the_agent(
                 add_turn(ctx, 99)
                 with pytest.raises(NotOwnerError):
                     await stale.persist_working_context(sid, ctx)
-                assert lost == ["agent"] and a.fenced_refusals == 1
-                assert not a.owns("agent")
+                # JetStream's compare-and-set refuses A's append whatever A believes:
+                with pytest.raises(NotOwnerError):
+                    await a.append(stale_log, b"R")
+                assert a.fenced_refusals == 1
+                assert lost[:1] == ["agent"] and not a.owns("agent")
                 contents = [e.content for e in await fresh.load_events(sid)]
                 assert "question 99" not in contents and contents[-1] == "answer 3"
                 assert await b.locate("agent") is None
