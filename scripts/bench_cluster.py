@@ -8,7 +8,9 @@ folders in a temporary directory.
    ``build_working_context``, with an idempotency key) through an ``ActorRegistry``:
    single node (no turn log), cluster on 1 nats-server (R1), cluster on 3 (R3).
 2. Rebuild: an agent of N events written by node A (appends of 100 events), then node B
-   claims it with an empty memory dir and opens it: seconds to replay the log.
+   claims it with an empty memory dir and opens it: seconds to replay the log, and
+   seconds to install a snapshot A took at the end (automatic snapshots come every
+   10,000 records or 16 MiB of records).
 3. ``--faults``: 3 nats-servers and 3 ``serve --cluster`` nodes; a writer through the
    owner; seconds from the fault to the next acknowledged turn, per fault kind (SIGKILL of
    the owner node, SIGSTOP of the owner, SIGKILL of the stream leader); RSS per node and
@@ -95,12 +97,20 @@ async def latency_rows(tmp: Path, turns: int) -> list[str]:
     ]
 
 
-async def rebuild_row(tmp: Path, events: int) -> str:
-    nats = await NatsCluster.start(tmp / f"nats-rebuild{events}", 1)
+async def rebuild_row(tmp: Path, events: int, with_snapshot: bool) -> str:
+    tag = f"{events}{'s' if with_snapshot else ''}"
+    nats = await NatsCluster.start(tmp / f"nats-rebuild{tag}", 1)
     try:
-        a = ClusterNode(nats.urls, "a", "ws://a.invalid", prefix=f"rb{events}")
+        a = ClusterNode(
+            nats.urls,
+            "a",
+            "ws://a.invalid",
+            prefix=f"rb{tag}",
+            snapshot_every=10**9,
+            snapshot_bytes=2**62,
+        )  # snapshots only where this run takes one
         await a.start()
-        async with registry(tmp / f"rb-a{events}", a) as reg:
+        async with registry(tmp / f"rb-a{tag}", a) as reg:
             actor = await reg.get("big")
             sid = await actor.create_session()
             for start in range(0, events, 100):
@@ -109,14 +119,18 @@ async def rebuild_row(tmp: Path, events: int) -> str:
                     for n in range(start, min(events, start + 100))
                 ]
                 await actor.append_events(sid, batch)
+            snapshot_events = 0
+            if with_snapshot:
+                await a.snapshot(await a.acquire("big", actor.path))
+                snapshot_events = events
         await a.stop()
-        b = ClusterNode(nats.urls, "b", "ws://b.invalid", prefix=f"rb{events}")
+        b = ClusterNode(nats.urls, "b", "ws://b.invalid", prefix=f"rb{tag}")
         await b.start()
         try:
             started = time.perf_counter()
-            agent_log = await b.acquire("big", tmp / f"rb-b{events}" / "agent.db")
+            agent_log = await b.acquire("big", tmp / f"rb-b{tag}" / "agent.db")
             store = await AgentStore.open(
-                tmp / f"rb-b{events}" / "agent.db", "big", turn_log=agent_log
+                tmp / f"rb-b{tag}" / "agent.db", "big", turn_log=agent_log
             )
             seconds = time.perf_counter() - started
             count = await store.count_events(sid, 1, events + 1)
@@ -124,7 +138,8 @@ async def rebuild_row(tmp: Path, events: int) -> str:
         finally:
             await b.stop()
         assert count == events, (count, events)
-        return f"| rebuild of {events} events from the log (no snapshot) | {seconds:.2f} s |"
+        source = "a snapshot" if snapshot_events else "the log only (no snapshot)"
+        return f"| {events} events, from {source} | {seconds:.2f} s |"
     finally:
         nats.stop()
 
@@ -197,7 +212,8 @@ async def main() -> None:
         print("| rebuild | seconds |")
         print("|---|---|")
         for events in args.rebuild_events:
-            print(await rebuild_row(tmp, events), flush=True)
+            for with_snapshot in (False, True):
+                print(await rebuild_row(tmp, events, with_snapshot), flush=True)
         if args.faults:
             print()
             print("| fault | fault to next acknowledged turn | RSS | RSS |")

@@ -76,6 +76,7 @@ class AgentLog:
         self.fenced = False
         self.path: Path | None = None  # the agent file (snapshots read it)
         self.since_snapshot = 0
+        self.bytes_since_snapshot = 0
         self._loop = loop
 
     async def attach(self, target: LogTarget) -> None:

@@ -73,6 +73,9 @@ EXPECTED_LAST_SUBJECT_SEQ: Final = "Nats-Expected-Last-Subject-Sequence"
 WRONG_LAST_SEQUENCE: Final = 10071
 CLAIM_ATTEMPTS: Final = 8
 FENCE_ATTEMPTS: Final = 50
+# A snapshot after this many bytes of records since the last one (or ``snapshot_every``
+# records): a rebuild replays at most about this much.
+SNAPSHOT_BYTES: Final = 16 * 1024 * 1024
 
 
 START_DEADLINE_S: Final = 30.0
@@ -115,6 +118,7 @@ class ClusterNode:
         replicas: int | None = None,
         append_timeout_s: float = 10.0,
         snapshot_every: int = 10_000,
+        snapshot_bytes: int = SNAPSHOT_BYTES,
     ) -> None:
         if not servers:
             raise ValueError("servers: at least one nats:// URL")
@@ -131,6 +135,7 @@ class ClusterNode:
         self.replicas = replicas if replicas is not None else min(3, len(servers))
         self.append_timeout = float(append_timeout_s)
         self.snapshot_every = snapshot_every
+        self.snapshot_bytes = snapshot_bytes
         self._key_bucket: KeyValue | None = None
         self._snapshots: ObjectStore | None = None
         self._rings: dict[str, KeyRing] = {}
@@ -500,7 +505,12 @@ class ClusterNode:
             ) from None
         agent_log.expected = int(ack.seq)
         agent_log.since_snapshot += 1
-        if agent_log.since_snapshot >= self.snapshot_every and agent_log.path is not None:
+        agent_log.bytes_since_snapshot += len(payload)
+        due = (
+            agent_log.since_snapshot >= self.snapshot_every
+            or agent_log.bytes_since_snapshot >= self.snapshot_bytes
+        )
+        if due and agent_log.path is not None:
             self.snapshot_soon(agent_log)
         return agent_log.expected
 
@@ -596,6 +606,7 @@ class ClusterNode:
         if applied > 1:  # everything before the snapshot's last entry
             await self._jetstream().purge_stream(self.stream, subject=subject, seq=applied)
         agent_log.since_snapshot = 0
+        agent_log.bytes_since_snapshot = 0
         self._count("snapshots")
         return applied
 

@@ -26,6 +26,9 @@ __all__ = ["ClusterNodes", "TurnWriter"]
 
 LEASE_S: Final = 1.5
 RETRY_DEADLINE_S: Final = 40.0
+# A turn not answered within this is taken for lost (a frozen node keeps its sockets
+# open): the writer looks for the owner again and resends the same key.
+TURN_TIMEOUT_S: Final = 3.0
 
 
 @dataclass
@@ -161,7 +164,7 @@ class TurnWriter:
                         ],
                         idempotency_key=f"turn-{n}",
                     ),
-                    10.0,
+                    TURN_TIMEOUT_S,
                 )
             except (SessionServerError, OSError, TimeoutError, AssertionError):
                 await self._drop()
