@@ -24,6 +24,7 @@ leases only decide when a node may claim; the log's compare-and-set decides who 
 from __future__ import annotations
 
 import asyncio
+import io
 import logging
 import struct
 import time
@@ -642,11 +643,12 @@ class ClusterNode:
 
     async def _restore(self, agent_id: str, path: Path) -> None:
         """Replace the agent file by the latest snapshot when the file is older."""
+        received = io.BytesIO()  # nats-py's default joins the chunks one copy at a time
         try:
-            got = await self._object_store().get(agent_token(agent_id))
+            await self._object_store().get(agent_token(agent_id), writeinto=received)
         except ObjectNotFoundError:
             return
-        data = got.data or b""
+        data = received.getvalue()
         if len(data) < 8:
             return
         (seq,) = struct.unpack_from(">Q", data)
