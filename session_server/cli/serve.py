@@ -22,8 +22,11 @@ from ..values.cache_budget import DEFAULT_CACHE_BYTES
 from ..values.usage import ModelPrice, parse_prices
 
 if TYPE_CHECKING:
+    from ..process.limits import DescriptorLimits
+    from ..runtime.cluster_node import ClusterNode
     from ..runtime.usage_ledger import UsageSettings
 
+from .cluster_options import cluster_arguments, start_cluster
 from .options import (
     DEFAULT_HOST,
     DEFAULT_PORT,
@@ -305,6 +308,7 @@ def serve_arguments(p: argparse.ArgumentParser) -> None:
         help="seconds between retention sweeps of every agent "
         "(env SESSION_SERVER_RETENTION_INTERVAL; default 3600)",
     )
+    cluster_arguments(p)
     p.add_argument(
         "--log-level",
         default=(env("LOG_LEVEL", "WARNING") or "WARNING").upper(),
@@ -398,16 +402,9 @@ GC_THRESHOLDS = (2_000, 10, 100)
 
 
 async def _serve(args: argparse.Namespace, sources: AuthSources, auth: Authenticator) -> int:
-    from ..auth.token_files import AuthReloader
     from ..process.limits import derive_limits, raise_nofile_limit
     from ..process.memory import map_large_allocations
-    from ..rpc.table import BUILTIN_METHODS
-    from ..runtime.registry import ActorRegistry
     from ..server.rate_limited_log import quiet_accept_errors
-    from ..server.server import SessionServer
-    from ..storage.idempotency import IdempotencyRetention
-    from ..values.errors import MemoryDirInUseError
-    from ..values.streams import StreamLimits
 
     # Descriptors bound both open agents and connections: take what the system allows.
     limits = derive_limits(raise_nofile_limit())
@@ -448,12 +445,43 @@ async def _serve(args: argparse.Namespace, sources: AuthSources, auth: Authentic
             file=sys.stderr,
             flush=True,
         )
-    memory_dir = args.memory_dir.resolve()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     quiet_accept_errors(loop)
+    try:
+        cluster = await start_cluster(args, f"ws://{host}:{args.port}")
+    except (ValueError, OSError) as exc:
+        print(f"session-server: cannot join the cluster: {exc}", file=sys.stderr, flush=True)
+        return 2
+    try:
+        return await _serve_registry(args, sources, auth, cluster, host, origins, stop, limits)
+    finally:
+        if cluster is not None:
+            await cluster.stop()
+
+
+async def _serve_registry(
+    args: argparse.Namespace,
+    sources: AuthSources,
+    auth: Authenticator,
+    cluster: ClusterNode | None,
+    host: str,
+    origins: list[str],
+    stop: asyncio.Event,
+    limits: DescriptorLimits,
+) -> int:
+    from ..auth.token_files import AuthReloader
+    from ..rpc.table import BUILTIN_METHODS
+    from ..runtime.registry import ActorRegistry
+    from ..server.server import SessionServer
+    from ..storage.idempotency import IdempotencyRetention
+    from ..values.errors import MemoryDirInUseError
+    from ..values.streams import StreamLimits
+
+    memory_dir = args.memory_dir.resolve()
+    loop = asyncio.get_running_loop()
     async with ActorRegistry(
         memory_dir,
         synchronous=args.synchronous,
@@ -468,6 +496,7 @@ async def _serve(args: argparse.Namespace, sources: AuthSources, auth: Authentic
         stream_limits=StreamLimits(idle_seconds=args.stream_idle_seconds),
         usage=args.usage,
         retention_interval=args.retention_interval,
+        turn_logs=cluster,
     ) as registry:
         cluster_secret = None
         if args.cluster_secret_file is not None:
@@ -476,6 +505,10 @@ async def _serve(args: argparse.Namespace, sources: AuthSources, auth: Authentic
             except ValueError as exc:
                 print(f"session-server: {exc}", file=sys.stderr, flush=True)
                 return 2
+        if cluster is not None:
+            from ..runtime.cluster_wiring import join_registry
+
+            join_registry(cluster, registry)
         server = SessionServer(
             registry,
             cluster_secret=cluster_secret,
@@ -493,6 +526,7 @@ async def _serve(args: argparse.Namespace, sources: AuthSources, auth: Authentic
             idle_timeout=args.idle_timeout if args.idle_timeout > 0 else None,
             allow_origins=origins,
             stop_timeout=args.stop_timeout,
+            owner_directory=cluster,
         )
         try:
             await server.start()
@@ -502,6 +536,8 @@ async def _serve(args: argparse.Namespace, sources: AuthSources, auth: Authentic
         except OSError as exc:
             print(f"session-server: cannot listen on {host}:{args.port}: {exc}", file=sys.stderr)
             return 2
+        if cluster is not None and not args.advertise and args.port == 0:
+            await cluster.advertise(server.url)  # the port the system chose
         watcher: asyncio.Task[None] | None = None
         if sources.configured:
             reloader = AuthReloader(sources, server)

@@ -57,6 +57,8 @@ REPLAYED: Final = frozenset(
         "memory.blocks.get",
         "memory.blocks.list",
         "memory.blocks.history",
+        "cluster.status",
+        "cluster.owner",  # claims an unowned agent: a second run names the same owner
         # admin reads
         "agent.backup",
         "agents.list",

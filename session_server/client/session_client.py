@@ -666,6 +666,16 @@ class SessionClient(RpcConnection):
         """Compaction counters and open agents (server endpoint)."""
         return dict(await self.call("metrics.get"))
 
+    async def cluster_status(self) -> dict[str, Any]:
+        """``{node_id, nodes: [{node_id, url, alive}], owned_agents}`` of the node this
+        client is connected to (server endpoint; ``node_id`` null on a single node)."""
+        return dict(await self.call("cluster.status"))
+
+    async def cluster_owner(self, agent_id: str) -> dict[str, Any]:
+        """``{node_id, generation}`` of the agent's live owner (server endpoint); an agent
+        with none is claimed by the node asked. Single node: both null."""
+        return dict(await self.call("cluster.owner", {"agent_id": agent_id}))
+
     # -- memory blocks ----------------------------------------------------------------------
 
     async def set_block(

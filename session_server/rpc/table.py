@@ -18,6 +18,7 @@ from typing import Final
 
 from . import block_methods as blocks
 from . import branch_methods as branch
+from . import cluster_methods as cluster
 from . import memory_methods as memory
 from . import methods as session
 from . import recall_methods as recall
@@ -175,6 +176,18 @@ ROWS: Final[tuple[MethodSpec, ...]] = (
     # write: a model tool may edit memory (the memory-block tools); the recall tools read.
     MethodSpec("memory.tool_call", recall.ToolCallParams, recall.memory_tool_call, scope="write"),
     MethodSpec("memory.reindex", recall.ReindexParams, recall.memory_reindex, scope="admin"),
+    # Cluster mode (``cluster_methods``; docs/cluster.md).
+    MethodSpec(
+        "cluster.status", NoParams, cluster.cluster_status, SERVER, scope="read", sessions="none"
+    ),
+    MethodSpec(
+        "cluster.owner",
+        cluster.ClusterOwnerParams,
+        cluster.cluster_owner,
+        SERVER,
+        scope="read",
+        sessions="none",
+    ),
 )
 
 BUILTIN_METHODS: Final[Mapping[str, MethodSpec]] = MappingProxyType(method_table(ROWS))

@@ -281,6 +281,10 @@ class AgentActor:
                 await self.host.executor.run(get_counter)
             if self._store is None:
                 async with self.host.open_slot():
+                    logs = self.host.turn_logs  # cluster mode: claims the agent, or refuses
+                    turn_log = (
+                        None if logs is None else await logs.acquire(self.agent_id, self.path)
+                    )
                     self._store = await AgentStore.open(
                         self.path,
                         self.agent_id,
@@ -291,6 +295,7 @@ class AgentActor:
                         readonly=self.host.readonly,
                         idempotency=self.host.idempotency,
                         count_executor=self.host.count_executor,
+                        turn_log=turn_log,
                     )
                     self.host.store_opened(self)
             if self._activated is not self._store:

@@ -10,6 +10,7 @@ from typing import Any, Protocol, TypeVar
 from ..concurrency.worker_threads import WorkerThreads
 from ..mirror_io.snapshot_index import SnapshotIndex
 from ..storage.idempotency import IdempotencyRetention
+from ..storage.turn_log import TurnLogSource
 from ..values.cache_budget import CacheBudget
 from ..values.streams import StreamLimits
 from .compaction_turns import CompactionHost
@@ -68,6 +69,11 @@ class ActorHost(CompactionHost, Protocol[A]):
     @property
     def stream_limits(self) -> StreamLimits:
         """The bounds of live turns (``values.streams``)."""
+        ...
+
+    @property
+    def turn_logs(self) -> TurnLogSource | None:
+        """Cluster mode: where each store's turn log comes from (``None``: single node)."""
         ...
 
     @property

@@ -41,6 +41,7 @@ from ..process.usage_metrics import AgentLabel, UsageMetrics
 from ..storage.idempotency import DEFAULT_RETENTION, IdempotencyRetention
 from ..storage.store_connections import Synchronous
 from ..storage.stored_rows import SKIPPED_RECORDS
+from ..storage.turn_log import TurnLogSource
 from ..values.agent_ids import validate_agent_id, validate_new_id
 from ..values.cache_budget import DEFAULT_CACHE_BYTES, CacheBudget
 from ..values.errors import (
@@ -97,7 +98,9 @@ class ActorRegistry:
     ``max_agents`` (agents that may exist in the memory dir, ``DEFAULT_MAX_AGENTS``): a
     write that would create one more is refused with ``TooLargeError``.
     ``idempotency`` (``IdempotencyRetention``: keys kept 24 h, at most 1000 per session):
-    how long a keyed write can be replayed. ``recent_cache_bytes``: what the actors'
+    how long a keyed write can be replayed. ``turn_logs`` (cluster mode,
+    ``runtime.cluster_node.ClusterNode``): each store's turn log, which claims the agent
+    first (``None``, the default: single node). ``recent_cache_bytes``: what the actors'
     recent-events caches hold together (``DEFAULT_CACHE_BYTES``, 256 MiB; one session at
     most an eighth of it; see ``values.cache_budget``). ``stream_limits``: the bounds of
     live turns and the idle time after which an abandoned stream expires
@@ -129,6 +132,7 @@ class ActorRegistry:
         stream_limits: StreamLimits | None = None,
         usage: UsageSettings | None = None,
         retention_interval: float | None = None,
+        turn_logs: TurnLogSource | None = None,
     ) -> None:
         if synchronous not in ("FULL", "NORMAL"):
             raise ValueError(f"synchronous: must be 'FULL' or 'NORMAL', got {synchronous!r}")
@@ -171,6 +175,9 @@ class ActorRegistry:
         self.max_agents = max_agents
         self.idempotency = idempotency
         self.stream_limits = stream_limits or StreamLimits()
+        # Cluster mode (``runtime/cluster_node.py``): each store's turn log; ``None``: the
+        # single-node default, no log.
+        self.turn_logs = turn_logs
         # One budget for every actor's recent-events cache (``values.cache_budget``).
         self.cache_budget = CacheBudget(recent_cache_bytes)
         self.busy_timeout_ms = busy_timeout_ms

@@ -8,7 +8,9 @@ tells nothing secret). ``GET /metrics`` goes through the same token rule as the 
 endpoints (``HttpRoutes.metrics``). Every other path is left to the WebSocket routes.
 
 - ``/healthz``: 200 ``{"status": "ok", "version", "auth_required", "open_agents",
-  "open_connections", "uptime_seconds"}`` while serving with a writable memory dir; 503
+  "open_connections", "uptime_seconds"}`` (in cluster mode also ``"cluster": {node_id,
+  connected, owned_agents, failovers, rebuilds, fenced_refusals}``) while serving with a
+  writable memory dir; 503
   ``{"status": "shutting_down"}`` once a graceful stop began, 503 ``{"status":
   "unavailable", "reason"}`` when the memory dir cannot be written.
 - The page's files are read once, from the installed package
@@ -34,6 +36,7 @@ from websockets.http11 import Request, Response
 
 from .. import __version__
 from ..process.ops_metrics import agent_view
+from ..values.cluster_view import ClusterMember
 
 if TYPE_CHECKING:
     from ..runtime.registry import ActorRegistry
@@ -124,6 +127,9 @@ class HttpRoutes:
                 "open_connections": self._open_connections(),
                 "uptime_seconds": round(time.monotonic() - self._started, 3),
             }
+            member = self.registry.turn_logs
+            if isinstance(member, ClusterMember):  # cluster mode: the node's part
+                body["cluster"] = member.health()
         return _respond(
             connection,
             status,

@@ -189,6 +189,9 @@ class SessionServer:
         cluster_secret: bytes | None = None,
     ) -> None:
         self.registry = registry
+        # Cluster mode: who serves each agent (``values.ownership``; the cluster node).
+        # ``None``: single node, every agent is served here.
+        self.owner_directory = owner_directory
         # The one method table (``rpc.table``) unless the caller passes another.
         self.methods: Mapping[str, MethodSpec] = BUILTIN_METHODS if methods is None else methods
         self.host = host

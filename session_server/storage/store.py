@@ -23,7 +23,13 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any, Final, TypeVar
 
 from ..values.branches import Branch, ForkResult, RewindResult
-from ..values.errors import AgentUnavailableError, NotFoundError, SessionServerError, StorageError
+from ..values.errors import (
+    AgentUnavailableError,
+    NotFoundError,
+    SessionServerError,
+    StorageError,
+    UnavailableError,
+)
 from ..values.events import SessionEvent
 from ..values.plans import AppendBatch, AppendOutcome, ContextWindow, SessionState
 from ..values.session_rows import SessionRows
@@ -145,7 +151,9 @@ class AgentStore(StoreConnections):
         try:
             await self._write("recall purge", recall_sql.purge)
             await self.erase_wal()
-        except (StorageError, AgentUnavailableError) as exc:
+            if self.turn_log is not None:  # cluster mode: the log's copies made unreadable
+                await self.turn_log.erased()
+        except (StorageError, AgentUnavailableError, UnavailableError) as exc:
             log.warning(
                 "agent %r: WAL not erased after a delete (%s); the next delete retries",
                 self.agent_id,

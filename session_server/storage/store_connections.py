@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import sqlite3
@@ -31,6 +32,7 @@ from .idempotency import DEFAULT_RETENTION, IdempotencyRetention
 from .schema import READABLE_SCHEMA_VERSION, SCHEMA_VERSION
 from .sqlite_open import connect, migrate
 from .transactions import storage_error, write_txn
+from .turn_log import LogEntries, TurnLog, applied_seq, apply_entries, install_random
 
 __all__ = ["LOCK_FILE", "StoreConnections", "Synchronous"]
 
@@ -54,8 +56,12 @@ class StoreConnections:
         readonly: bool = False,
         idempotency: IdempotencyRetention = DEFAULT_RETENTION,
         count_executor: WorkerThreads | None = None,
+        turn_log: TurnLog | None = None,
     ) -> None:
         self.path = path
+        # Cluster mode: every write transaction passes the log's commit point. ``None``
+        # (a ``LocalTurnLog`` too): the single-node path, unchanged.
+        self.turn_log = turn_log if turn_log is not None and turn_log.records else None
         self.idempotency = idempotency
         self.readonly = readonly
         # True when ``open`` made a new file: no session was ever in it (activation then
@@ -104,10 +110,23 @@ class StoreConnections:
         batch_size: int = 1,
     ) -> T:
         started = time.perf_counter()
-        result: T = await self._threads.run(write_txn, self.writer, what, body, *args)
+        txn = write_txn if self.turn_log is None else self._logged_txn
+        result: T = await self._threads.run(txn, self.writer, what, body, *args)
         if self._on_commit is not None:  # seconds of the transaction, queueing included
             self._on_commit(time.perf_counter() - started, batch_size)
         return result
+
+    async def log_applied_seq(self) -> int:
+        """The turn log sequence the file has applied (cluster mode)."""
+        return await self._call(applied_seq, self.writer)
+
+    async def apply_log(self, entries: LogEntries) -> int:
+        """Replay turn log entries on the writer (cluster mode: a rebuild)."""
+        return await self._call(apply_entries, self.writer, entries)
+
+    @property
+    def _logged_txn(self) -> Callable[..., Any]:
+        return functools.partial(write_txn, turn_log=self.turn_log)
 
     def _reader_conn(self) -> sqlite3.Connection:
         if self._reader is None:
@@ -151,6 +170,7 @@ class StoreConnections:
         readonly: bool = False,
         idempotency: IdempotencyRetention = DEFAULT_RETENTION,
         count_executor: WorkerThreads | None = None,
+        turn_log: TurnLog | None = None,
     ) -> Self:
         """Open (creating and migrating if needed) the agent file.
 
@@ -176,6 +196,7 @@ class StoreConnections:
             readonly,
             idempotency,
             count_executor,
+            turn_log,
         )
         if readonly:
             version = await store._read(
@@ -218,6 +239,8 @@ class StoreConnections:
 
         try:
             store._writer = await store._call(open_writer)
+            if store.turn_log is not None:
+                await store._attach_log(store.turn_log)
         except (OSError, sqlite3.OperationalError) as exc:
             if out_of_descriptors(exc):
                 raise descriptor_error(agent_id) from exc
@@ -233,6 +256,16 @@ class StoreConnections:
                 data={"agent_id": agent_id},
             ) from exc
         return store
+
+    async def _attach_log(self, turn_log: TurnLog) -> None:
+        """Cluster mode: seeded ``random()`` on the writer, then the file caught up with
+        the log; the store is closed again (its agent lock released) if that fails."""
+        try:
+            await self._call(install_random, self.writer)
+            await turn_log.attach(self)
+        except BaseException:
+            await self.close()
+            raise
 
     async def close(self) -> None:
         writer, self._writer = self._writer, None  # no write starts from now on

@@ -13,6 +13,7 @@ from typing import Any
 
 from ..values.errors import ConflictError, StorageError
 from .recall_pending import index_pending
+from .turn_log import RecordingConnection, TurnLog
 
 __all__ = ["project_error", "storage_error", "write_txn"]
 
@@ -30,19 +31,37 @@ def storage_error(exc: sqlite3.Error, what: str) -> StorageError:
     return StorageError(f"{what} failed: {exc}", data={"sqlite_error": str(exc)})
 
 
-def write_txn(conn: sqlite3.Connection, what: str, body: Any, *args: Any) -> Any:
+def write_txn(
+    conn: sqlite3.Connection, what: str, body: Any, *args: Any, turn_log: TurnLog | None = None
+) -> Any:
     """Run ``body(conn, *args)`` inside ``BEGIN IMMEDIATE`` ... ``COMMIT``.
 
     Any exception rolls back. SQLite errors become ``StorageError`` (a unique-constraint
     violation becomes ``ConflictError``); the project's own errors pass through.
+    ``turn_log`` (cluster mode): the body runs on a ``RecordingConnection`` and the
+    transaction's record passes ``turn_log.commit_point`` before ``COMMIT`` (the one
+    commit point of every durable write, ``storage/turn_log.py``).
     """
     try:
         conn.execute("BEGIN IMMEDIATE")
     except sqlite3.Error as exc:
         raise storage_error(exc, what) from exc
     try:
-        result = body(conn, *args)
-        index_pending(conn)  # the events it wrote, in its own transaction
+        if turn_log is None:
+            result = body(conn, *args)
+            index_pending(conn)  # the events it wrote, in its own transaction
+        else:
+            recording = RecordingConnection(conn)
+            result = body(recording, *args)
+            index_pending(recording)  # type: ignore[arg-type]
+            if recording.statements:
+                turn_log.commit_point(conn, recording.record(what))
+                try:
+                    conn.execute("COMMIT")
+                except BaseException:
+                    turn_log.uncommitted()  # the log has a record the file lacks
+                    raise
+                return result
         conn.execute("COMMIT")
         return result
     except BaseException as exc:
