@@ -334,6 +334,12 @@ class ClusterNode:
         entry, _ = await self._owner_entry(agent_id)
         return entry
 
+    async def known(self, agent_id: str) -> bool:
+        """Some node claimed the agent (its log exists): a node without its file rebuilds
+        it on the first call instead of answering not found."""
+        entry, _ = await self._owner_entry(agent_id)
+        return entry is not None
+
     def owns(self, agent_id: str) -> bool:
         return agent_id in self._owned
 

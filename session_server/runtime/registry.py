@@ -302,7 +302,11 @@ class ActorRegistry:
             # until the collector runs): its agent exists only if its file does.
             path = self.agent_dir(agent_id) / "agent.sqlite"
             if not path.exists():  # one stat, only when no actor is in memory
-                if not create:
+                # Cluster mode: an agent another node wrote has no file here yet; its
+                # store rebuilds from the log when it opens.
+                if not create and not (
+                    self.turn_logs is not None and await self.turn_logs.known(agent_id)
+                ):
                     raise NotFoundError.agent(agent_id)
                 validate_new_id(agent_id)  # a new agent's id cannot pass for another
                 await self._admit(agent_id)

@@ -98,6 +98,11 @@ class TurnLogSource(Protocol):
         """The turn log of ``agent_id``, whose file is ``path`` (not open yet)."""
         ...
 
+    async def known(self, agent_id: str) -> bool:
+        """Whether the agent exists in the cluster (some node claimed it), so that a read
+        on a node without its file rebuilds it instead of answering not found."""
+        ...
+
 
 class LocalTurnLog:
     """The single-node turn log: records nothing (the store then keeps none)."""

@@ -8,6 +8,7 @@ acknowledged turn is stored once, in order, and that nothing else is.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -69,14 +70,24 @@ async def test_a_frozen_owner_that_wakes_acknowledges_nothing(cluster: ClusterNo
     await writer.turns(10, 10)  # another node claims once the lease lapsed
     assert await cluster.owner("agent-freeze") != owner
     cluster.thaw(owner)
-    with pytest.raises(UnavailableError) as refused:  # -32005: the client's class for it
+    # The woken node does not acknowledge it: it answers not_owner. The client then
+    # moves on and resends the keyed write, which the node, now a front door, forwards
+    # to the new owner; either way the write is stored at most once, after the turns
+    # acknowledged before it, and the session never forks.
+    try:
         await asyncio.wait_for(late, 30.0)
-    assert refused.value.data["reason"] == "not_owner"
+    except UnavailableError as refused:  # -32005: the client's class for it
+        assert refused.data is not None and refused.data["reason"] == "not_owner"
+        late_stored = False
+    else:
+        late_stored = True
     await stale.close()
     async with SessionClient(cluster.url(owner), None) as client:
         health = await client.cluster_status()
     assert health["node_id"] == owner
-    assert await writer.stored() == writer.expected()
+    stored = await writer.stored()
+    assert stored.count("stale question") == (1 if late_stored else 0)
+    assert [text for text in stored if text != "stale question"] == writer.expected()
     await writer.close()
 
 
@@ -129,7 +140,9 @@ async def test_a_client_of_every_node_loses_no_turn_when_the_owner_is_killed(
         await client.create_session(session_id="s", if_exists="return")
 
         async def turn(n: int) -> None:
-            for _ in range(40):
+            errors: list[str] = []
+            deadline = time.monotonic() + 40.0
+            while time.monotonic() < deadline:
                 try:
                     await asyncio.wait_for(
                         client.persist_turn(
@@ -142,11 +155,13 @@ async def test_a_client_of_every_node_loses_no_turn_when_the_owner_is_killed(
                         ),
                         10.0,
                     )
-                except (SessionServerError, OSError, TimeoutError):
+                except (SessionServerError, OSError, TimeoutError) as exc:
+                    errors.append(repr(exc))
+                    await asyncio.sleep(0.2)  # a retry's pause, as a caller's backoff
                     continue
                 acked.append(n)
                 return
-            raise AssertionError(f"turn {n} never acknowledged")
+            raise AssertionError(f"turn {n} never acknowledged: {errors[-5:]}")
 
         for n in range(10):
             await turn(n)
