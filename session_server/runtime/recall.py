@@ -1,7 +1,8 @@
 """``Recall``: an actor's full-text search, the raw events of a range, reindexing, and the
 background indexing of a migrated file (I/O shell; docs/recall.md).
 
-The index itself is SQLite's (``events_fts``, kept by triggers in every write); what runs
+The index itself is SQLite's (the FTS5 shards ``events_fts_<n>``, kept by triggers in
+every write); what runs
 here is the backfill: the events a migration found (or a ``reindex`` emptied) are indexed
 by a task of the actor, ``BACKFILL_ROWS`` per transaction, each queued in the actor's
 mailbox like any write, so a client's writes wait at most one step and other agents'
@@ -104,8 +105,6 @@ class Recall:
 
     async def _backfill(self, actor: RecallActor) -> None:
         try:
-            if await actor.run_read(lambda store: store.recall_purge_pending()):
-                await actor.run_write(lambda store: store.recall_purge())
             if not await actor.run_read(lambda store: store.recall_pending()):
                 return
             done = 0

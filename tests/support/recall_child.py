@@ -1,10 +1,11 @@
 """Child process for the recall crash tests (killed with SIGKILL while it indexes).
 
-Usage: ``python recall_child.py MEMORY_DIR AGENT_ID``
+Usage: ``python recall_child.py MEMORY_DIR AGENT_ID [SHARD_CHARS]``
 
 Opens the agent (activation starts the background backfill of its recall index) and
 prints ``INDEXING`` after each search that still says ``indexing: true``, then ``DONE``
-once the index is whole.
+once the index is whole. ``SHARD_CHARS`` lowers the size of the index's shards (many
+shards of a few events: the backfill makes new ones all the time).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import asyncio
 import sys
 
 from session_server.runtime.registry import ActorRegistry
+from session_server.storage import recall_shards
 
 
 async def main(memory_dir: str, agent_id: str) -> None:
@@ -24,4 +26,6 @@ async def main(memory_dir: str, agent_id: str) -> None:
 
 
 if __name__ == "__main__":
+    if len(sys.argv) > 3:
+        recall_shards.shard_chars = int(sys.argv[3])
     asyncio.run(main(sys.argv[1], sys.argv[2]))
