@@ -19,7 +19,7 @@ import sqlite3
 from ..values.recall import indexed_text
 from .recall_shards import erase_rows, index_rows
 
-__all__ = ["index_pending"]
+__all__ = ["erase_queued", "index_pending"]
 
 
 def index_pending(conn: sqlite3.Connection, limit: int | None = None) -> int:
@@ -46,3 +46,19 @@ def index_pending(conn: sqlite3.Connection, limit: int | None = None) -> int:
     else:
         conn.execute("DELETE FROM recall_pending WHERE event_rowid <= ?", (rows[-1][0],))
     return len(rows)
+
+
+def erase_queued(conn: sqlite3.Connection) -> bool:
+    """Work the queues in a transaction of their own when a plain SQLite client deleted
+    events (its deletes are queued, their text still in the index): called when the
+    store opens the file, before it erases a WAL left behind. True when it wrote."""
+    if conn.execute("SELECT 1 FROM events_fts_gone LIMIT 1").fetchone() is None:
+        return False
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        index_pending(conn)
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    return True

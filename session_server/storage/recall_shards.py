@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterable, Sequence
-from typing import Final
+from typing import Any, Final
 
 from ..values.recall_shards import SHARD_CHARS, Shard, grown, place
 
@@ -46,8 +46,8 @@ def shard_table(shard: int) -> str:
     return f"events_fts_{int(shard)}"
 
 
-def _row(row: Sequence[object]) -> Shard:
-    return Shard(int(row[0]), int(row[1]), int(row[2]), int(row[3]))  # type: ignore[call-overload]
+def _row(row: Sequence[Any]) -> Shard:
+    return Shard(int(row[0]), int(row[1]), int(row[2]), int(row[3]))
 
 
 def _holder(conn: sqlite3.Connection, rowid: int) -> tuple[Shard | None, int | None]:
@@ -88,11 +88,7 @@ def index_rows(conn: sqlite3.Connection, rows: Iterable[tuple[int, str]]) -> Non
     changed: dict[int, Shard] = {}
     batches: dict[int, list[tuple[int, str]]] = {}
     for rowid, text in rows:
-        if (
-            current is None
-            or rowid < current.first_rowid
-            or (upper is not None and rowid >= upper)
-        ):
+        if current is None or rowid < current.first_rowid or (upper is not None and rowid >= upper):
             current, upper = _holder(conn, rowid)
             if current is not None:
                 current = changed.get(current.shard, current)
