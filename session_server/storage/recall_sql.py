@@ -26,6 +26,7 @@ from ..values.recall import (
     indexed_text,
     unsegment,
 )
+from ..values.recall_pacing import STEP_CHARS
 from ..values.records import CompactionRecord
 from .recall_shards import drop_all, index_rows, list_shards, shard_table
 from .stored_rows import EVENT_COLUMNS, SKIPPED_RECORDS, hydrate_or_skip
@@ -45,8 +46,6 @@ BACKFILL_KEY: Final = "recall_backfill"
 PURGE_KEY: Final = "recall_purge"
 """Set by files of schema 8 after a delete (its single index merged later); gone in 9."""
 SNIPPET_TOKENS: Final = 24
-STEP_CHARS: Final = 256 * 1024
-"""Text one backfill step indexes at most (beside its row bound)."""
 
 
 class RecallFilter(msgspec.Struct, frozen=True):
