@@ -53,15 +53,16 @@ def _row(row: Sequence[Any]) -> Shard:
 def _holder(conn: sqlite3.Connection, rowid: int) -> tuple[Shard | None, int | None]:
     """The shard holding ``rowid`` (greatest ``first_rowid`` not above it) and where its
     range ends (the next shard's ``first_rowid``; ``None``: open-ended)."""
-    row = conn.execute(
-        f"SELECT {_COLUMNS} FROM events_fts_shards WHERE first_rowid <= ?"
+    nxt = "(SELECT min(first_rowid) FROM events_fts_shards WHERE first_rowid > ?1)"
+    row = conn.execute(  # one statement per turn: the holder and where its range ends
+        f"SELECT {_COLUMNS}, {nxt} FROM events_fts_shards WHERE first_rowid <= ?1"
         " ORDER BY first_rowid DESC LIMIT 1",
         (rowid,),
     ).fetchone()
-    nxt = conn.execute(
-        "SELECT min(first_rowid) FROM events_fts_shards WHERE first_rowid > ?", (rowid,)
-    ).fetchone()[0]
-    return (None if row is None else _row(row)), (None if nxt is None else int(nxt))
+    if row is None:  # below every shard (or none yet)
+        upper = conn.execute(f"SELECT {nxt}", (rowid,)).fetchone()[0]
+        return None, (None if upper is None else int(upper))
+    return _row(row), (None if row[4] is None else int(row[4]))
 
 
 def _create(conn: sqlite3.Connection, first_rowid: int) -> Shard:
