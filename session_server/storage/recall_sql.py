@@ -27,6 +27,7 @@ from ..values.recall import (
     unsegment,
 )
 from ..values.recall_pacing import STEP_CHARS
+from ..values.recall_shards import Shard
 from ..values.records import CompactionRecord
 from .recall_shards import drop_all, index_rows, list_shards, shard_table
 from .stored_rows import EVENT_COLUMNS, SKIPPED_RECORDS, hydrate_or_skip
@@ -214,6 +215,32 @@ def _filters(query: RecallFilter) -> tuple[str, list[Any]] | None:
     return where, args
 
 
+def _shards_for(conn: sqlite3.Connection, query: RecallFilter) -> list[Shard]:
+    """The shards that may hold a hit. A search limited to sessions reads only the shards
+    whose rowid range meets the rowids of those sessions' events (found on the
+    ``(session_id, seq)`` index, which holds each event's rowid): a session's search
+    does not pay for every shard of the agent."""
+    shards = list_shards(conn)  # newest range first
+    if query.sessions is None or len(shards) < 2:
+        return shards
+    # the sessions and seqs only: they are on the index (an action is not)
+    on_index = _filters(msgspec.structs.replace(query, actions=None))
+    assert on_index is not None  # the sessions are not empty: ``search`` checked
+    low, high = conn.execute(
+        f"SELECT min(e.rowid), max(e.rowid) FROM events AS e WHERE 1{on_index[0]}",
+        on_index[1],
+    ).fetchone()
+    if low is None:
+        return []
+    out: list[Shard] = []
+    upper: int | None = None  # the range of a shard ends where the next one's starts
+    for shard in shards:
+        if shard.first_rowid <= high and (upper is None or upper > low):
+            out.append(shard)
+        upper = shard.first_rowid
+    return out
+
+
 def _best(
     conn: sqlite3.Connection, query: RecallFilter, where: str, args: list[Any]
 ) -> list[tuple[float, int, int]]:
@@ -221,7 +248,7 @@ def _best(
     (lowest) first. Each shard ranks its own matches (bm25 with the shard's statistics);
     only the best ``limit`` of each are kept to merge."""
     found: list[tuple[float, int, int]] = []
-    for shard in list_shards(conn):
+    for shard in _shards_for(conn, query):
         table = shard_table(shard.shard)
         rows = conn.execute(
             f"SELECT bm25({table}) AS score, {table}.rowid FROM {table}"

@@ -250,3 +250,30 @@ async def test_a_restored_files_shards_are_replaced(actor: AgentActor, tmp_path:
     assert _read(staged, "SELECT count(*) FROM events_fts_shards") == [(0,)]
     assert _shard_objects(staged) == []
     assert b"planted" not in staged.read_bytes()
+
+
+async def test_a_search_of_some_sessions_finds_what_the_search_of_all_does(
+    actor: AgentActor,
+) -> None:
+    """A session's search reads only the shards its events may be in: the same hits as
+    the agent's search narrowed to the session, for sessions written one after the
+    other and side by side."""
+    early = await actor.create_session()
+    for i in range(1, 16):
+        await _say(actor, early, _text(i))
+    late, side = await actor.create_session(), await actor.create_session()
+    for i in range(16, 46):
+        await _say(actor, late if i % 3 else side, _text(i))
+    everything = (await actor.search("common filler", limit=50))["hits"]
+    assert len(everything) == 45
+    for sid in (early, late, side):
+        mine = [(h["session_id"], h["seq"]) for h in everything if h["session_id"] == sid]
+        found = (await actor.search("common filler", session_id=sid, limit=50))["hits"]
+        assert sorted((h["session_id"], h["seq"]) for h in found) == sorted(mine)
+        one = await actor.search("common filler", session_id=sid, after_seq=2, before_seq=4)
+        assert [h["seq"] for h in one["hits"]] == [3]
+    (hit,) = (await actor.search("uniq5x", session_id=early))["hits"]
+    assert hit["seq"] == 5
+    assert (await actor.search("uniq5x", session_id=late))["hits"] == []
+    empty = await actor.create_session()
+    assert (await actor.search("common", session_id=empty))["hits"] == []
