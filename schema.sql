@@ -1,4 +1,4 @@
--- session-server schema, version 8 (PRAGMA user_version). The store executes this file
+-- session-server schema, version 9 (PRAGMA user_version). The store executes this file
 -- on a new database; older files are brought forward by the migrations in
 -- session_server/storage/sqlite_ops.py (MIGRATIONS).
 
@@ -174,15 +174,25 @@ CREATE TABLE IF NOT EXISTS usage_days (
   PRIMARY KEY (day, model)
 ) WITHOUT ROWID;
 
--- Recall: the full-text index of what events say (docs/recall.md). Its rowid is the
--- event's rowid. The triggers queue each written event in ``recall_pending`` and erase a
--- deleted one's index row, in the transaction that writes or deletes it; the store
--- indexes the queue before that transaction commits (``recall_sql.index_pending``, in
--- ``transactions.write_txn``), so a plain SQLite client may write events too.
--- ``agent_settings['recall_backfill']`` is the part of a migrated file still to index;
--- ``agent_settings['recall_purge']`` says a delete's postings are still to merge away.
-CREATE VIRTUAL TABLE IF NOT EXISTS events_fts USING fts5(
-  text, tokenize = "unicode61 remove_diacritics 2 categories 'L* N* Co So'"
+-- Recall: the full-text index of what events say (docs/recall.md), split into shards of
+-- bounded size: FTS5 tables ``events_fts_<n>`` created on demand (``storage.recall_shards``;
+-- their tokenizer: ``recall_shards.TOKENIZE``), each holding the events of a rowid range
+-- (``values.recall_shards``), rowid the event's. The triggers queue each written event in
+-- ``recall_pending`` and each deleted or rewritten one in ``events_fts_gone``, in the
+-- transaction that writes or deletes it; the store works both queues before that
+-- transaction commits (``recall_pending.index_pending``, in ``transactions.write_txn``):
+-- a deleted event's shard is merged (or dropped) then, so no posting of its text stays.
+-- So a plain SQLite client may write events too.
+-- ``agent_settings['recall_backfill']`` is the part of a migrated file still to index.
+CREATE TABLE IF NOT EXISTS events_fts_shards (
+  shard INTEGER PRIMARY KEY NOT NULL,       -- its FTS5 table is events_fts_<shard>
+  first_rowid INTEGER NOT NULL UNIQUE,      -- it holds events from this rowid to the next shard's
+  last_rowid INTEGER NOT NULL,              -- the highest rowid it ever indexed
+  chars INTEGER NOT NULL                    -- text indexed into it (bounded: SHARD_CHARS)
+);
+
+CREATE TABLE IF NOT EXISTS events_fts_gone (
+  event_rowid INTEGER PRIMARY KEY NOT NULL  -- an event deleted or rewritten, to erase
 );
 
 CREATE TABLE IF NOT EXISTS recall_pending (
@@ -193,17 +203,13 @@ CREATE TRIGGER IF NOT EXISTS events_fts_insert AFTER INSERT ON events BEGIN
   INSERT OR IGNORE INTO recall_pending(event_rowid) VALUES (new.rowid);
 END;
 
--- FTS5 deletes leave the old postings in place until segments merge: the flag asks the
--- delete's caller (and the next activation, after a crash) to merge them ('optimize').
 CREATE TRIGGER IF NOT EXISTS events_fts_delete AFTER DELETE ON events BEGIN
-  DELETE FROM events_fts WHERE rowid = old.rowid;
   DELETE FROM recall_pending WHERE event_rowid = old.rowid;
-  INSERT OR REPLACE INTO agent_settings(key, value) VALUES ('recall_purge', '1');
+  INSERT OR IGNORE INTO events_fts_gone(event_rowid) VALUES (old.rowid);
 END;
 
 CREATE TRIGGER IF NOT EXISTS events_fts_update AFTER UPDATE OF action, content, metadata
   ON events BEGIN
-  DELETE FROM events_fts WHERE rowid = old.rowid;
+  INSERT OR IGNORE INTO events_fts_gone(event_rowid) VALUES (old.rowid);
   INSERT OR IGNORE INTO recall_pending(event_rowid) VALUES (new.rowid);
-  INSERT OR REPLACE INTO agent_settings(key, value) VALUES ('recall_purge', '1');
 END;

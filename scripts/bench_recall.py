@@ -12,16 +12,20 @@ Run: ``.venv/bin/python scripts/bench_recall.py [--events N ...] [--turns N] [--
    two-word phrase taken from a stored event; timed through ``AgentActor.search``
    (the worker-thread hop included), 10 hits each.
 2. **Size**: the index's pages (``dbstat``: ``events_fts*``) against the events table's
-   and its indexes'; and the cost of deleting one event (the index is merged so that no
-   posting of it is left).
+   and its indexes'; and the cost of deleting one event (10 events at random, one per
+   ``events.delete``: each merges the shard that held the event, so that no posting of
+   it is left).
 3. **Per turn**: sequential 4-event turns (``build_working_context`` +
    ``persist_working_context``) on a file with the index's triggers and on the same file
    without them, at FULL and NORMAL, in alternating rounds (the figure: the median over
    rounds of each round's median turn).
-4. **Migration**: a version-3 file (no index) of the same events opened by a registry:
-   the background backfill's throughput (events/s), and meanwhile another agent of the
-   same registry runs sequential turns and searches: its longest call against the same
-   loop without a backfill.
+4. **Migration**: a version-8 file (one index holding every event, as files written
+   before the shards) of the same events opened by a registry: the open (the migration
+   drops the old index), the background backfill's throughput (events/s), and meanwhile
+   another agent of the same registry runs sequential turns and searches: its longest
+   call against the same loop without a backfill.
+
+``--parts search turns migration`` picks what to measure.
 
 Figures on a shared machine are noisy: compare the ratios of one run. The markdown table
 goes to stdout.
@@ -32,6 +36,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import random
+import shutil
 import sqlite3
 import statistics
 import sys
@@ -46,10 +51,11 @@ sys.path.insert(0, str(ROOT))
 
 from session_server.runtime.registry import ActorRegistry  # noqa: E402
 from session_server.storage.recall_pending import index_pending  # noqa: E402
-from session_server.storage.schema import schema_sql  # noqa: E402
-from session_server.storage.sqlite_open import _statements, connect, migrate  # noqa: E402
+from session_server.storage.sqlite_open import connect, migrate  # noqa: E402
 from session_server.values.codec import encode_json  # noqa: E402
 from session_server.values.events import ContextMessage, ToolCall  # noqa: E402
+from session_server.values.recall import indexed_text  # noqa: E402
+from tests.support.old_schema import undo_to  # noqa: E402
 
 AGENT = "bench-recall"
 SYLLABLES = [
@@ -157,17 +163,16 @@ def event_rows(text: Text, session: str, count: int, first_rowid: int) -> list[t
 
 
 def build_file(path: Path, text: Text, events: int, *, indexed: bool) -> list[str]:
-    """An agent file with ``events`` events in one session (``indexed``: schema 4 with
-    its triggers; else version 3, no index). Returns a sample of stored contents."""
+    """An agent file with ``events`` events in one session (``indexed``: the current
+    schema, indexed in shards; else version 8, as files written before the shards: one
+    index ``events_fts`` holding every event). Returns a sample of stored contents."""
     path.parent.mkdir(parents=True, exist_ok=True)
     conn = connect(path, synchronous="NORMAL", busy_timeout_ms=5000, readonly=False)
-    if indexed:
-        migrate(conn)
-    else:
-        for statement in _statements(schema_sql()):
-            if "events_fts" not in statement and "recall_pending" not in statement:
-                conn.execute(statement)
-        conn.execute("PRAGMA user_version=3")
+    migrate(conn)
+    if not indexed:
+        for statement in undo_to(8):
+            conn.execute(statement)
+        conn.execute("PRAGMA user_version=8")
     conn.execute("BEGIN")
     conn.execute(
         "INSERT INTO sessions(id, agent_id, created_at, updated_at, last_seq, last_turn)"
@@ -189,6 +194,15 @@ def build_file(path: Path, text: Text, events: int, *, indexed: bool) -> list[st
         sample.extend(str(r[4]) for r in rows[::500] if r[4])
     if indexed:
         index_pending(conn)  # what the store does before each commit
+    else:  # what version 8 held: every event in its one index
+        conn.execute("DELETE FROM agent_settings WHERE key = 'recall_backfill'")
+        conn.execute("DELETE FROM recall_pending")
+        cur = conn.execute("SELECT rowid, action, content, metadata FROM events")
+        while batch := cur.fetchmany(5_000):
+            conn.executemany(
+                "INSERT INTO events_fts(rowid, text) VALUES (?, ?)",
+                [(r[0], t) for r in batch if (t := indexed_text(r[1], r[2], r[3])) is not None],
+            )
     conn.execute("COMMIT")
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     conn.close()
@@ -249,14 +263,25 @@ async def bench_search(root: Path, text: Text, events: int, n_queries: int) -> d
             found = await actor.search(q)
             times.append(time.perf_counter() - t)
             hits += len(found["hits"])
-        # A delete merges the index (the purge of the deleted postings) before the WAL
-        # is truncated: its cost grows with the index.
-        first = (await actor.load_events("s", limit=1, tail=False))[0]
-        t = time.perf_counter()
-        await actor.delete_events("s", [first.id])
-        delete_s = time.perf_counter() - t
+        # A delete merges the shards of what it deleted (the purge of the deleted
+        # postings) in its transaction, then the WAL is truncated.
+        deletes = []
+        for seq in text.rng.sample(range(1, events + 1), 10):
+            t = time.perf_counter()
+            await actor.delete_events("s", [f"s-e{seq}"])
+            deletes.append(time.perf_counter() - t)
+    conn = sqlite3.connect(root / "agents" / AGENT / "agent.sqlite")
+    try:
+        try:
+            shards = conn.execute("SELECT count(*) FROM events_fts_shards").fetchone()[0]
+        except sqlite3.OperationalError:  # a build before the shards: one index
+            shards = 1
+    finally:
+        conn.close()
     return {
-        "delete_s": delete_s,
+        "delete_s": statistics.median(deletes),
+        "delete_max_s": max(deletes),
+        "shards": shards,
         "events": events,
         "build_s": build_s,
         "p50_ms": 1000 * pct(times, 0.5),
@@ -356,7 +381,8 @@ async def bench_migration(root: Path, text: Text, events: int) -> dict[str, floa
         actor = await reg.get(AGENT)
         stop = asyncio.Event()
         t0 = time.perf_counter()
-        await actor.store()  # activation starts the backfill
+        await actor.store()  # the migration (the old index dropped); the backfill starts
+        open_s = time.perf_counter() - t0
         during_task = asyncio.create_task(other_client(other, text, stop, 1))
         await actor.recall_settled()
         backfill_s = time.perf_counter() - t0
@@ -364,6 +390,7 @@ async def bench_migration(root: Path, text: Text, events: int) -> dict[str, floa
         during = await during_task
         assert (await actor.search("the"))["indexing"] is False
     return {
+        "open_s": open_s,
         "events_per_s": events / backfill_s,
         "backfill_s": backfill_s,
         "baseline_max_ms": 1000 * max(baseline),
@@ -374,6 +401,11 @@ async def bench_migration(root: Path, text: Text, events: int) -> dict[str, floa
     }
 
 
+def emit(lines: Sequence[str]) -> None:
+    """Print rows as they are measured (a long run interrupted keeps what it has)."""
+    print("\n".join(lines), flush=True)
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--events", type=int, nargs="+", default=[100_000])
@@ -381,44 +413,62 @@ async def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--queries", type=int, default=300)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument(
+        "--parts",
+        nargs="+",
+        choices=("search", "turns", "migration"),
+        default=["search", "turns", "migration"],
+        help="what to measure (1.-2., 3., 4.)",
+    )
     parser.add_argument("--turns-only", action="store_true", help="only the per-turn cost (3.)")
     args = parser.parse_args()
+    parts = {"turns"} if args.turns_only else set(args.parts)
     text = Text(random.Random(args.seed))
-    lines = ["| measure | figure |", "|---|---|"]
+    emit(["| measure | figure |", "|---|---|"])
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        for n in [] if args.turns_only else args.events:
+        for n in args.events if "search" in parts else []:
             s = await bench_search(root / f"search-{n}", text, n, args.queries)
-            lines += [
-                f"| search over {n:,} events, p50 / p99 / max | {s['p50_ms']:.2f} / "
-                f"{s['p99_ms']:.2f} / {s['max_ms']:.2f} ms ({s['hits_per_query']:.1f} hits) |",
-                f"| index size at {n:,} events | {s['fts_mib']:.1f} MiB, "
-                f"{s['fts_mib'] / s['events_mib']:.2f}x the events table and indexes "
-                f"({s['events_mib']:.1f} MiB) |",
-                f"| bulk insert of {n:,} events with the index | {s['build_s']:.1f} s |",
-                f"| events.delete of one event at {n:,} events (index merged) | "
-                f"{1000 * s['delete_s']:.0f} ms |",
-            ]
-        t = await bench_turns(root / "turns", text, args.turns, args.rounds)
-        for sync in ("FULL", "NORMAL"):
-            w, wo = t[f"{sync}_with_ms"], t[f"{sync}_without_ms"]
-            lines.append(
-                f"| sequential turn, {sync}: with index / without | {w:.3f} / {wo:.3f} ms "
-                f"({100 * (w / wo - 1):+.1f}%) |"
+            emit(
+                [
+                    f"| search over {n:,} events, p50 / p99 / max | {s['p50_ms']:.2f} / "
+                    f"{s['p99_ms']:.2f} / {s['max_ms']:.2f} ms "
+                    f"({s['hits_per_query']:.1f} hits) |",
+                    f"| index size at {n:,} events | {s['fts_mib']:.1f} MiB, "
+                    f"{s['fts_mib'] / s['events_mib']:.2f}x the events table and indexes "
+                    f"({s['events_mib']:.1f} MiB) |",
+                    f"| bulk insert of {n:,} events with the index | {s['build_s']:.1f} s |",
+                    f"| events.delete of one event at {n:,} events ({s['shards']} shards; "
+                    f"its shard merged), median / max of 10 | {1000 * s['delete_s']:.0f} / "
+                    f"{1000 * s['delete_max_s']:.0f} ms |",
+                ]
             )
-        if args.turns_only:
-            print("\n".join(lines))
-            return
-        m = await bench_migration(root / "migration", text, args.events[0])
-        lines += [
-            f"| backfill of a migrated file ({args.events[0]:,} events) | "
-            f"{m['events_per_s']:,.0f} events/s ({m['backfill_s']:.1f} s) |",
-            f"| another agent's calls meanwhile: max / p99 ({m['during_calls']} calls) | "
-            f"{m['during_max_ms']:.1f} / {m['during_p99_ms']:.1f} ms |",
-            f"| the same calls without a backfill: max / p99 | {m['baseline_max_ms']:.1f} / "
-            f"{m['baseline_p99_ms']:.1f} ms |",
-        ]
-    print("\n".join(lines))
+            shutil.rmtree(root / f"search-{n}")
+        if "turns" in parts:
+            t = await bench_turns(root / "turns", text, args.turns, args.rounds)
+            for sync in ("FULL", "NORMAL"):
+                w, wo = t[f"{sync}_with_ms"], t[f"{sync}_without_ms"]
+                emit(
+                    [
+                        f"| sequential turn, {sync}: with index / without | {w:.3f} / "
+                        f"{wo:.3f} ms ({100 * (w / wo - 1):+.1f}%) |"
+                    ]
+                )
+        if "migration" in parts:
+            n = args.events[0]
+            m = await bench_migration(root / "migration", text, n)
+            emit(
+                [
+                    f"| opening a version-8 file of {n:,} events (the migration drops "
+                    f"its single index) | {m['open_s']:.1f} s |",
+                    f"| backfill of the migrated file ({n:,} events) | "
+                    f"{m['events_per_s']:,.0f} events/s ({m['backfill_s']:.1f} s) |",
+                    f"| another agent's calls meanwhile: max / p99 ({m['during_calls']} calls)"
+                    f" | {m['during_max_ms']:.1f} / {m['during_p99_ms']:.1f} ms |",
+                    f"| the same calls without a backfill: max / p99 | "
+                    f"{m['baseline_max_ms']:.1f} / {m['baseline_p99_ms']:.1f} ms |",
+                ]
+            )
 
 
 if __name__ == "__main__":

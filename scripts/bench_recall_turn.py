@@ -9,12 +9,10 @@ result, answer; some 230 words of generated text per turn, as ``bench_recall.py`
 
 - ``no index``: the index's triggers dropped, nothing indexed (the same build without it);
 - ``store path``: the triggers queue each event in ``recall_pending``, and
-  ``index_pending`` indexes the queue before ``COMMIT`` (what the store does);
-- ``direct``: no insert trigger, the turn's events written to ``events_fts`` from Python
-  (what indexing the batch directly would cost, without the queue's round trip);
-- ``direct, columnsize=0`` / ``direct, detail=column``: the same with FTS5 options
-  (``detail=column`` cannot answer phrase queries; measured to show what it would save);
-- ``direct, automerge=0``: no incremental merging in the turn's transaction;
+  ``index_pending`` indexes the queue into the current shard before ``COMMIT`` (what the
+  store does: the queue, the shard's lookup and its registry row included);
+- ``direct``: no trigger, the turn's events written from Python to one FTS5 table
+  (what indexing costs without the queue and the shards' bookkeeping: FTS5's own work);
 - ``queue only``: the triggers queue the events but the turn does not index them (what a
   turn would cost if the index were built from the queue after the turn, in batches:
   measured to show the lower bound; the store does not do this).
@@ -43,12 +41,12 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from bench_recall import Text  # noqa: E402
 
 from session_server.storage.recall_pending import index_pending  # noqa: E402
+from session_server.storage.recall_shards import TOKENIZE  # noqa: E402
 from session_server.storage.sqlite_open import connect, migrate  # noqa: E402
 from session_server.values.codec import encode_json  # noqa: E402
 from session_server.values.recall import indexed_text  # noqa: E402
 
 Row = tuple[str, str, str | None]
-TOKENIZE = "tokenize = \"unicode61 remove_diacritics 2 categories 'L* N* Co So'\""
 TRIGGERS = ("events_fts_insert", "events_fts_delete", "events_fts_update")
 
 
@@ -75,15 +73,8 @@ def setup(conn: sqlite3.Connection, variant: str) -> None:
         return
     for name in TRIGGERS:
         conn.execute(f"DROP TRIGGER {name}")
-    options = {
-        "direct, columnsize=0": ", columnsize=0",
-        "direct, detail=column": ", detail=column",
-    }.get(variant)
-    if options is not None:
-        conn.execute("DROP TABLE events_fts")
-        conn.execute(f"CREATE VIRTUAL TABLE events_fts USING fts5(text, {TOKENIZE}{options})")
-    if variant == "direct, automerge=0":
-        conn.execute("INSERT INTO events_fts(events_fts, rank) VALUES ('automerge', 0)")
+    if variant.startswith("direct"):  # one FTS5 table, as the index was before its shards
+        conn.execute(f"CREATE VIRTUAL TABLE events_fts USING fts5(text, {TOKENIZE})")
 
 
 def one_file(path: Path, variant: str, sync: str, turns: list[list[Row]]) -> float:
@@ -147,15 +138,7 @@ def cpu_parts(turns: list[list[Row]]) -> dict[str, float]:
     }
 
 
-VARIANTS = (
-    "no index",
-    "store path",
-    "direct",
-    "direct, columnsize=0",
-    "direct, detail=column",
-    "direct, automerge=0",
-    "queue only",
-)
+VARIANTS = ("no index", "store path", "direct", "queue only")
 
 
 def main() -> None:

@@ -1,11 +1,13 @@
 """``Recall``: an actor's full-text search, the raw events of a range, reindexing, and the
 background indexing of a migrated file (I/O shell; docs/recall.md).
 
-The index itself is SQLite's (``events_fts``, kept by triggers in every write); what runs
+The index itself is SQLite's (the FTS5 shards ``events_fts_<n>``, kept by triggers in
+every write); what runs
 here is the backfill: the events a migration found (or a ``reindex`` emptied) are indexed
-by a task of the actor, ``BACKFILL_ROWS`` per transaction, each queued in the actor's
-mailbox like any write, so a client's writes wait at most one step and other agents'
-calls not at all. The backfill's progress lives in the file (``recall_sql``): after a
+by a task of the actor, at most ``BACKFILL_ROWS`` per transaction, each queued in the
+actor's mailbox like any write, so a client's writes wait at most one step; the steps are
+paced (``values.recall_pacing``: each step is followed by a rest as long as it took) so
+that other agents' calls keep most of the machine. The backfill's progress lives in the file (``recall_sql``): after a
 crash the next activation goes on where the last committed step ended.
 """
 
@@ -23,6 +25,7 @@ from ..storage.recall_sql import RecallFilter
 from ..values.codec import event_to_message
 from ..values.errors import InvalidParamsError, NotFoundError
 from ..values.recall import MAX_QUERY_CHARS, fts_query
+from ..values.recall_pacing import STEP_ROWS, rest
 
 if TYPE_CHECKING:
     from ..storage.store import AgentStore
@@ -60,7 +63,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-BACKFILL_ROWS: Final = 256
+BACKFILL_ROWS: Final = STEP_ROWS
 """Events indexed per backfill transaction: a write of the agent waits at most one."""
 MAX_SEARCH_LIMIT: Final = 50
 MAX_EXPAND: Final = 1000
@@ -104,13 +107,18 @@ class Recall:
 
     async def _backfill(self, actor: RecallActor) -> None:
         try:
-            if await actor.run_read(lambda store: store.recall_purge_pending()):
-                await actor.run_write(lambda store: store.recall_purge())
             if not await actor.run_read(lambda store: store.recall_pending()):
                 return
             done = 0
-            while n := await actor.run_write(lambda store: store.recall_backfill(BACKFILL_ROWS)):
+            clock = asyncio.get_running_loop().time
+            while True:
+                started = clock()
+                n = await actor.run_write(lambda store: store.recall_backfill(BACKFILL_ROWS))
+                if not n:
+                    break
                 done += n
+                # the other agents' share of the machine (``values.recall_pacing``)
+                await asyncio.sleep(rest(clock() - started))
             if done:
                 log.info("agent %r: recall index built (%d events)", self.agent_id, done)
         except asyncio.CancelledError:

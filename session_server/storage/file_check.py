@@ -69,6 +69,8 @@ _ADDED_TABLES: Final = {
     "usage_totals": 7,
     "usage_days": 7,
     "recall_pending": 8,
+    "events_fts_shards": 9,
+    "events_fts_gone": 9,
 }
 _SHOWN: Final = 3  # problems named in a refusal (the rest are counted)
 

@@ -1,8 +1,9 @@
 """The recall index's SQL (I/O bodies run by ``AgentStore``): the search, the backfill of
-a migrated file in bounded steps, the reset of ``reindex``, and the purge after deletes.
+a migrated file in bounded steps, and the reset of ``reindex``.
 
-``events_fts`` (``schema.sql``) holds one row per indexed event, its rowid the event's;
-triggers keep it in step with ``events``. ``agent_settings['recall_backfill']`` is
+The index is split into shards (``recall_shards``: FTS5 tables ``events_fts_<n>``), each
+holding one row per indexed event of a rowid range, its rowid the event's; triggers keep
+them in step with ``events`` (``recall_pending``). ``agent_settings['recall_backfill']`` is
 ``{"next": rowid, "end": rowid}``: the events with ``next < rowid <= end`` that a step
 has yet to index (absent: nothing left). A step indexes at most ``rows`` of them and
 moves ``next`` in the same transaction, so a crash at any point leaves index, events
@@ -25,7 +26,10 @@ from ..values.recall import (
     indexed_text,
     unsegment,
 )
+from ..values.recall_pacing import STEP_CHARS
+from ..values.recall_shards import Shard
 from ..values.records import CompactionRecord
+from .recall_shards import drop_all, index_rows, list_shards, shard_table
 from .stored_rows import EVENT_COLUMNS, SKIPPED_RECORDS, hydrate_or_skip
 
 __all__ = [
@@ -34,8 +38,6 @@ __all__ = [
     "backfill_pending",
     "backfill_step",
     "is_recall_object",
-    "purge",
-    "purge_pending",
     "rebuild_objects",
     "reset_index",
     "search",
@@ -43,9 +45,8 @@ __all__ = [
 
 BACKFILL_KEY: Final = "recall_backfill"
 PURGE_KEY: Final = "recall_purge"
+"""Set by files of schema 8 after a delete (its single index merged later); gone in 9."""
 SNIPPET_TOKENS: Final = 24
-STEP_CHARS: Final = 256 * 1024
-"""Text one backfill step indexes at most (beside its row bound)."""
 
 
 class RecallFilter(msgspec.Struct, frozen=True):
@@ -63,7 +64,7 @@ class RecallFilter(msgspec.Struct, frozen=True):
 def _has_index(conn: sqlite3.Connection) -> bool:
     return (
         conn.execute(
-            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'events_fts'"
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'events_fts_shards'"
         ).fetchone()
         is not None
     )
@@ -85,7 +86,12 @@ def _max_rowid(conn: sqlite3.Connection) -> int:
 
 
 def _queued(conn: sqlite3.Connection) -> bool:
-    return conn.execute("SELECT 1 FROM recall_pending LIMIT 1").fetchone() is not None
+    return (
+        conn.execute(
+            "SELECT 1 FROM recall_pending UNION ALL SELECT 1 FROM events_fts_gone LIMIT 1"
+        ).fetchone()
+        is not None
+    )
 
 
 def backfill_pending(conn: sqlite3.Connection) -> bool:
@@ -93,23 +99,6 @@ def backfill_pending(conn: sqlite3.Connection) -> bool:
     backfill to run, or events a plain SQLite client wrote (queued, indexed by the
     store's next write)."""
     return not _has_index(conn) or _backfill(conn) is not None or _queued(conn)
-
-
-def purge_pending(conn: sqlite3.Connection) -> bool:
-    """Whether a delete left old postings in the index (``purge`` not run since)."""
-    row = conn.execute("SELECT 1 FROM agent_settings WHERE key = ?", (PURGE_KEY,)).fetchone()
-    return row is not None
-
-
-def purge(conn: sqlite3.Connection) -> bool:
-    """After deletes (the body of one write transaction): merge the index's segments, so
-    no posting of a deleted event's text is left (FTS5 only marks deleted rows until its
-    segments merge; ``secure_delete`` then zeroes the freed pages). True when it ran."""
-    if not purge_pending(conn):
-        return False
-    conn.execute("INSERT INTO events_fts(events_fts) VALUES ('optimize')")
-    conn.execute("DELETE FROM agent_settings WHERE key = ?", (PURGE_KEY,))
-    return True
 
 
 def backfill_step(conn: sqlite3.Connection, rows: int) -> int:
@@ -134,12 +123,9 @@ def backfill_step(conn: sqlite3.Connection, rows: int) -> int:
         if chars >= STEP_CHARS:
             break
     done = len(texts) == len(batch) and len(batch) < rows
-    # OR REPLACE: an event written after the migration may reuse the rowid of one
-    # deleted before it, and its trigger indexed it already.
-    conn.executemany(
-        "INSERT OR REPLACE INTO events_fts(rowid, text) VALUES (?, ?)",
-        [(rowid, text) for rowid, text in texts if text is not None],
-    )
+    # Replaced when indexed already: an event written after the migration may reuse the
+    # rowid of one deleted before it, and its trigger indexed it.
+    index_rows(conn, [(rowid, text) for rowid, text in texts if text is not None])
     if done:
         conn.execute("DELETE FROM agent_settings WHERE key = ?", (BACKFILL_KEY,))
         return 0
@@ -153,7 +139,8 @@ def backfill_step(conn: sqlite3.Connection, rows: int) -> int:
 def reset_index(conn: sqlite3.Connection) -> int:
     """Empty the index and mark every stored event as still to index (``reindex``; the
     body of one write transaction). Returns the number of events to index."""
-    conn.execute("DELETE FROM events_fts")
+    drop_all(conn)
+    conn.execute("DELETE FROM events_fts_gone")
     conn.execute("DELETE FROM recall_pending")  # the backfill indexes every event
     end = _max_rowid(conn)
     count = int(conn.execute("SELECT count(*) FROM events").fetchone()[0])
@@ -207,6 +194,73 @@ def _in(column: str, values: Sequence[str], args: list[Any]) -> str:
     return f" AND {column} IN ({', '.join('?' * len(values))})"
 
 
+def _filters(query: RecallFilter) -> tuple[str, list[Any]] | None:
+    """The SQL condition on the event ``e`` (and its arguments) a hit must meet beside
+    its match; ``None``: nothing can (an empty set of sessions). The one place that says
+    which events a search covers."""
+    where = ""
+    args: list[Any] = []
+    if query.sessions is not None:
+        if not query.sessions:
+            return None
+        where += _in("e.session_id", query.sessions, args)
+    if query.after_seq is not None:
+        where += " AND e.seq > ?"
+        args.append(query.after_seq)
+    if query.before_seq is not None:
+        where += " AND e.seq < ?"
+        args.append(query.before_seq)
+    if query.actions:
+        where += _in("e.action", query.actions, args)
+    return where, args
+
+
+def _shards_for(conn: sqlite3.Connection, query: RecallFilter) -> list[Shard]:
+    """The shards that may hold a hit. A search limited to sessions reads only the shards
+    whose rowid range meets the rowids of those sessions' events (found on the
+    ``(session_id, seq)`` index, which holds each event's rowid): a session's search
+    does not pay for every shard of the agent."""
+    shards = list_shards(conn)  # newest range first
+    if query.sessions is None or len(shards) < 2:
+        return shards
+    # the sessions and seqs only: they are on the index (an action is not)
+    on_index = _filters(msgspec.structs.replace(query, actions=None))
+    assert on_index is not None  # the sessions are not empty: ``search`` checked
+    low, high = conn.execute(
+        f"SELECT min(e.rowid), max(e.rowid) FROM events AS e WHERE 1{on_index[0]}",
+        on_index[1],
+    ).fetchone()
+    if low is None:
+        return []
+    out: list[Shard] = []
+    upper: int | None = None  # the range of a shard ends where the next one's starts
+    for shard in shards:
+        if shard.first_rowid <= high and (upper is None or upper > low):
+            out.append(shard)
+        upper = shard.first_rowid
+    return out
+
+
+def _best(
+    conn: sqlite3.Connection, query: RecallFilter, where: str, args: list[Any]
+) -> list[tuple[float, int, int]]:
+    """The best ``query.limit`` matches over every shard: ``(bm25, shard, rowid)``, best
+    (lowest) first. Each shard ranks its own matches (bm25 with the shard's statistics);
+    only the best ``limit`` of each are kept to merge."""
+    found: list[tuple[float, int, int]] = []
+    for shard in _shards_for(conn, query):
+        table = shard_table(shard.shard)
+        rows = conn.execute(
+            f"SELECT bm25({table}) AS score, {table}.rowid FROM {table}"
+            f" JOIN events AS e ON e.rowid = {table}.rowid"
+            f" WHERE {table} MATCH ?{where} ORDER BY score LIMIT ?",
+            [query.expr, *args, query.limit],
+        ).fetchall()
+        found.extend((float(score), shard.shard, int(rowid)) for score, rowid in rows)
+    found.sort()
+    return found[: query.limit]
+
+
 def search(conn: sqlite3.Connection, query: RecallFilter) -> tuple[list[dict[str, Any]], bool]:
     """The best ``query.limit`` hits (bm25, best first) and whether the index is still
     being built, read in one snapshot."""
@@ -215,32 +269,23 @@ def search(conn: sqlite3.Connection, query: RecallFilter) -> tuple[list[dict[str
         if not _has_index(conn):  # a read-only open of a file not migrated yet
             return [], True
         indexing = _backfill(conn) is not None or _queued(conn)
-        where = "events_fts MATCH ?"
-        args: list[Any] = [query.expr]
-        if query.sessions is not None:
-            if not query.sessions:
-                return [], indexing
-            where += _in("e.session_id", query.sessions, args)
-        if query.after_seq is not None:
-            where += " AND e.seq > ?"
-            args.append(query.after_seq)
-        if query.before_seq is not None:
-            where += " AND e.seq < ?"
-            args.append(query.before_seq)
-        if query.actions:
-            where += _in("e.action", query.actions, args)
-        args.append(query.limit)
-        rows = conn.execute(
-            "SELECT e.session_id, e.seq, e.id, e.action, e.metadata,"
-            f" snippet(events_fts, 0, '{SNIPPET_OPEN}', '{SNIPPET_CLOSE}', '…',"
-            f" {SNIPPET_TOKENS}), bm25(events_fts) AS score"
-            " FROM events_fts JOIN events AS e ON e.rowid = events_fts.rowid"
-            f" WHERE {where} ORDER BY score LIMIT ?",
-            args,
-        ).fetchall()
+        filters = _filters(query)
+        if filters is None:
+            return [], indexing
         records: dict[str, CompactionRecord | None] = {}
         hits: list[dict[str, Any]] = []
-        for session_id, seq, event_id, action, metadata, snippet, score in rows:
+        for score, shard, rowid in _best(conn, query, *filters):
+            table = shard_table(shard)
+            row = conn.execute(
+                "SELECT e.session_id, e.seq, e.id, e.action, e.metadata,"
+                f" snippet({table}, 0, '{SNIPPET_OPEN}', '{SNIPPET_CLOSE}', '…',"
+                f" {SNIPPET_TOKENS}) FROM {table} JOIN events AS e ON e.rowid = {table}.rowid"
+                f" WHERE {table} MATCH ? AND {table}.rowid = ?",
+                (query.expr, rowid),
+            ).fetchone()
+            if row is None:
+                continue
+            session_id, seq, event_id, action, metadata, snippet = row
             if session_id not in records:
                 records[session_id] = _latest_record(conn, session_id)
             hits.append(
@@ -250,7 +295,7 @@ def search(conn: sqlite3.Connection, query: RecallFilter) -> tuple[list[dict[str
                     "event_id": event_id,
                     "action": action,
                     "snippet": unsegment(str(snippet or "")),
-                    "score": round(-float(score), 6),
+                    "score": round(-score, 6),
                     "in_context": event_in_context(
                         action,
                         seq,
@@ -278,12 +323,14 @@ def rebuild_objects(conn: sqlite3.Connection, statements: Sequence[str]) -> None
     conn.execute("BEGIN IMMEDIATE")
     try:
         objects = conn.execute(
-            "SELECT type, name FROM main.sqlite_master WHERE name LIKE 'events_fts%'"
+            "SELECT type, name, sql FROM main.sqlite_master WHERE name LIKE 'events_fts%'"
         ).fetchall()
-        for kind, name in objects:
+        for kind, name, _ in objects:
             if kind == "trigger":
                 conn.execute(f'DROP TRIGGER IF EXISTS "{name}"')
-        conn.execute("DROP TABLE IF EXISTS events_fts")
+        for kind, name, sql in objects:  # the virtual tables first: they drop their own
+            if kind == "table" and str(sql or "").upper().startswith("CREATE VIRTUAL"):
+                conn.execute(f'DROP TABLE IF EXISTS "{name}"')
         for kind, name in conn.execute(
             "SELECT type, name FROM main.sqlite_master WHERE name LIKE 'events_fts%'"
         ).fetchall():

@@ -166,6 +166,22 @@ MIGRATIONS: dict[int, Sequence[str]] = {
         " SELECT 'recall_backfill', json_object('next', 0, 'end', max(rowid)) FROM events"
         " HAVING count(*) > 0",
     ),
+    # 8 -> 9: the recall index in shards of bounded size (``storage.recall_shards``), so a
+    # delete rewrites the shards of what it deleted, not the whole index. The single
+    # index goes (its pages zeroed: ``secure_delete``) and the stored events are indexed
+    # again in bounded steps in the background, as after the 7 -> 8 migration.
+    8: (
+        "DROP TRIGGER IF EXISTS events_fts_insert",
+        "DROP TRIGGER IF EXISTS events_fts_delete",
+        "DROP TRIGGER IF EXISTS events_fts_update",
+        "DROP TABLE IF EXISTS events_fts",
+        *(s for s in _statements(schema_sql()) if "events_fts" in s),
+        "DELETE FROM recall_pending",
+        "DELETE FROM agent_settings WHERE key = 'recall_purge'",
+        "INSERT OR REPLACE INTO agent_settings(key, value)"
+        " SELECT 'recall_backfill', json_object('next', 0, 'end', max(rowid)) FROM events"
+        " HAVING count(*) > 0",
+    ),
 }
 
 

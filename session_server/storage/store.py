@@ -149,7 +149,6 @@ class AgentStore(StoreConnections):
         deleted text stays in old WAL frames until the next delete or checkpoint. A store
         closed meanwhile (by a local caller beside the delete) is such a failure too."""
         try:
-            await self._write("recall purge", recall_sql.purge)
             await self.erase_wal()
             if self.turn_log is not None:  # cluster mode: the log's copies made unreadable
                 await self.turn_log.erased()
@@ -453,15 +452,6 @@ class AgentStore(StoreConnections):
     async def recall_pending(self) -> bool:
         """Whether stored events are still to index (a migrated file, a reindex)."""
         return await self._read(recall_sql.backfill_pending)
-
-    async def recall_purge_pending(self) -> bool:
-        """Whether a delete's postings are still to purge (a crash came between)."""
-        return await self._read(recall_sql.purge_pending)
-
-    async def recall_purge(self) -> None:
-        """Purge what deletes left in the index, then erase the WAL."""
-        if await self._write("recall purge", recall_sql.purge):
-            await self.erase_wal()
 
     async def recall_backfill(self, rows: int) -> int:
         """Index up to ``rows`` events still to index, in one transaction (0: done)."""

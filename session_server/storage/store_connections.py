@@ -29,6 +29,7 @@ from ..values.errors import AgentUnavailableError
 from .file_lock import try_exclusive_lock
 from .file_modes import make_dir
 from .idempotency import DEFAULT_RETENTION, IdempotencyRetention
+from .recall_pending import erase_queued
 from .schema import READABLE_SCHEMA_VERSION, SCHEMA_VERSION
 from .sqlite_open import connect, migrate
 from .transactions import storage_error, write_txn
@@ -226,6 +227,8 @@ class StoreConnections:
                 )
                 try:
                     migrate(conn)
+                    if erase_queued(conn):  # deletes of a plain SQLite client
+                        left = True
                     if left:
                         _erase_left_wal(conn, agent_id)
                 except BaseException:

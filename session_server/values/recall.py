@@ -1,9 +1,9 @@
 """Recall: what the full-text index holds of an event, and how a typed query becomes an
 FTS5 expression (pure).
 
-The index (``events_fts`` in ``schema.sql``) is kept by SQLite triggers on ``events``,
-which queue every written event; the store indexes the queue with ``indexed_text`` before
-each write transaction commits (``storage.recall_pending``), so every path that writes an
+The index (FTS5 shards ``events_fts_<n>``, ``values.recall_shards``) is kept by SQLite
+triggers on ``events``, which queue every written event; the store indexes the queue
+with ``indexed_text`` before each write transaction commits (``storage.recall_pending``), so every path that writes an
 event indexes it, and every path that deletes one erases its index row, in the same
 transaction.
 

@@ -67,6 +67,31 @@ UNDO: Final[dict[int, tuple[str, ...]]] = {
         "DROP TABLE recall_pending",
         "DELETE FROM agent_settings WHERE key IN ('recall_backfill', 'recall_purge')",
     ),
+    # the recall index in shards: the single index of version 8 and its triggers again
+    # (the shards' tables stay, unregistered: version 9 drops a stale one when it makes
+    # a shard of that name), every event to index again
+    9: (
+        "DROP TRIGGER events_fts_insert",
+        "DROP TRIGGER events_fts_delete",
+        "DROP TRIGGER events_fts_update",
+        "DROP TABLE events_fts_shards",
+        "DROP TABLE events_fts_gone",
+        "CREATE VIRTUAL TABLE events_fts USING fts5(text,"
+        " tokenize = \"unicode61 remove_diacritics 2 categories 'L* N* Co So'\")",
+        "CREATE TRIGGER events_fts_insert AFTER INSERT ON events BEGIN"
+        " INSERT OR IGNORE INTO recall_pending(event_rowid) VALUES (new.rowid); END",
+        "CREATE TRIGGER events_fts_delete AFTER DELETE ON events BEGIN"
+        " DELETE FROM events_fts WHERE rowid = old.rowid;"
+        " DELETE FROM recall_pending WHERE event_rowid = old.rowid;"
+        " INSERT OR REPLACE INTO agent_settings(key, value) VALUES ('recall_purge', '1'); END",
+        "CREATE TRIGGER events_fts_update AFTER UPDATE OF action, content, metadata"
+        " ON events BEGIN DELETE FROM events_fts WHERE rowid = old.rowid;"
+        " INSERT OR IGNORE INTO recall_pending(event_rowid) VALUES (new.rowid);"
+        " INSERT OR REPLACE INTO agent_settings(key, value) VALUES ('recall_purge', '1'); END",
+        "INSERT OR REPLACE INTO agent_settings(key, value)"
+        " SELECT 'recall_backfill', json_object('next', 0, 'end', max(rowid)) FROM events"
+        " HAVING count(*) > 0",
+    ),
 }
 
 

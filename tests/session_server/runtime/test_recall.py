@@ -16,6 +16,7 @@ from session_server.values.errors import InvalidParamsError, NotFoundError
 from session_server.values.events import ContextMessage, SessionEvent, ToolCall
 from session_server.values.recall import SNIPPET_CLOSE, SNIPPET_OPEN
 from tests.support.old_schema import undo_to
+from tests.support.recall_index import indexed_rowids
 
 
 @pytest.fixture
@@ -126,7 +127,7 @@ async def test_filters(actor: AgentActor) -> None:
 def _fts_rows(db: Path) -> int:
     conn = sqlite3.connect(db)
     try:
-        return int(conn.execute("SELECT count(*) FROM events_fts").fetchone()[0])
+        return sum(indexed_rowids(conn).values())
     finally:
         conn.close()
 

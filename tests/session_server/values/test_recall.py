@@ -8,8 +8,7 @@ import msgspec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from session_server.storage.schema import schema_sql
-from session_server.storage.sqlite_open import _statements
+from session_server.storage.recall_shards import TOKENIZE
 from session_server.values.recall import (
     MAX_INDEXED_CHARS,
     MAX_QUERY_TERMS,
@@ -25,8 +24,7 @@ from session_server.values.records import CompactionRecord
 
 def _fts() -> sqlite3.Connection:
     conn = sqlite3.connect(":memory:")
-    (ddl,) = [s for s in _statements(schema_sql()) if "CREATE VIRTUAL TABLE" in s]
-    conn.execute(ddl)
+    conn.execute(f"CREATE VIRTUAL TABLE events_fts USING fts5(text, {TOKENIZE})")  # a shard's
     conn.execute(
         "INSERT INTO events_fts(rowid, text) VALUES (1, ?)",
         (segment('Ünïcode "quoted" text AND OR NOT 東京 🎉 x*y col:z'),),
