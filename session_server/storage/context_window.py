@@ -16,6 +16,7 @@ from ..values.events import SessionEvent
 from ..values.plans import ContextWindow
 from ..values.records import CompactionRecord
 from ..values.turns import widening_turns, window_from
+from .lineage_sql import events_source
 from .sqlite_open import connect
 from .stored_rows import (
     EVENT_COLUMNS,
@@ -41,10 +42,11 @@ def read_context_window(
         state = read_session_state(conn, session_id)
         if state is None:
             raise NotFoundError.session(session_id)
+        src, pre = events_source(conn, session_id)  # ``events``, or the lineage's ranges
         crow = conn.execute(
-            f"SELECT {EVENT_COLUMNS} FROM events WHERE session_id = ?"
+            f"SELECT {EVENT_COLUMNS} FROM {src} WHERE session_id = ?"
             " AND action = 'compaction' ORDER BY seq DESC LIMIT 1",
-            (session_id,),
+            (*pre, session_id),
         ).fetchone()
         record_event = None if crow is None else hydrate_or_skip(crow)
         record: CompactionRecord | None = None
@@ -56,11 +58,11 @@ def read_context_window(
         if from_record:
             from_seq = None if record is None else record.from_seq
         where = "session_id = ?"
-        args: list[Any] = [session_id]
+        args: list[Any] = [*pre, session_id]
         if from_seq is not None:
             where += " AND seq >= ?"
             args.append(from_seq)
-        sql = f"SELECT {EVENT_COLUMNS} FROM events WHERE {where} ORDER BY seq DESC"
+        sql = f"SELECT {EVENT_COLUMNS} FROM {src} WHERE {where} ORDER BY seq DESC"
         if limit is not None:
             sql += " LIMIT ?"
             args.append(max(0, int(limit)))
@@ -80,17 +82,17 @@ def read_context_window(
                 if lower < events[0].seq:
                     prefix = rows_to_events(
                         conn.execute(
-                            f"SELECT {EVENT_COLUMNS} FROM events WHERE session_id = ?"
+                            f"SELECT {EVENT_COLUMNS} FROM {src} WHERE session_id = ?"
                             " AND seq >= ? AND seq < ? ORDER BY seq",
-                            (session_id, lower, events[0].seq),
+                            (*pre, session_id, lower, events[0].seq),
                         ).fetchall()
                     )
         loaded = [*prefix, *events]
         complete = from_seq is None and (
             not loaded
             or conn.execute(
-                "SELECT 1 FROM events WHERE session_id = ? AND seq < ? LIMIT 1",
-                (session_id, loaded[0].seq),
+                f"SELECT 1 FROM {src} WHERE session_id = ? AND seq < ? LIMIT 1",
+                (*pre, session_id, loaded[0].seq),
             ).fetchone()
             is None
         )

@@ -69,6 +69,7 @@ _ADDED_TABLES: Final = {
     "usage_totals": 7,
     "usage_days": 7,
     "recall_pending": 8,
+    "lineage": 9,
 }
 _SHOWN: Final = 3  # problems named in a refusal (the rest are counted)
 
@@ -192,7 +193,11 @@ _ACTIONS_SQL: Final = ", ".join(f"'{a}'" for a in ACTIONS)
 # One scan of the events (with their session): each condition and what it means, in
 # the order a refusal names them.
 _EVENT_RULES: Final[tuple[tuple[str, str], ...]] = (
-    ("s.id IS NULL", "events of session {sid!r}, which does not exist"),
+    (
+        "s.id IS NULL AND NOT EXISTS (SELECT 1 FROM lineage l WHERE l.owner = e.session_id"
+        " AND e.seq BETWEEN l.lo AND l.hi)",
+        "events of session {sid!r}, which does not exist (and no fork reads them)",
+    ),
     ("e.id = ''", "session {sid!r}: the event at seq {seq} has an empty id"),
     (
         "e.seq < 1 OR e.seq > s.last_seq",

@@ -26,6 +26,7 @@ from ..values.recall import (
     unsegment,
 )
 from ..values.records import CompactionRecord
+from .lineage_sql import events_source, search_scope
 from .stored_rows import EVENT_COLUMNS, SKIPPED_RECORDS, hydrate_or_skip
 
 __all__ = [
@@ -168,10 +169,11 @@ def reset_index(conn: sqlite3.Connection) -> int:
 
 
 def _latest_record(conn: sqlite3.Connection, session_id: str) -> CompactionRecord | None:
+    src, pre = events_source(conn, session_id)
     row = conn.execute(
-        f"SELECT {EVENT_COLUMNS} FROM events WHERE session_id = ?"
+        f"SELECT {EVENT_COLUMNS} FROM {src} WHERE session_id = ?"
         " AND action = 'compaction' ORDER BY seq DESC LIMIT 1",
-        (session_id,),
+        (*pre, session_id),
     ).fetchone()
     event = None if row is None else hydrate_or_skip(row)
     if event is None:
@@ -217,10 +219,10 @@ def search(conn: sqlite3.Connection, query: RecallFilter) -> tuple[list[dict[str
         indexing = _backfill(conn) is not None or _queued(conn)
         where = "events_fts MATCH ?"
         args: list[Any] = [query.expr]
-        if query.sessions is not None:
-            if not query.sessions:
-                return [], indexing
-            where += _in("e.session_id", query.sessions, args)
+        if query.sessions is not None and not query.sessions:
+            return [], indexing
+        scope = search_scope(conn, query.sessions)  # forks read their parents' rows
+        where += scope.where(args)
         if query.after_seq is not None:
             where += " AND e.seq > ?"
             args.append(query.after_seq)
@@ -240,7 +242,10 @@ def search(conn: sqlite3.Connection, query: RecallFilter) -> tuple[list[dict[str
         ).fetchall()
         records: dict[str, CompactionRecord | None] = {}
         hits: list[dict[str, Any]] = []
-        for session_id, seq, event_id, action, metadata, snippet, score in rows:
+        found = [(sid, *rest) for owner, *rest in rows for sid in scope.report_as(owner, rest[0])][
+            : query.limit
+        ]
+        for session_id, seq, event_id, action, metadata, snippet, score in found:
             if session_id not in records:
                 records[session_id] = _latest_record(conn, session_id)
             hits.append(

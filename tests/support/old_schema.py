@@ -67,6 +67,8 @@ UNDO: Final[dict[int, tuple[str, ...]]] = {
         "DROP TABLE recall_pending",
         "DELETE FROM agent_settings WHERE key IN ('recall_backfill', 'recall_purge')",
     ),
+    # lineage (zero-copy forks)
+    9: ("DROP TABLE lineage",),
 }
 
 
