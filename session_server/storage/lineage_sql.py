@@ -302,7 +302,10 @@ def delete_from_view(conn: sqlite3.Connection, session_id: str, event_ids: Seque
     if hidden:  # rows another session still reads: this one stops reading them
         write_lineage(conn, session_id, hide(session_id, lineage, hidden))
     for owner, seq in found:
-        collect(conn, [owner], seq, seq)
+        if owner == session_id and seq not in hidden:  # its own row, read by nobody else
+            conn.execute("DELETE FROM events WHERE session_id = ? AND seq = ?", (owner, seq))
+        else:
+            collect(conn, [owner], seq, seq)
     return len(found)
 
 
