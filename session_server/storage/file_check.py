@@ -251,6 +251,11 @@ _SESSION_CHECKS: Final[tuple[tuple[str, str], ...]] = (
         "tool_calls: a row of session {0!r} names no session or a turn out of range",
     ),
     (
+        "SELECT l.session_id FROM lineage l LEFT JOIN sessions s ON s.id = l.session_id"
+        " WHERE s.id IS NULL OR l.lo < 0 OR l.hi < l.lo OR l.lo > s.last_seq + 1 LIMIT 1",
+        "lineage: a segment of session {0!r} names no session or an empty range",
+    ),
+    (
         "SELECT i.session_id FROM idempotency i LEFT JOIN sessions s ON s.id = i.session_id"
         " WHERE s.id IS NULL OR NOT json_valid(i.result) LIMIT 1",
         "idempotency: a row of session {0!r} names no session or holds no JSON result",

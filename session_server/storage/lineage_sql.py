@@ -37,7 +37,9 @@ __all__ = [
     "reader_of",
     "release_id",
     "search_scope",
+    "select_ordered",
     "shares_rows",
+    "source_for",
     "still_read",
     "write_lineage",
 ]
@@ -45,6 +47,12 @@ __all__ = [
 _ARM: Final = (
     "SELECT rowid AS row_id, id, ? AS session_id, seq, action, content, metadata, created_at,"
     " turn, turn_start_seq, token_count FROM events WHERE session_id = ? AND seq BETWEEN ? AND ?"
+)
+
+# ``EVENT_COLUMNS`` of one segment's rows, the reading session's id as theirs
+_ARM_EVENTS: Final = (
+    "SELECT id, ? AS session_id, seq, action, content, metadata, created_at, turn,"
+    " turn_start_seq, token_count FROM events WHERE session_id = ? AND seq BETWEEN ? AND ?"
 )
 
 
@@ -79,7 +87,11 @@ def write_lineage(
 def events_source(conn: sqlite3.Connection, session_id: str) -> tuple[str, tuple[Any, ...]]:
     """What to select a session's events from, and its arguments (they come before the
     caller's): ``events`` for a session without lineage, else one arm per segment."""
-    lineage = read_lineage(conn, session_id)
+    return source_for(session_id, read_lineage(conn, session_id))
+
+
+def source_for(session_id: str, lineage: Sequence[Segment] | None) -> tuple[str, tuple[Any, ...]]:
+    """``events_source`` of a lineage already read."""
     if lineage is None:
         return "events", ()
     args: list[Any] = []
@@ -352,3 +364,35 @@ def private_row(conn: sqlite3.Connection, session_id: str, seq: int) -> str:
     if owner != session_id:
         collect(conn, [owner], seq, seq)
     return new_id
+
+
+def select_ordered(
+    conn: sqlite3.Connection,
+    session_id: str,
+    lineage: Sequence[Segment],
+    where: str,
+    args: Sequence[Any],
+    *,
+    desc: bool,
+    limit: int | None,
+) -> list[Any]:
+    """The rows (``EVENT_COLUMNS``) of ``session_id``'s history matching ``where`` (a
+    condition on ``events`` columns, no session term), in seq order (``desc``: newest
+    first), at most ``limit``: one indexed range per segment, newest segment first when
+    ``desc``, stopping once enough rows came. The window read of a build takes this path
+    rather than ``events_source``'s ``UNION ALL``, whose merge handles every row once
+    per level of its tree of arms."""
+    order = "DESC" if desc else "ASC"
+    out: list[Any] = []
+    for seg in reversed(lineage) if desc else lineage:
+        left = None if limit is None else limit - len(out)
+        if left is not None and left <= 0:
+            break
+        out.extend(
+            conn.execute(
+                f"{_ARM_EVENTS} AND {where} ORDER BY seq {order}"
+                + ("" if left is None else f" LIMIT {int(left)}"),
+                (session_id, seg.owner, seg.lo, seg.hi, *args),
+            ).fetchall()
+        )
+    return out

@@ -34,7 +34,7 @@ async def loaded(actor: AgentActor, sid: str) -> list[Row]:
 
 async def apply(actor: AgentActor, model: Model, op: Op, counter: list[int]) -> None:
     kind, pick, arg = op
-    names = sorted(model.events)
+    names = list(model.events)  # in order of creation: the same ops pick the same sessions
     if kind == "new" or not names:
         sid = await actor.create_session()
         model.events[sid], model.last[sid] = [], 0
@@ -84,7 +84,9 @@ async def apply(actor: AgentActor, model: Model, op: Op, counter: list[int]) -> 
         after = await loaded(actor, sid)
         assert after[: len(rows)] == rows  # a compaction only appends its record
         model.events[sid] = after
-        model.last[sid] = after[-1][0] if after else model.last[sid]
+        row = await actor.get_session(sid)
+        assert row is not None
+        model.last[sid] = int(row["last_seq"])
     elif kind == "drop":
         assert await actor.delete_session(sid)
         del model.events[sid], model.last[sid]
