@@ -70,7 +70,7 @@ def _erasable(conn: sqlite3.Connection, cut: RawCut) -> list[str]:
     return [
         str(r[0])
         for r in conn.execute(
-            f"SELECT id FROM {src} WHERE session_id = ? AND seq < ?"
+            f"SELECT id, seq FROM {src} WHERE session_id = ? AND seq < ?"
             " AND action != 'compaction' AND seq < COALESCE(("
             f"SELECT seq FROM {src} WHERE session_id = ?"
             " AND action != 'compaction' ORDER BY seq DESC"

@@ -56,7 +56,7 @@ def _turn_position(conn: sqlite3.Connection, session_id: str, up_to: int) -> tup
     through the session's lineage."""
     src, args = events_source(conn, session_id)
     row = conn.execute(
-        f"SELECT turn, turn_start_seq FROM {src} WHERE session_id = ? AND seq <= ?"
+        f"SELECT turn, turn_start_seq, seq FROM {src} WHERE session_id = ? AND seq <= ?"
         " AND action = 'user_message' ORDER BY seq DESC LIMIT 1",
         (*args, session_id, up_to),
     ).fetchone()
@@ -135,7 +135,7 @@ def rewind_target(conn: sqlite3.Connection, session_id: str, to_seq: int) -> int
         )
     src, args = events_source(conn, session_id)
     nxt = conn.execute(
-        f"SELECT action, turn_start_seq FROM {src} WHERE session_id = ? AND seq > ?"
+        f"SELECT action, turn_start_seq, seq FROM {src} WHERE session_id = ? AND seq > ?"
         " AND action != 'compaction' ORDER BY seq LIMIT 1",
         (*args, session_id, to_seq),
     ).fetchone()

@@ -45,7 +45,7 @@ __all__ = [
 ]
 
 _ARM: Final = (
-    "SELECT rowid AS row_id, id, ? AS session_id, seq, action, content, metadata, created_at,"
+    "SELECT id, ? AS session_id, seq, action, content, metadata, created_at,"
     " turn, turn_start_seq, token_count FROM events WHERE session_id = ? AND seq BETWEEN ? AND ?"
 )
 
@@ -86,7 +86,10 @@ def write_lineage(
 
 def events_source(conn: sqlite3.Connection, session_id: str) -> tuple[str, tuple[Any, ...]]:
     """What to select a session's events from, and its arguments (they come before the
-    caller's): ``events`` for a session without lineage, else one arm per segment."""
+    caller's): ``events`` for a session without lineage, else one arm per segment.
+
+    A query over it with ``ORDER BY seq`` must select ``seq``: only then can SQLite
+    flatten it into a merge of the arms in index order (else it sorts every row)."""
     return source_for(session_id, read_lineage(conn, session_id))
 
 

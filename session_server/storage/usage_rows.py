@@ -236,7 +236,7 @@ def read_session_ages(conn: sqlite3.Connection, with_raw: bool) -> list[SessionA
 def _raw_state(conn: sqlite3.Connection, session_id: str) -> tuple[int, int | None]:
     src, pre = events_source(conn, session_id)  # a fork's inherited history counts
     row = conn.execute(
-        f"SELECT content, metadata FROM {src} WHERE session_id = ? AND action = 'compaction'"
+        f"SELECT content, metadata, seq FROM {src} WHERE session_id = ? AND action = 'compaction'"
         " ORDER BY seq DESC LIMIT 1",
         (*pre, session_id),
     ).fetchone()
