@@ -205,3 +205,26 @@ async def test_a_version_8_file_with_a_copied_fork_reads_as_before(tmp_path: Pat
         assert await contents(actor, "f") == [(1, "m1"), (2, "m2")]
         deeper = (await actor.fork_session("f", at_seq=1)).session_id
         assert await contents(actor, deeper) == [(1, "m1")]
+
+
+def test_ordered_reads_through_a_lineage_merge_the_index_ranges() -> None:
+    """A read of a session with lineage, ordered by seq, walks each segment's index range
+    in order and never sorts (a sort would read every row of a long history)."""
+    from session_server.storage.lineage_sql import events_source, write_lineage
+    from session_server.values.lineage import OPEN, Segment
+
+    conn = sqlite3.connect(":memory:")
+    for statement in _statements(schema_sql()):
+        conn.execute(statement)
+    write_lineage(conn, "f", [Segment(0, 10, "p"), Segment(11, 20, "q"), Segment(21, OPEN, "f")])
+    src, pre = events_source(conn, "f")
+    for sql, args in (
+        (f"SELECT turn, turn_start_seq, seq FROM {src} WHERE session_id = ? AND seq <= ?"
+         " AND action = 'user_message' ORDER BY seq DESC LIMIT 1", ("f", 5)),
+        (f"SELECT action, turn_start_seq, seq FROM {src} WHERE session_id = ? AND seq > ?"
+         " AND action != 'compaction' ORDER BY seq LIMIT 1", ("f", 5)),
+        (f"SELECT id, seq FROM {src} WHERE session_id = ? ORDER BY seq DESC LIMIT 3", ("f",)),
+    ):  # fmt: skip
+        plan = " | ".join(r[3] for r in conn.execute(f"EXPLAIN QUERY PLAN {sql}", (*pre, *args)))
+        assert "MERGE (UNION ALL)" in plan and "TEMP B-TREE" not in plan, plan
+    conn.close()
