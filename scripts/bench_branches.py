@@ -12,7 +12,8 @@ of N events is N/2 turns (a user message and an answer, about 60 bytes of text e
   rows of ``events`` each fork added (zero-copy: none);
 - build: a cold ``context.build`` (a fresh registry: nothing cached) of a fork 10 levels
   deep (each level forked at its parent's head, then one turn of its own) against a
-  session holding the same events written directly; best of 3 each, and their ratio;
+  session holding the same events written directly; the median of 9 each, taken in
+  turns, and their ratio;
 - rewind: a rewind to the middle of the session, keeping the tail as a branch, and one
   with ``erase`` (which also truncates the WAL), each on a fresh fork of the session,
   and a rewind of the session itself (a root) keeping the tail as a branch.
@@ -33,6 +34,7 @@ from session_server.values.events import SessionEvent
 
 AGENT = "bench"
 BATCH = 10_000
+BUILDS = 9
 
 
 def turn_events(start: int, count: int) -> list[SessionEvent]:
@@ -119,8 +121,12 @@ async def bench_deep_build(memory_dir: Path, events: int, depth: int = 10) -> di
             await fill(actor, current, 2, start=own)
             await fill(actor, flat, 2, start=own)
         await actor.mirror_settled()
-    deep = min([await cold_build(memory_dir, current) for _ in range(3)])
-    unforked = min([await cold_build(memory_dir, flat) for _ in range(3)])
+    deeps: list[float] = []
+    flats: list[float] = []
+    for _ in range(BUILDS):  # interleaved, so that a busy moment of the machine hits both
+        deeps.append(await cold_build(memory_dir, current))
+        flats.append(await cold_build(memory_dir, flat))
+    deep, unforked = statistics.median(deeps), statistics.median(flats)
     return {"deep_ms": deep * 1000, "flat_ms": unforked * 1000, "ratio": deep / unforked}
 
 
