@@ -27,6 +27,7 @@ __all__ = [
     "SearchScope",
     "clear_session_rows",
     "collect",
+    "count_in_view",
     "delete_from_view",
     "delete_session_rows",
     "events_source",
@@ -271,12 +272,7 @@ def clear_session_rows(conn: sqlite3.Connection, session_id: str, last_seq: int)
     lineage = read_lineage(conn, session_id)
     if lineage is None and not _shared(conn, session_id):
         return conn.execute("DELETE FROM events WHERE session_id = ?", (session_id,)).rowcount
-    src, pre = events_source(conn, session_id)
-    count = int(
-        conn.execute(
-            f"SELECT COUNT(*) FROM {src} WHERE session_id = ?", (*pre, session_id)
-        ).fetchone()[0]
-    )
+    count = count_in_view(conn, session_id, "COUNT(*)", "1", ())
     write_lineage(conn, session_id, [Segment(last_seq + 1, OPEN, session_id)])
     collect(conn, [session_id, *(s.owner for s in lineage or ())])
     return count
@@ -399,3 +395,31 @@ def select_ordered(
             ).fetchall()
         )
     return out
+
+
+def count_in_view(
+    conn: sqlite3.Connection, session_id: str, what: str, where: str, args: Sequence[Any]
+) -> int:
+    """``SELECT {what} FROM events WHERE session_id = ? AND {where}`` summed over the
+    session's history (``what``: an aggregate whose sum over parts is the whole, a
+    ``COUNT`` or a ``SUM``), one indexed range per segment: an aggregate over
+    ``events_source``'s ``UNION ALL`` would copy every row of the history first."""
+    lineage = read_lineage(conn, session_id)
+    if lineage is None:  # the query of a session without lineage, as before
+        return int(
+            conn.execute(
+                f"SELECT COALESCE({what}, 0) FROM events WHERE session_id = ? AND {where}",
+                (session_id, *args),
+            ).fetchone()[0]
+        )
+    parts = [(seg.owner, seg.lo, seg.hi) for seg in lineage]
+    return sum(
+        int(
+            conn.execute(
+                f"SELECT COALESCE({what}, 0) FROM events WHERE session_id = ?"
+                f" AND seq BETWEEN ? AND ? AND {where}",
+                (owner, lo, hi, *args),
+            ).fetchone()[0]
+        )
+        for owner, lo, hi in parts
+    )

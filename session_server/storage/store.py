@@ -31,7 +31,7 @@ from . import branch_sql, recall_sql, session_sql, stream_rows
 from . import sqlite_ops as ops
 from .context_window import read_context_window
 from .event_queries import EVENT_SIZE_SQL, event_query, read_events
-from .lineage_sql import delete_from_view, delete_session_rows, events_source
+from .lineage_sql import count_in_view, delete_from_view, delete_session_rows
 from .mirror_columns import (
     MirrorCheckpoint,
     MirrorRow,
@@ -259,9 +259,7 @@ class AgentStore(StoreConnections):
         summed by SQLite: nothing is read into Python)."""
 
         def fn(conn: sqlite3.Connection) -> int:
-            src, pre = events_source(conn, session_id)
-            sql = f"SELECT COALESCE(SUM({EVENT_SIZE_SQL}), 0) FROM {src} WHERE session_id = ?"
-            return int(conn.execute(sql, (*pre, session_id)).fetchone()[0])
+            return count_in_view(conn, session_id, f"SUM({EVENT_SIZE_SQL})", "1", ())
 
         return await self._read(fn)
 
@@ -412,13 +410,10 @@ class AgentStore(StoreConnections):
         """How many non-compaction events have ``from_seq <= seq < before_seq``."""
 
         def fn(conn: sqlite3.Connection) -> int:
-            src, pre = events_source(conn, session_id)
-            row = conn.execute(
-                f"SELECT COUNT(*) FROM {src} WHERE session_id = ? AND seq >= ? AND seq < ?"
-                " AND action != 'compaction'",
-                (*pre, session_id, from_seq, before_seq),
-            ).fetchone()
-            return int(row[0])
+            return count_in_view(
+                conn, session_id, "COUNT(*)", "seq >= ? AND seq < ? AND action != 'compaction'",
+                (from_seq, before_seq),
+            )  # fmt: skip
 
         return await self._read(fn)
 

@@ -19,7 +19,7 @@ import msgspec
 from ..values.records import CompactionRecord
 from ..values.retention import RetentionPolicy, SessionAge
 from ..values.usage import USAGE_FIELDS, Budget, UsageTotals
-from .lineage_sql import events_source
+from .lineage_sql import count_in_view, events_source
 
 __all__ = [
     "GroupBy",
@@ -245,10 +245,7 @@ def _raw_state(conn: sqlite3.Connection, session_id: str) -> tuple[int, int | No
     boundary = _summary_boundary(row[1])
     if boundary is None:
         return 0, None
-    count = conn.execute(
-        f"SELECT COUNT(*) FROM {src} WHERE session_id = ? AND action != 'compaction'",
-        (*pre, session_id),
-    ).fetchone()[0]
+    count = count_in_view(conn, session_id, "COUNT(*)", "action != 'compaction'", ())
     return int(count), boundary
 
 
