@@ -30,6 +30,20 @@ CREATE TABLE IF NOT EXISTS sessions (
 CREATE INDEX IF NOT EXISTS idx_sessions_parent ON sessions(parent_session_id)
   WHERE parent_session_id IS NOT NULL;
 
+-- zero-copy forks and rewinds (docs/branches.md): a session with rows here reads, in seq
+-- order, the rows of ``owner`` with lo <= seq <= hi of each of its segments (disjoint,
+-- increasing); a session without rows here reads its own rows. Rows of ``events`` no
+-- session reads any more are erased.
+CREATE TABLE IF NOT EXISTS lineage (
+  session_id TEXT NOT NULL,                 -- the reading session
+  lo INTEGER NOT NULL,                      -- first seq of the segment
+  hi INTEGER NOT NULL,                      -- last seq of the segment (2^62 - 1: open)
+  owner TEXT NOT NULL,                      -- events.session_id of the rows read
+  PRIMARY KEY (session_id, lo)
+) WITHOUT ROWID;
+-- who reads an owner's rows (deletes, retention, erasure)
+CREATE INDEX IF NOT EXISTS idx_lineage_owner ON lineage(owner, lo);
+
 -- one row per rewind: the seq it took (never reused) and what it abandoned
 CREATE TABLE IF NOT EXISTS rewinds (
   session_id TEXT NOT NULL,

@@ -7,13 +7,16 @@ build of a fork 10 levels deep against the same history unforked, and rewind tim
 Through the local API (``AgentActor``) on real files at ``synchronous=FULL``. A session
 of N events is N/2 turns (a user message and an answer, about 60 bytes of text each).
 
-- fork: the median of ``--forks`` forks at the head, and how much the agent file (main
-  file + WAL, after a checkpoint) grew per fork, in bytes and per copied event;
+- fork: the median of ``--forks`` forks at the head, how much the agent file (main
+  file + WAL, after a checkpoint) grew per fork, in bytes and per parent event, and the
+  rows of ``events`` each fork added (zero-copy: none);
 - build: a cold ``context.build`` (a fresh registry: nothing cached) of a fork 10 levels
   deep (each level forked at its parent's head, then one turn of its own) against a
-  session holding the same events written directly; best of 3 each, and their ratio;
+  session holding the same events written directly; the median of 9 each, taken in
+  turns, and their ratio;
 - rewind: a rewind to the middle of the session, keeping the tail as a branch, and one
-  with ``erase`` (which also truncates the WAL), each on a fresh fork of the session.
+  with ``erase`` (which also truncates the WAL), each on a fresh fork of the session,
+  and a rewind of the session itself (a root) keeping the tail as a branch.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from session_server.values.events import SessionEvent
 
 AGENT = "bench"
 BATCH = 10_000
+BUILDS = 9
 
 
 def turn_events(start: int, count: int) -> list[SessionEvent]:
@@ -44,6 +48,14 @@ def turn_events(start: int, count: int) -> list[SessionEvent]:
 async def fill(actor: AgentActor, sid: str, events: int, start: int = 0) -> None:
     for first in range(start, start + events, BATCH):
         await actor.append_events(sid, turn_events(first, min(BATCH, start + events - first)))
+
+
+def event_rows(memory_dir: Path) -> int:
+    conn = sqlite3.connect(memory_dir / "agents" / AGENT / "agent.sqlite")
+    try:
+        return int(conn.execute("SELECT count(*) FROM events").fetchone()[0])
+    finally:
+        conn.close()
 
 
 def file_bytes(memory_dir: Path) -> int:
@@ -66,18 +78,22 @@ async def bench_fork(memory_dir: Path, events: int, forks: int) -> dict[str, flo
         await fill(actor, sid, events)
         times = []
         growth = []
+        rows = []
         for _ in range(forks):
-            before = file_bytes(memory_dir)
+            await actor.mirror_settled()  # the previous fork's mirror is not this one's cost
+            before, before_rows = file_bytes(memory_dir), event_rows(memory_dir)
             started = time.perf_counter()
             await actor.fork_session(sid)
             times.append(time.perf_counter() - started)
             growth.append(file_bytes(memory_dir) - before)
+            rows.append(event_rows(memory_dir) - before_rows)
         await actor.mirror_settled()
     grown = statistics.median(growth)
     return {
         "fork_ms": statistics.median(times) * 1000,
         "growth_bytes": grown,
         "growth_per_event": grown / events,
+        "rows": statistics.median(rows),
     }
 
 
@@ -105,8 +121,12 @@ async def bench_deep_build(memory_dir: Path, events: int, depth: int = 10) -> di
             await fill(actor, current, 2, start=own)
             await fill(actor, flat, 2, start=own)
         await actor.mirror_settled()
-    deep = min([await cold_build(memory_dir, current) for _ in range(3)])
-    unforked = min([await cold_build(memory_dir, flat) for _ in range(3)])
+    deeps: list[float] = []
+    flats: list[float] = []
+    for _ in range(BUILDS):  # interleaved, so that a busy moment of the machine hits both
+        deeps.append(await cold_build(memory_dir, current))
+        flats.append(await cold_build(memory_dir, flat))
+    deep, unforked = statistics.median(deeps), statistics.median(flats)
     return {"deep_ms": deep * 1000, "flat_ms": unforked * 1000, "ratio": deep / unforked}
 
 
@@ -118,9 +138,14 @@ async def bench_rewind(memory_dir: Path, events: int) -> dict[str, float]:
         out = {}
         for erase in (False, True):
             target = (await actor.fork_session(sid)).session_id
+            await actor.mirror_settled()  # the fork's mirror files are not the rewind's cost
             started = time.perf_counter()
             await actor.rewind_session(target, events // 2, erase=erase)
             out["erase_ms" if erase else "branch_ms"] = (time.perf_counter() - started) * 1000
+            await actor.mirror_settled()
+        started = time.perf_counter()
+        await actor.rewind_session(sid, events // 2)
+        out["root_ms"] = (time.perf_counter() - started) * 1000
         await actor.mirror_settled()
     return out
 
@@ -130,9 +155,10 @@ async def main() -> None:
     parser.add_argument("--events", type=int, nargs="+", default=[1000, 100_000])
     parser.add_argument("--forks", type=int, default=5)
     args = parser.parse_args()
-    print("| events | fork (median) | file growth per fork | per event | 10-deep fork build "
-          "| unforked build | ratio | rewind (branch) | rewind (erase) |")  # fmt: skip
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| events | fork (median) | file growth per fork | per event | event rows per fork "
+          "| 10-deep fork build | unforked build | ratio | rewind of a fork (branch) "
+          "| rewind of a fork (erase) | rewind of the root (branch) |")  # fmt: skip
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for events in args.events:
         with tempfile.TemporaryDirectory() as tmp:
             root = Path(tmp)
@@ -141,9 +167,10 @@ async def main() -> None:
             rewind = await bench_rewind(root / "rewind", events)
         print(
             f"| {events:,} | {fork['fork_ms']:.1f} ms | {fork['growth_bytes'] / 1e6:.2f} MB "
-            f"| {fork['growth_per_event']:.0f} B | {deep['deep_ms']:.1f} ms "
-            f"| {deep['flat_ms']:.1f} ms | {deep['ratio']:.2f}x | {rewind['branch_ms']:.1f} ms "
-            f"| {rewind['erase_ms']:.1f} ms |",
+            f"| {fork['growth_per_event']:.2f} B | {fork['rows']:.0f} "
+            f"| {deep['deep_ms']:.1f} ms | {deep['flat_ms']:.1f} ms | {deep['ratio']:.2f}x "
+            f"| {rewind['branch_ms']:.1f} ms | {rewind['erase_ms']:.1f} ms "
+            f"| {rewind['root_ms']:.1f} ms |",
             flush=True,
         )
 

@@ -22,6 +22,7 @@ from typing import Any, Final, Protocol, TypeVar
 import msgspec
 
 from ..process.usage_metrics import UsageMetrics
+from ..storage.lineage_sql import events_source
 from ..storage.store import AgentStore
 from ..storage.usage_rows import read_session_ages, read_session_column
 from ..values.errors import NotFoundError
@@ -61,16 +62,20 @@ _UNKNOWN: Final = object()
 
 
 def _erasable(conn: sqlite3.Connection, cut: RawCut) -> list[str]:
-    """Ids of the next page of raw events ``cut`` erases (oldest first)."""
+    """Ids of the next page of raw events ``cut`` erases (oldest first), read through the
+    session's lineage (a fork's inherited events are its own to forget: the delete keeps
+    the rows other sessions still read, ``lineage_sql.delete_from_view``)."""
+    src, pre = events_source(conn, cut.session_id)
+    sid = cut.session_id
     return [
         str(r[0])
         for r in conn.execute(
-            "SELECT id FROM events WHERE session_id = ?1 AND seq < ?2"
+            f"SELECT id, seq FROM {src} WHERE session_id = ? AND seq < ?"
             " AND action != 'compaction' AND seq < COALESCE(("
-            "SELECT seq FROM events WHERE session_id = ?1"
+            f"SELECT seq FROM {src} WHERE session_id = ?"
             " AND action != 'compaction' ORDER BY seq DESC"
-            " LIMIT 1 OFFSET ?3 - 1), 0) ORDER BY seq LIMIT ?4",
-            (cut.session_id, cut.before_seq, cut.keep, ERASE_PAGE),
+            " LIMIT 1 OFFSET ? - 1), 0) ORDER BY seq LIMIT ?",
+            (*pre, sid, cut.before_seq, *pre, sid, cut.keep, ERASE_PAGE),
         )
     ]
 

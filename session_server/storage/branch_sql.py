@@ -6,18 +6,18 @@ mirror of the sessions they change stale in the same transaction
 (``sqlite_ops.invalidate_mirror``): the actor re-renders those folders right after the
 commit, and an activation after a crash repairs them.
 
-A fork copies the source's rows up to the fork point into the new session in one
-``INSERT ... SELECT`` (new event ids, same seqs, turns and token counts), so every reader
-of a session (windows, loads, the memory view, the mirror, export, search) reads a fork
-as any other session, and nothing the source does later (a write, a delete, a rewind,
-its deletion) reaches the fork. A rewind moves the abandoned rows to the branch it makes
-(ids kept), or deletes them with ``erase``.
+A fork copies no event: it writes its session row and its lineage (``values.lineage``:
+the source's history up to the fork point, then its own rows), so its cost does not grow
+with the history. A rewind moves no row either: the rewound session's lineage skips the
+abandoned range, and its branch is a fork at the old head, whose lineage reads that
+range where it is; ``erase`` erases the abandoned rows no other session reads
+(``lineage_sql.collect``). Every reader of a session's events reads through its lineage
+(``lineage_sql.events_source``).
 """
 
 from __future__ import annotations
 
 import sqlite3
-import time
 from typing import Any, Final
 
 from ..values.branches import (
@@ -30,28 +30,12 @@ from ..values.branches import (
 )
 from ..values.codec import now_ms
 from ..values.errors import InvalidParamsError, NotFoundError
+from ..values.lineage import fork_lineage, own_lineage, rewind_lineage
 from .branch_blocks import copy_blocks, rewind_session_blocks
+from .lineage_sql import collect, events_source, read_lineage, write_lineage
 from .sqlite_ops import insert_session, invalidate_mirror
 
 __all__ = ["fork_session", "list_branches", "rewind_session", "rewind_target"]
-
-# A fresh version 7 UUID per copied row, made by SQLite itself (no Python call per row):
-# the time of the fork in ms leads (``?1``: its 12 hex digits), then random bits from
-# ``randomblob`` (evaluated per row; a scalar subquery would be evaluated once) with the
-# RFC 9562 version and variant digits.
-_NEW_ID: Final = (
-    "substr(?1, 1, 8) || '-' || substr(?1, 9, 4) || '-7'"
-    " || substr(lower(hex(randomblob(2))), 1, 3) || '-'"
-    " || substr('89ab', (abs(random()) % 4) + 1, 1) || substr(lower(hex(randomblob(2))), 1, 3)"
-    " || '-' || lower(hex(randomblob(6)))"
-)
-
-_COPY_EVENTS: Final = (
-    "INSERT INTO events (id, session_id, seq, action, content, metadata, created_at, turn,"
-    " turn_start_seq, token_count)"
-    f" SELECT {_NEW_ID}, ?2, seq, action, content, metadata, created_at, turn,"
-    " turn_start_seq, token_count FROM events WHERE session_id = ?3 AND seq <= ?4 ORDER BY seq"
-)
 
 # A session's tool calls as its stored events say (the latest call of a reused id wins,
 # as ``values.turns.number_turns`` says): the rows a late tool result looks up.
@@ -67,16 +51,14 @@ _DERIVE_CALLS: Final = (
 )
 
 
-def _hex_stamp() -> str:
-    return (time.time_ns() // 1_000_000).to_bytes(6, "big").hex()
-
-
 def _turn_position(conn: sqlite3.Connection, session_id: str, up_to: int) -> tuple[int, int]:
-    """The turn of the last user message at or before ``up_to`` (0, 0 without one)."""
+    """The turn of the last user message at or before ``up_to`` (0, 0 without one), read
+    through the session's lineage."""
+    src, args = events_source(conn, session_id)
     row = conn.execute(
-        "SELECT turn, turn_start_seq FROM events WHERE session_id = ? AND seq <= ?"
+        f"SELECT turn, turn_start_seq, seq FROM {src} WHERE session_id = ? AND seq <= ?"
         " AND action = 'user_message' ORDER BY seq DESC LIMIT 1",
-        (session_id, up_to),
+        (*args, session_id, up_to),
     ).fetchone()
     return (0, 0) if row is None else (int(row[0]), int(row[1]))
 
@@ -92,14 +74,16 @@ def _source_row(conn: sqlite3.Connection, session_id: str) -> sqlite3.Row:
     return row  # type: ignore[no-any-return]
 
 
-def _copy_prefix(
+def _new_fork(
     conn: sqlite3.Connection, agent_id: str, source_id: str, new_id: str, at_seq: int,
     metadata: str | None,
 ) -> None:  # fmt: skip
-    """Create ``new_id`` holding copies of ``source_id``'s events up to ``at_seq``."""
+    """Create ``new_id`` reading ``source_id``'s history up to ``at_seq`` (no row copied)."""
     insert_session(conn, agent_id, new_id, None)
     conn.execute("UPDATE sessions SET metadata = ? WHERE id = ?", (metadata, new_id))
-    conn.execute(_COPY_EVENTS, (_hex_stamp(), new_id, source_id, at_seq))
+    write_lineage(
+        conn, new_id, fork_lineage(source_id, read_lineage(conn, source_id), at_seq, new_id)
+    )
 
 
 def fork_session(
@@ -123,10 +107,9 @@ def fork_session(
             f"at_seq: must be between 0 and the session's last seq {last_seq}, not {at}",
             data={"field": "at_seq", "last_seq": last_seq},
         )
-    _copy_prefix(
+    _new_fork(
         conn, agent_id, source_id, new_id, at, src["metadata"] if inherit_metadata else metadata
     )
-    conn.execute(_DERIVE_CALLS.format(only=""), (new_id, at))
     copy_blocks(conn, source_id, new_id, at)  # its session blocks as they stood at ``at``
     turn, start = _turn_position(conn, new_id, at)
     flag = int(src["compaction_required"]) if at == last_seq else 0
@@ -150,10 +133,11 @@ def rewind_target(conn: sqlite3.Connection, session_id: str, to_seq: int) -> int
             f"to_seq: must be between 0 and the session's last seq {last_seq}, not {to_seq}",
             data={"field": "to_seq", "last_seq": last_seq},
         )
+    src, args = events_source(conn, session_id)
     nxt = conn.execute(
-        "SELECT action, turn_start_seq FROM events WHERE session_id = ? AND seq > ?"
+        f"SELECT action, turn_start_seq, seq FROM {src} WHERE session_id = ? AND seq > ?"
         " AND action != 'compaction' ORDER BY seq LIMIT 1",
-        (session_id, to_seq),
+        (*args, session_id, to_seq),
     ).fetchone()
     return rewind_point(to_seq, None if nxt is None else nxt[0], 0 if nxt is None else nxt[1])
 
@@ -175,22 +159,29 @@ def rewind_session(
     src = _source_row(conn, session_id)
     last_seq = int(src["last_seq"])
     point = rewind_target(conn, session_id, to_seq)
-    present = int(
+    src_sql, src_args = events_source(conn, session_id)
+    present = (
         conn.execute(
-            "SELECT COUNT(*) FROM events WHERE session_id = ? AND seq > ?", (session_id, point)
-        ).fetchone()[0]
+            f"SELECT 1 FROM {src_sql} WHERE session_id = ? AND seq > ? LIMIT 1",
+            (*src_args, session_id, point),
+        ).fetchone()
+        is not None
     )
     abandoned = Abandoned(point + 1, last_seq) if point < last_seq else None
     branch: str | None = None
     erased = 0
+    lineage = read_lineage(conn, session_id)
+    rewind_seq = last_seq + 1
     if present and not erase:
         branch = branch_id
-        _copy_prefix(conn, agent_id, session_id, branch, point, src["metadata"])
+        _new_fork(conn, agent_id, session_id, branch, last_seq, src["metadata"])
+        # the calls of the abandoned turns, which the branch reads and the session forgets
         conn.execute(
-            "UPDATE events SET session_id = ? WHERE session_id = ? AND seq > ?",
+            "INSERT INTO tool_calls (session_id, call_id, turn, turn_start_seq)"
+            " SELECT ?, call_id, turn, turn_start_seq FROM tool_calls"
+            " WHERE session_id = ? AND turn_start_seq > ?",
             (branch, session_id, point),
         )
-        conn.execute(_DERIVE_CALLS.format(only=""), (branch, last_seq))
         copy_blocks(conn, session_id, branch, last_seq)  # the blocks as at the old head
         conn.execute(
             "UPDATE sessions SET last_seq = ?, last_turn = ?, last_turn_start_seq = ?,"
@@ -200,10 +191,18 @@ def rewind_session(
              src["compaction_required"], session_id, point, branch),
         )  # fmt: skip
         invalidate_mirror(conn, branch)
-    elif present:
-        erased = conn.execute(
-            "DELETE FROM events WHERE session_id = ? AND seq > ?", (session_id, point)
-        ).rowcount
+    write_lineage(conn, session_id, rewind_lineage(session_id, lineage, point, rewind_seq))
+    if present and erase:  # the abandoned rows no other session reads
+        before = sum(
+            int(conn.execute(
+                "SELECT COUNT(*) FROM events WHERE session_id = ? AND seq BETWEEN ? AND ?",
+                (seg.owner, max(seg.lo, point + 1), seg.hi),
+            ).fetchone()[0])
+            for seg in (lineage or own_lineage(session_id)) if seg.hi > point
+        )  # fmt: skip
+        owners = [seg.owner for seg in (lineage or own_lineage(session_id)) if seg.hi > point]
+        collect(conn, owners, point + 1, last_seq)
+        erased = before
     # The calls of abandoned turns go; an id reused from a kept turn points there again.
     gone = [
         r[0]
@@ -216,7 +215,6 @@ def rewind_session(
         marks = ",".join("?" * len(gone))
         only = f"AND json_extract(c.value, '$.id') IN ({marks})"
         conn.execute(_DERIVE_CALLS.format(only=only), (session_id, point, *gone))
-    rewind_seq = last_seq + 1
     rewind_session_blocks(conn, session_id, point, rewind_seq, erase=erase)
     turn, start = _turn_position(conn, session_id, point)
     now = now_ms()

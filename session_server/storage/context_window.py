@@ -16,6 +16,7 @@ from ..values.events import SessionEvent
 from ..values.plans import ContextWindow
 from ..values.records import CompactionRecord
 from ..values.turns import widening_turns, window_from
+from .lineage_sql import read_lineage, select_ordered, source_for
 from .sqlite_open import connect
 from .stored_rows import (
     EVENT_COLUMNS,
@@ -41,10 +42,12 @@ def read_context_window(
         state = read_session_state(conn, session_id)
         if state is None:
             raise NotFoundError.session(session_id)
+        lineage = read_lineage(conn, session_id)
+        src, pre = source_for(session_id, lineage)  # ``events``, or the lineage's ranges
         crow = conn.execute(
-            f"SELECT {EVENT_COLUMNS} FROM events WHERE session_id = ?"
+            f"SELECT {EVENT_COLUMNS} FROM {src} WHERE session_id = ?"
             " AND action = 'compaction' ORDER BY seq DESC LIMIT 1",
-            (session_id,),
+            (*pre, session_id),
         ).fetchone()
         record_event = None if crow is None else hydrate_or_skip(crow)
         record: CompactionRecord | None = None
@@ -55,16 +58,22 @@ def read_context_window(
                 SKIPPED_RECORDS.note(exc)
         if from_record:
             from_seq = None if record is None else record.from_seq
-        where = "session_id = ?"
-        args: list[Any] = [session_id]
-        if from_seq is not None:
-            where += " AND seq >= ?"
-            args.append(from_seq)
-        sql = f"SELECT {EVENT_COLUMNS} FROM events WHERE {where} ORDER BY seq DESC"
-        if limit is not None:
-            sql += " LIMIT ?"
-            args.append(max(0, int(limit)))
-        rows = conn.execute(sql, args).fetchall()
+        if lineage is not None:  # one range per segment, newest first
+            rows = select_ordered(
+                conn, session_id, lineage, "seq >= ?", [from_seq or 0], desc=True,
+                limit=None if limit is None else max(0, int(limit)),
+            )  # fmt: skip
+        else:
+            where = "session_id = ?"
+            args: list[Any] = [session_id]
+            if from_seq is not None:
+                where += " AND seq >= ?"
+                args.append(from_seq)
+            sql = f"SELECT {EVENT_COLUMNS} FROM events WHERE {where} ORDER BY seq DESC"
+            if limit is not None:
+                sql += " LIMIT ?"
+                args.append(max(0, int(limit)))
+            rows = conn.execute(sql, args).fetchall()
         rows.reverse()
         events = rows_to_events(rows)
         prefix: list[SessionEvent] = []
@@ -80,17 +89,22 @@ def read_context_window(
                 if lower < events[0].seq:
                     prefix = rows_to_events(
                         conn.execute(
-                            f"SELECT {EVENT_COLUMNS} FROM events WHERE session_id = ?"
+                            f"SELECT {EVENT_COLUMNS} FROM {src} WHERE session_id = ?"
                             " AND seq >= ? AND seq < ? ORDER BY seq",
-                            (session_id, lower, events[0].seq),
+                            (*pre, session_id, lower, events[0].seq),
                         ).fetchall()
-                    )
+                        if lineage is None
+                        else select_ordered(
+                            conn, session_id, lineage, "seq >= ? AND seq < ?",
+                            [lower, events[0].seq], desc=False, limit=None,
+                        )
+                    )  # fmt: skip
         loaded = [*prefix, *events]
         complete = from_seq is None and (
             not loaded
             or conn.execute(
-                "SELECT 1 FROM events WHERE session_id = ? AND seq < ? LIMIT 1",
-                (session_id, loaded[0].seq),
+                f"SELECT 1 FROM {src} WHERE session_id = ? AND seq < ? LIMIT 1",
+                (*pre, session_id, loaded[0].seq),
             ).fetchone()
             is None
         )

@@ -17,6 +17,7 @@ from types import TracebackType
 from typing import Final
 
 from ..values.events import SessionEvent
+from .lineage_sql import events_source
 from .sqlite_open import connect
 from .stored_rows import EVENT_COLUMNS, rows_to_events
 
@@ -42,7 +43,8 @@ class SessionEventReader:
             raise
 
     def _pages(self, sql: str) -> Iterator[SessionEvent]:
-        cursor = self._conn.execute(sql, (self.session_id,))
+        src, pre = events_source(self._conn, self.session_id)  # a fork's whole history
+        cursor = self._conn.execute(sql.format(src=src), (*pre, self.session_id))
         try:
             while rows := cursor.fetchmany(PAGE_EVENTS):
                 yield from rows_to_events(rows)
@@ -51,12 +53,12 @@ class SessionEventReader:
 
     def compactions(self) -> Iterator[SessionEvent]:
         return self._pages(
-            f"SELECT {EVENT_COLUMNS} FROM events WHERE session_id = ? AND action = 'compaction'"
-            " ORDER BY seq"
+            f"SELECT {EVENT_COLUMNS} FROM {{src}} WHERE session_id = ?"
+            " AND action = 'compaction' ORDER BY seq"
         )
 
     def events(self) -> Iterator[SessionEvent]:
-        return self._pages(f"SELECT {EVENT_COLUMNS} FROM events WHERE session_id = ? ORDER BY seq")
+        return self._pages(f"SELECT {EVENT_COLUMNS} FROM {{src}} WHERE session_id = ? ORDER BY seq")
 
     def last_seq(self) -> int | None:
         """The session's last seq in this snapshot (``None``: the session is gone)."""

@@ -16,6 +16,7 @@ import msgspec
 
 from ..values.errors import InvalidParamsError
 from ..values.events import ACTIONS, SessionEvent
+from .lineage_sql import events_source
 from .stored_rows import EVENT_COLUMNS, rows_to_events
 
 __all__ = ["EVENT_OVERHEAD", "EVENT_SIZE_SQL", "EventQuery", "event_query", "read_events"]
@@ -30,7 +31,8 @@ EVENT_SIZE_SQL: Final = (
 
 
 class EventQuery(msgspec.Struct, frozen=True):
-    """A planned read: the filtered query, the size cut, and how to apply it."""
+    """A planned read: the filtered query, the size cut, and how to apply it (``{src}``
+    in the SQL: what the session's events are selected from, ``lineage_sql``)."""
 
     sql: str
     cut_sql: str
@@ -41,6 +43,7 @@ class EventQuery(msgspec.Struct, frozen=True):
     max_bytes: int | None
     partial: bool
     tail: bool
+    session_id: str = ""
 
 
 def event_query(
@@ -80,7 +83,7 @@ def event_query(
     order = "DESC" if tail else "ASC"
     cond = " AND ".join(where)
     limit_sql = "" if limit is None else f" LIMIT {max(0, int(limit))}"
-    sql = f"SELECT {EVENT_COLUMNS} FROM events WHERE {cond} ORDER BY seq {order}{limit_sql}"
+    sql = f"SELECT {EVENT_COLUMNS} FROM {{src}} WHERE {cond} ORDER BY seq {order}{limit_sql}"
     # The first seq (in reading order) at which the running size passes max_bytes;
     # every event counts at least EVENT_OVERHEAD, so no more rows need summing.
     most = 1 if max_bytes is None else max_bytes // EVENT_OVERHEAD + 1
@@ -88,17 +91,20 @@ def event_query(
     cut_sql = (
         f"SELECT seq, first FROM (SELECT seq, SUM({EVENT_SIZE_SQL}) OVER (ORDER BY seq "
         f"{order}) AS running, ROW_NUMBER() OVER (ORDER BY seq {order}) = 1 AS first "
-        f"FROM (SELECT * FROM events WHERE {cond} ORDER BY seq {order}{rows_bound})) "
+        f"FROM (SELECT * FROM {{src}} WHERE {cond} ORDER BY seq {order}{rows_bound})) "
         "WHERE running > ? LIMIT 1"
     )
-    return EventQuery(sql, cut_sql, cond, tuple(args), order, limit_sql, max_bytes, partial, tail)
+    return EventQuery(
+        sql, cut_sql, cond, tuple(args), order, limit_sql, max_bytes, partial, tail, session_id
+    )
 
 
 def read_events(conn: sqlite3.Connection, q: EventQuery) -> tuple[list[SessionEvent], bool]:
     """Run a planned read: ``(events oldest first, complete)``."""
-    query, params, complete = q.sql, q.args, True
+    src, pre = events_source(conn, q.session_id)
+    query, params, complete = q.sql.format(src=src), (*pre, *q.args), True
     if q.max_bytes is not None:
-        cut = conn.execute(q.cut_sql, [*q.args, q.max_bytes]).fetchone()
+        cut = conn.execute(q.cut_sql.format(src=src), [*pre, *q.args, q.max_bytes]).fetchone()
         if cut is not None:
             complete = False
             if not q.partial:
@@ -106,10 +112,10 @@ def read_events(conn: sqlite3.Connection, q: EventQuery) -> tuple[list[SessionEv
             # Stop before the row that passes the bound (at it, when it is the first).
             op = ("<" if not q.tail else ">") + ("=" if cut[1] else "")
             query = (
-                f"SELECT {EVENT_COLUMNS} FROM events WHERE {q.cond} AND seq {op} ? "
+                f"SELECT {EVENT_COLUMNS} FROM {src} WHERE {q.cond} AND seq {op} ? "
                 f"ORDER BY seq {q.order}{q.limit_sql}"
             )
-            params = (*q.args, cut[0])
+            params = (*pre, *q.args, cut[0])
     events = rows_to_events(conn.execute(query, params).fetchall())
     if q.tail:
         events.reverse()

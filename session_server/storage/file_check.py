@@ -71,6 +71,7 @@ _ADDED_TABLES: Final = {
     "recall_pending": 8,
     "events_fts_shards": 9,
     "events_fts_gone": 9,
+    "lineage": 10,
 }
 _SHOWN: Final = 3  # problems named in a refusal (the rest are counted)
 
@@ -194,7 +195,11 @@ _ACTIONS_SQL: Final = ", ".join(f"'{a}'" for a in ACTIONS)
 # One scan of the events (with their session): each condition and what it means, in
 # the order a refusal names them.
 _EVENT_RULES: Final[tuple[tuple[str, str], ...]] = (
-    ("s.id IS NULL", "events of session {sid!r}, which does not exist"),
+    (
+        "s.id IS NULL AND NOT EXISTS (SELECT 1 FROM lineage l WHERE l.owner = e.session_id"
+        " AND e.seq BETWEEN l.lo AND l.hi)",
+        "events of session {sid!r}, which does not exist (and no fork reads them)",
+    ),
     ("e.id = ''", "session {sid!r}: the event at seq {seq} has an empty id"),
     (
         "e.seq < 1 OR e.seq > s.last_seq",
@@ -246,6 +251,11 @@ _SESSION_CHECKS: Final[tuple[tuple[str, str], ...]] = (
         " WHERE s.id IS NULL OR t.turn < 0 OR t.turn > s.last_turn OR t.turn_start_seq < 0"
         " OR t.turn_start_seq > s.last_seq LIMIT 1",
         "tool_calls: a row of session {0!r} names no session or a turn out of range",
+    ),
+    (
+        "SELECT l.session_id FROM lineage l LEFT JOIN sessions s ON s.id = l.session_id"
+        " WHERE s.id IS NULL OR l.lo < 0 OR l.hi < l.lo OR l.lo > s.last_seq + 1 LIMIT 1",
+        "lineage: a segment of session {0!r} names no session or an empty range",
     ),
     (
         "SELECT i.session_id FROM idempotency i LEFT JOIN sessions s ON s.id = i.session_id"

@@ -29,6 +29,7 @@ from ..values.recall import (
 from ..values.recall_pacing import STEP_CHARS
 from ..values.recall_shards import Shard
 from ..values.records import CompactionRecord
+from .lineage_sql import SearchScope, events_source, search_scope
 from .recall_shards import drop_all, index_rows, list_shards, shard_table
 from .stored_rows import EVENT_COLUMNS, SKIPPED_RECORDS, hydrate_or_skip
 
@@ -155,10 +156,11 @@ def reset_index(conn: sqlite3.Connection) -> int:
 
 
 def _latest_record(conn: sqlite3.Connection, session_id: str) -> CompactionRecord | None:
+    src, pre = events_source(conn, session_id)
     row = conn.execute(
-        f"SELECT {EVENT_COLUMNS} FROM events WHERE session_id = ?"
+        f"SELECT {EVENT_COLUMNS} FROM {src} WHERE session_id = ?"
         " AND action = 'compaction' ORDER BY seq DESC LIMIT 1",
-        (session_id,),
+        (*pre, session_id),
     ).fetchone()
     event = None if row is None else hydrate_or_skip(row)
     if event is None:
@@ -194,16 +196,18 @@ def _in(column: str, values: Sequence[str], args: list[Any]) -> str:
     return f" AND {column} IN ({', '.join('?' * len(values))})"
 
 
-def _filters(query: RecallFilter) -> tuple[str, list[Any]] | None:
+def _filters(
+    conn: sqlite3.Connection, query: RecallFilter
+) -> tuple[str, list[Any], SearchScope] | None:
     """The SQL condition on the event ``e`` (and its arguments) a hit must meet beside
-    its match; ``None``: nothing can (an empty set of sessions). The one place that says
-    which events a search covers."""
-    where = ""
+    its match, and the scope that says under which sessions a hit is reported (a fork
+    reads its parents' rows: ``lineage_sql.search_scope``); ``None``: nothing can (an
+    empty set of sessions). The one place that says which events a search covers."""
+    if query.sessions is not None and not query.sessions:
+        return None
     args: list[Any] = []
-    if query.sessions is not None:
-        if not query.sessions:
-            return None
-        where += _in("e.session_id", query.sessions, args)
+    scope = search_scope(conn, query.sessions)
+    where = scope.where(args)
     if query.after_seq is not None:
         where += " AND e.seq > ?"
         args.append(query.after_seq)
@@ -212,7 +216,7 @@ def _filters(query: RecallFilter) -> tuple[str, list[Any]] | None:
         args.append(query.before_seq)
     if query.actions:
         where += _in("e.action", query.actions, args)
-    return where, args
+    return where, args, scope
 
 
 def _shards_for(conn: sqlite3.Connection, query: RecallFilter) -> list[Shard]:
@@ -224,7 +228,7 @@ def _shards_for(conn: sqlite3.Connection, query: RecallFilter) -> list[Shard]:
     if query.sessions is None or len(shards) < 2:
         return shards
     # the sessions and seqs only: they are on the index (an action is not)
-    on_index = _filters(msgspec.structs.replace(query, actions=None))
+    on_index = _filters(conn, msgspec.structs.replace(query, actions=None))
     assert on_index is not None  # the sessions are not empty: ``search`` checked
     low, high = conn.execute(
         f"SELECT min(e.rowid), max(e.rowid) FROM events AS e WHERE 1{on_index[0]}",
@@ -269,12 +273,12 @@ def search(conn: sqlite3.Connection, query: RecallFilter) -> tuple[list[dict[str
         if not _has_index(conn):  # a read-only open of a file not migrated yet
             return [], True
         indexing = _backfill(conn) is not None or _queued(conn)
-        filters = _filters(query)
+        filters = _filters(conn, query)
         if filters is None:
             return [], indexing
-        records: dict[str, CompactionRecord | None] = {}
-        hits: list[dict[str, Any]] = []
-        for score, shard, rowid in _best(conn, query, *filters):
+        where, args, scope = filters
+        found: list[tuple[str, int, str, str, Any, Any, float]] = []
+        for score, shard, rowid in _best(conn, query, where, args):
             table = shard_table(shard)
             row = conn.execute(
                 "SELECT e.session_id, e.seq, e.id, e.action, e.metadata,"
@@ -285,7 +289,14 @@ def search(conn: sqlite3.Connection, query: RecallFilter) -> tuple[list[dict[str
             ).fetchone()
             if row is None:
                 continue
-            session_id, seq, event_id, action, metadata, snippet = row
+            owner, seq, event_id, action, metadata, snippet = row
+            found.extend(
+                (session_id, seq, event_id, action, metadata, snippet, score)
+                for session_id in scope.report_as(owner, seq)
+            )
+        records: dict[str, CompactionRecord | None] = {}
+        hits: list[dict[str, Any]] = []
+        for session_id, seq, event_id, action, metadata, snippet, score in found[: query.limit]:
             if session_id not in records:
                 records[session_id] = _latest_record(conn, session_id)
             hits.append(

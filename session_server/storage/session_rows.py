@@ -16,8 +16,20 @@ from ..values.session_rows import (
     ToolCallRow,
     columns,
 )
+from .lineage_sql import events_source
 
 __all__ = ["read_session_rows", "write_session_rows"]
+
+# The tool calls a session with lineage reads, as its events say (the latest call of a
+# reused id wins, as ``values.turns.number_turns`` says): an export is self-contained.
+_VIEW_CALLS: Final = (
+    "SELECT call_id, turn, turn_start_seq FROM (SELECT json_extract(c.value, '$.id') AS call_id,"
+    " e.turn AS turn, e.turn_start_seq AS turn_start_seq, ROW_NUMBER() OVER ("
+    " PARTITION BY json_extract(c.value, '$.id') ORDER BY e.seq DESC) AS n"
+    " FROM {src} AS e, json_each(e.metadata, '$.toolCalls') AS c"
+    " WHERE e.session_id = ? AND e.action = 'tool_call_request' AND json_valid(e.metadata)"
+    " AND json_type(c.value, '$.id') = 'text') WHERE n = 1 ORDER BY call_id"
+)
 
 _TABLES: Final[tuple[tuple[str, type[msgspec.Struct], str], ...]] = (
     ("events", EventRow, "seq"),
@@ -36,11 +48,16 @@ def read_session_rows(conn: sqlite3.Connection, session_id: str) -> SessionRows 
         if row is None:
             return None
         parts: dict[str, list[Any]] = {}
+        src, pre = events_source(conn, session_id)  # a fork's inherited history included
         for table, row_type, order in _TABLES:
+            if src != "events" and table == "tool_calls":
+                cur = conn.execute(_VIEW_CALLS.format(src=src), (*pre, session_id))
+                parts[table] = [ToolCallRow(session_id, *r) for r in cur]
+                continue
             cur = conn.execute(
-                f"SELECT {', '.join(columns(row_type))} FROM {table}"
+                f"SELECT {', '.join(columns(row_type))} FROM {src if table == 'events' else table}"
                 f" WHERE session_id = ? ORDER BY {order}",
-                (session_id,),
+                (*(pre if table == "events" else ()), session_id),
             )
             parts[table] = [row_type(*r) for r in cur]
     finally:

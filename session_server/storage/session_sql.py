@@ -14,6 +14,13 @@ from ..values.codec import dehydrate_event, encode_json, now_ms
 from ..values.errors import ConflictError, InvalidParamsError, NotFoundError
 from ..values.events import SessionEvent
 from . import sqlite_ops as ops
+from .lineage_sql import (
+    clear_session_rows,
+    delete_from_view,
+    events_source,
+    private_row,
+    shares_rows,
+)
 from .stored_rows import EVENT_COLUMNS, hydrate_or_skip, session_row
 
 __all__ = ["clear_events", "list_sessions_page", "pop_event", "replace_metadata"]
@@ -124,10 +131,11 @@ def pop_event(
     """
     if conn.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone() is None:
         raise NotFoundError.session(session_id)
+    src, pre = events_source(conn, session_id)
     row = conn.execute(
-        f"SELECT {EVENT_COLUMNS} FROM events WHERE session_id = ? AND action != 'compaction'"
+        f"SELECT {EVENT_COLUMNS} FROM {src} WHERE session_id = ? AND action != 'compaction'"
         " ORDER BY seq DESC LIMIT 1",
-        (session_id,),
+        (*pre, session_id),
     ).fetchone()
     current = None if row is None else hydrate_or_skip(row)
     found = None if current is None else current.id
@@ -139,13 +147,16 @@ def pop_event(
     if current is None:
         return None
     if replacement is None:
-        conn.execute("DELETE FROM events WHERE id = ?", (current.id,))
+        delete_from_view(conn, session_id, [current.id])  # kept for forks that read it
     else:
+        target = current.id
+        if src != "events" or shares_rows(conn, session_id):  # other sessions keep theirs
+            target = private_row(conn, session_id, current.seq)
         event, tokens = replacement
         d = dehydrate_event(event)
         conn.execute(
             "UPDATE events SET action = ?, content = ?, metadata = ?, token_count = ? WHERE id = ?",
-            (d["action"], d["content"], d["metadata"], tokens, current.id),
+            (d["action"], d["content"], d["metadata"], tokens, target),
         )
     conn.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (now_ms(), session_id))
     ops.invalidate_mirror(conn, session_id)
@@ -157,7 +168,9 @@ def clear_events(conn: sqlite3.Connection, session_id: str) -> int:
     row (metadata, strategy, ``last_seq``: seqs are never reused); how many went."""
     if conn.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone() is None:
         raise NotFoundError.session(session_id)
-    deleted = conn.execute("DELETE FROM events WHERE session_id = ?", (session_id,)).rowcount
+    last_seq = int(conn.execute("SELECT last_seq FROM sessions WHERE id = ?", (session_id,))
+                   .fetchone()[0])  # fmt: skip
+    deleted = clear_session_rows(conn, session_id, last_seq)  # what forks read stays
     conn.execute("DELETE FROM tool_calls WHERE session_id = ?", (session_id,))
     conn.execute(
         "UPDATE sessions SET compaction_required = 0, updated_at = ? WHERE id = ?",

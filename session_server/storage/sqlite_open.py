@@ -182,6 +182,9 @@ MIGRATIONS: dict[int, Sequence[str]] = {
         " SELECT 'recall_backfill', json_object('next', 0, 'end', max(rowid)) FROM events"
         " HAVING count(*) > 0",
     ),
+    # 9 -> 10: lineage (zero-copy forks and rewinds), empty: forks made before it hold
+    # copies of their rows and read them as any session without lineage does.
+    9: tuple(s for s in _statements(schema_sql()) if "EXISTS lineage " in s or "ON lineage(" in s),
 }
 
 

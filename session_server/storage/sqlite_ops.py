@@ -39,6 +39,7 @@ from .idempotency import (
     prune_idempotency,
     replayed_result,
 )
+from .lineage_sql import inherited_calls, release_id
 from .stored_rows import (
     EVENT_COLUMNS,
 )
@@ -89,6 +90,7 @@ def insert_session(
         raise ConflictError(
             f"session_id: session {session_id!r} already exists", data={"field": "session_id"}
         )
+    release_id(conn, session_id)  # rows a deleted session of that id left to its forks
     now = now_ms()
     conn.execute(
         "INSERT INTO sessions (id, agent_id, created_at, updated_at, metadata)"
@@ -167,6 +169,8 @@ def append(
             (session_id, *wanted),
         ):
             known[r[0]] = TurnPosition(int(r[1]), int(r[2]))
+        if len(known) < len(wanted):  # a fork's calls made before it forked
+            known.update(inherited_calls(conn, session_id, [c for c in wanted if c not in known]))
     positions, added = number_turns(events, first_seq=last_seq + 1, last=last, calls=known)
     stored: list[SessionEvent] = []
     rows_out: list[tuple[Any, ...]] = []

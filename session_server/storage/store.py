@@ -37,6 +37,7 @@ from . import branch_sql, recall_sql, session_sql, stream_rows
 from . import sqlite_ops as ops
 from .context_window import read_context_window
 from .event_queries import EVENT_SIZE_SQL, event_query, read_events
+from .lineage_sql import count_in_view, delete_from_view, delete_session_rows
 from .mirror_columns import (
     MirrorCheckpoint,
     MirrorRow,
@@ -98,8 +99,8 @@ class AgentStore(StoreConnections):
         def body(conn: sqlite3.Connection) -> tuple[bool, int]:
             deleted = conn.execute("DELETE FROM sessions WHERE id = ?", (session_id,)).rowcount > 0
             rows = delete_session_usage(conn, session_id)
+            rows += delete_session_rows(conn, session_id)  # what its forks read stays
             for table in (
-                "events",
                 "tool_calls",
                 "idempotency",
                 "streams",
@@ -263,8 +264,11 @@ class AgentStore(StoreConnections):
     async def events_bytes(self, session_id: str) -> int:
         """About how many bytes the session's events take in JSON (``EVENT_SIZE_SQL``
         summed by SQLite: nothing is read into Python)."""
-        sql = f"SELECT COALESCE(SUM({EVENT_SIZE_SQL}), 0) FROM events WHERE session_id = ?"
-        return await self._read(lambda conn: int(conn.execute(sql, (session_id,)).fetchone()[0]))
+
+        def fn(conn: sqlite3.Connection) -> int:
+            return count_in_view(conn, session_id, f"SUM({EVENT_SIZE_SQL})", "1", ())
+
+        return await self._read(fn)
 
     async def load_events_bounded(
         self,
@@ -304,13 +308,9 @@ class AgentStore(StoreConnections):
     async def delete_events(self, session_id: str, event_ids: Sequence[str]) -> int:
         if not event_ids:
             return 0
-        marks = ",".join("?" * len(event_ids))
 
         def body(conn: sqlite3.Connection) -> int:
-            deleted = conn.execute(
-                f"DELETE FROM events WHERE session_id = ? AND id IN ({marks})",
-                (session_id, *event_ids),
-            ).rowcount
+            deleted = delete_from_view(conn, session_id, event_ids)  # through its lineage
             if deleted:
                 ops.invalidate_mirror(conn, session_id)
             return int(deleted)
@@ -417,12 +417,10 @@ class AgentStore(StoreConnections):
         """How many non-compaction events have ``from_seq <= seq < before_seq``."""
 
         def fn(conn: sqlite3.Connection) -> int:
-            row = conn.execute(
-                "SELECT COUNT(*) FROM events WHERE session_id = ? AND seq >= ? AND seq < ?"
-                " AND action != 'compaction'",
-                (session_id, from_seq, before_seq),
-            ).fetchone()
-            return int(row[0])
+            return count_in_view(
+                conn, session_id, "COUNT(*)", "seq >= ? AND seq < ? AND action != 'compaction'",
+                (from_seq, before_seq),
+            )  # fmt: skip
 
         return await self._read(fn)
 

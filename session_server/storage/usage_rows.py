@@ -19,6 +19,7 @@ import msgspec
 from ..values.records import CompactionRecord
 from ..values.retention import RetentionPolicy, SessionAge
 from ..values.usage import USAGE_FIELDS, Budget, UsageTotals
+from .lineage_sql import count_in_view, events_source
 
 __all__ = [
     "GroupBy",
@@ -233,20 +234,18 @@ def read_session_ages(conn: sqlite3.Connection, with_raw: bool) -> list[SessionA
 
 
 def _raw_state(conn: sqlite3.Connection, session_id: str) -> tuple[int, int | None]:
+    src, pre = events_source(conn, session_id)  # a fork's inherited history counts
     row = conn.execute(
-        "SELECT content, metadata FROM events WHERE session_id = ? AND action = 'compaction'"
+        f"SELECT content, metadata, seq FROM {src} WHERE session_id = ? AND action = 'compaction'"
         " ORDER BY seq DESC LIMIT 1",
-        (session_id,),
+        (*pre, session_id),
     ).fetchone()
     if row is None:
         return 0, None
     boundary = _summary_boundary(row[1])
     if boundary is None:
         return 0, None
-    count = conn.execute(
-        "SELECT COUNT(*) FROM events WHERE session_id = ? AND action != 'compaction'",
-        (session_id,),
-    ).fetchone()[0]
+    count = count_in_view(conn, session_id, "COUNT(*)", "action != 'compaction'", ())
     return int(count), boundary
 
 

@@ -47,6 +47,9 @@ class SessionRow(msgspec.Struct, forbid_unknown_fields=True):
     last_turn_start_seq: int
     strategy: str | None
     compaction_required: int
+    parent_session_id: str | None = None
+    fork_seq: int | None = None
+    fork_kind: str | None = None
 
 
 class EventRow(msgspec.Struct, forbid_unknown_fields=True, tag="event", tag_field="kind"):

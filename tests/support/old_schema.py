@@ -92,6 +92,8 @@ UNDO: Final[dict[int, tuple[str, ...]]] = {
         " SELECT 'recall_backfill', json_object('next', 0, 'end', max(rowid)) FROM events"
         " HAVING count(*) > 0",
     ),
+    # lineage (zero-copy forks)
+    10: ("DROP TABLE lineage",),
 }
 
 

@@ -168,7 +168,9 @@ def test_a_since_read_searches_one_session_by_seq(tmp_path: Path) -> None:
             after_seq=None, actions=None,
         )  # fmt: skip
         assert q is not None
-        plan = " ".join(r[3] for r in conn.execute(f"EXPLAIN QUERY PLAN {q.sql}", q.args))
+        plan = " ".join(
+            r[3] for r in conn.execute(f"EXPLAIN QUERY PLAN {q.sql.format(src='events')}", q.args)
+        )
         assert "idx_events_session_seq (session_id=?)" in plan, plan
         assert "SCAN events" not in plan, plan
     finally:
