@@ -21,6 +21,7 @@ from ..values.errors import (
     InvalidRequestError,
     MethodNotFoundError,
     NotFoundError,
+    NotOwnerError,
     ParseError,
     SessionServerError,
     TooLargeError,
@@ -136,15 +137,18 @@ def retry_after(exc: BaseException) -> float:
     return float(value) if isinstance(value, int | float) and value >= 0 else 0.0
 
 
+_UNAVAILABLE_REASONS: Final[dict[Any, type[UnavailableError]]] = {
+    "budget_exceeded": BudgetExceededError,
+    "not_owner": NotOwnerError,
+}
+
+
 def error_from(error: dict[str, Any]) -> SessionServerError:
     """The project exception for a JSON-RPC error object (``InternalError`` if unknown)."""
     code = error.get("code")
     cls = ERROR_CLASSES.get(code, InternalError) if isinstance(code, int) else InternalError
     data = error.get("data")
-    if (
-        cls is UnavailableError
-        and isinstance(data, dict)
-        and data.get("reason") == ("budget_exceeded")
-    ):
-        cls = BudgetExceededError
+    if cls is UnavailableError and isinstance(data, dict):
+        # -32005 is shared; the reason names the subclass (DESIGN §12).
+        cls = _UNAVAILABLE_REASONS.get(data.get("reason"), UnavailableError)
     return cls(str(error.get("message", "")), data=data if isinstance(data, dict) else None)

@@ -11,6 +11,7 @@ import pytest
 
 from session_server.client import ConnectionLostError, SessionClient, error_from
 from session_server.values.errors import (
+    BudgetExceededError,
     ConflictError,
     ForbiddenError,
     InternalError,
@@ -18,6 +19,8 @@ from session_server.values.errors import (
     InvalidParamsError,
     MethodNotFoundError,
     NotFoundError,
+    NotOwnerError,
+    UnavailableError,
 )
 from session_server.values.events import ContextMessage, SessionEvent, ToolCall
 from session_server.values.plans import AppendResult
@@ -138,6 +141,14 @@ async def test_errors_are_mapped(client: SessionClient) -> None:
     err = error_from({"code": -32002, "message": "m", "data": {"last_seq": 3}})
     assert isinstance(err, ConflictError) and err.data == {"last_seq": 3}
     assert type(error_from({"code": -1, "message": "odd"})) is InternalError
+    # -32005 is shared: the reason names the class
+    for reason, cls in (
+        ("not_owner", NotOwnerError),
+        ("budget_exceeded", BudgetExceededError),
+        ("no_fds", UnavailableError),
+    ):
+        err = error_from({"code": -32005, "message": "m", "data": {"reason": reason}})
+        assert type(err) is cls and isinstance(err, UnavailableError)
 
 
 async def test_handshake_refusals_raise_project_errors(server: RunningServer) -> None:

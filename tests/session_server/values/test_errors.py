@@ -20,6 +20,7 @@ from session_server.values.errors import (
     MemoryDirInUseError,
     MethodNotFoundError,
     NotFoundError,
+    NotOwnerError,
     ParseError,
     RenderError,
     SessionServerError,
@@ -49,6 +50,7 @@ EXPECTED_CODES = {
     SummarizerError: -32603,
     MemoryDirInUseError: -32603,
     BudgetExceededError: -32005,  # DESIGN §12: -32005 with data.reason "budget_exceeded"
+    NotOwnerError: -32005,  # cluster mode: -32005 with data.reason "not_owner"
 }
 
 
