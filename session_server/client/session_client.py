@@ -230,13 +230,19 @@ class SessionClient(RpcConnection):
         *,
         expected_last_seq: int | None = None,
         idempotency_key: str | None = None,
+        usage: dict[str, Any] | None = None,
+        model: str | None = None,
     ) -> AppendResult:
+        """``events.append``; ``usage`` (any provider shape) and ``model`` are stored with
+        the last event, as ``persist_turn``'s are with its turn."""
         key = idempotency_key or new_event_id()
         params = _set(
             session_id=session_id,
             events=list(events),
             expected_last_seq=expected_last_seq,
             idempotency_key=key,
+            usage=usage,
+            model=model,
         )
         return msgspec.convert(await self._write("events.append", params, key), AppendResult)
 

@@ -70,11 +70,13 @@ from session_server.integrations.adk_events import (
     ADK_EVENT,
     adk_event_ids,
     adk_events_of,
+    adk_usage,
     context_to_events,
     event_to_records,
     merged_state,
     split_state,
 )
+from session_server.integrations.home_loop import HomeLoop
 from session_server.mirror_io.writer import validate_new_session_id
 from session_server.values.codec import new_event_id
 from session_server.values.context import WorkingContext
@@ -128,7 +130,11 @@ class _Backend(Protocol):
         since: int | None = None,
     ) -> list[SessionEvent]: ...
     async def append(
-        self, session_id: str, events: list[SessionEvent], expected_last_seq: int | None
+        self,
+        session_id: str,
+        events: list[SessionEvent],
+        expected_last_seq: int | None,
+        usage: tuple[dict[str, Any] | None, str | None] = (None, None),
     ) -> AppendResult: ...
     async def set_strategy(self, session_id: str, strategy: dict[str, Any]) -> None: ...
     async def build(self, session_id: str, strategy: dict[str, Any]) -> WorkingContext: ...
@@ -199,7 +205,11 @@ class _Remote:
         return events
 
     async def append(
-        self, session_id: str, events: list[SessionEvent], expected_last_seq: int | None
+        self,
+        session_id: str,
+        events: list[SessionEvent],
+        expected_last_seq: int | None,
+        usage: tuple[dict[str, Any] | None, str | None] = (None, None),
     ) -> AppendResult:
         result: AppendResult = await self.client.acall(
             "append_events",
@@ -207,6 +217,8 @@ class _Remote:
             events,
             expected_last_seq=expected_last_seq,
             idempotency_key=new_event_id(),
+            usage=usage[0],
+            model=usage[1],
         )
         return result
 
@@ -235,23 +247,10 @@ class _Local:
     def __init__(self, registry: ActorRegistry, agent_id: str) -> None:
         self.registry = registry
         self.agent_id = agent_id
-        try:
-            self.home: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
-        except RuntimeError:  # made outside a loop: the first call's loop is the registry's
-            self.home = None
+        self.home = HomeLoop()
 
     async def _on_home(self, call: Coroutine[Any, Any, T]) -> T:
-        here = asyncio.get_running_loop()
-        if self.home is None:
-            self.home = here
-        if self.home is here:
-            return await call
-        try:
-            future = asyncio.run_coroutine_threadsafe(call, self.home)
-        except RuntimeError:
-            call.close()
-            raise
-        return await asyncio.wrap_future(future)
+        return await self.home.run(call)
 
     async def _run(self, fn: Callable[[AgentActor], Coroutine[Any, Any, T]]) -> T:
         async def go() -> T:
@@ -311,13 +310,21 @@ class _Local:
         )
 
     async def append(
-        self, session_id: str, events: list[SessionEvent], expected_last_seq: int | None
+        self,
+        session_id: str,
+        events: list[SessionEvent],
+        expected_last_seq: int | None,
+        usage: tuple[dict[str, Any] | None, str | None] = (None, None),
     ) -> AppendResult:
         async def go(actor: AgentActor) -> AppendResult:
             if await actor.get_session(session_id) is None:
                 raise NotFoundError.session(session_id)
             return await actor.append_events(
-                session_id, events, expected_last_seq=expected_last_seq
+                session_id,
+                events,
+                expected_last_seq=expected_last_seq,
+                usage=usage[0],
+                model=usage[1],
             )
 
         return await self._run(go)
@@ -659,10 +666,11 @@ class SessionServerSessionService(BaseSessionService):
         backend = self.agents.of(session.app_name)
         sid = server_session_id(session.app_name, session.user_id, session.id)
         records = event_to_records(event)
+        usage = adk_usage(event)
         expected = _marker(session)
         for _ in range(_APPEND_ATTEMPTS):
             try:
-                result = await backend.append(sid, records, expected)
+                result = await backend.append(sid, records, expected, usage)
                 break
             except NotFoundError as exc:
                 raise SessionNotFoundError(f"Session {session.id} not found.") from exc

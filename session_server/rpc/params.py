@@ -145,6 +145,9 @@ class AppendParams(RpcParams):
     events: Events
     expected_last_seq: Annotated[int, Field(ge=0)] | None = None
     idempotency_key: Annotated[str, Field(min_length=1, max_length=256)] | None = None
+    # The provider's usage of the appended events, stored with the last (as turn.persist's).
+    usage: JsonObject | None = None
+    model: Annotated[str, Field(min_length=1, max_length=256)] | None = None
 
 
 class LoadParams(RpcParams):

@@ -576,13 +576,17 @@ class AgentActor:
         *,
         expected_last_seq: int | None = None,
         idempotency_key: str | None = None,
+        usage: dict[str, Any] | None = None,
+        model: str | None = None,
     ) -> AppendResult:
         """Append events atomically (all or none); the callers' seq and session_id are ignored.
 
         Ids and timestamps are kept when given, assigned otherwise. An empty list is a
         no-op (even for an unknown session). A repeated ``idempotency_key`` returns the
         first call's result without writing; an ``expected_last_seq`` that is not the
-        session's last seq raises ``ConflictError`` with ``data["last_seq"]``.
+        session's last seq raises ``ConflictError`` with ``data["last_seq"]``. ``usage``
+        (any provider shape) and ``model`` are stored with the last event, as
+        ``persist_working_context`` stores a turn's (``budget_exceeded`` likewise).
         """
         plan = await off_loop_if_large(
             self.host.executor,
@@ -592,11 +596,21 @@ class AgentActor:
                 events,
                 expected_last_seq=expected_last_seq,
                 idempotency_key=idempotency_key,
+                usage=usage,
+                model=model,
             ),
         )
         if plan.batch.writes_nothing:
             return await self.decide(lambda known: self.core.unwritten(plan, known))
-        return await self.commit(plan)
+        result = await self.commit(plan)
+        recorded = plan.batch.usage
+        if (
+            recorded is not None
+            and result.seqs
+            and await self.usage.after_turn(self, session_id, recorded)
+        ):
+            result = msgspec.structs.replace(result, budget_exceeded=True)
+        return result
 
     async def import_events(
         self,
