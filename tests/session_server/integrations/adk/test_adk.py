@@ -11,10 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from google.adk.agents import LlmAgent
 from google.adk.errors import StaleSessionError
 from google.adk.errors.session_not_found_error import SessionNotFoundError
 from google.adk.events.event import Event
 from google.adk.events.event_actions import EventActions
+from google.adk.models.google_llm import Gemini
+from google.adk.runners import Runner
 from google.adk.sessions.base_session_service import GetSessionConfig
 from google.adk.sessions.in_memory_session_service import InMemorySessionService
 from google.genai import types
@@ -29,15 +32,23 @@ from session_server.integrations.adk import (
 from session_server.integrations.adk_events import (
     COMPACTION_INVOCATION,
     adk_events_of,
+    adk_usage,
     event_to_records,
     split_state,
 )
 from session_server.values.errors import InvalidParamsError
 from tests.session_server.integrations.adk.conftest import AGENT
+from tests.support.gemini_server import gemini_base_url, weather_gemini
+from tests.support.openai_server import FakeOpenAIServer
 from tests.support.server import RestartableServer, running_server
 
 APP = "app"
 USER = "u"
+
+
+def get_weather(city: str) -> dict[str, str]:
+    """The weather in a city."""
+    return {"city": city, "forecast": f"{city}: 18°C and sunny"}
 
 
 def call_event(call_id: str, city: str, invocation: str = "inv") -> Event:
@@ -486,3 +497,88 @@ async def test_large_events_page_under_the_answer_bound(tmp_path: Path) -> None:
         )  # fmt: skip
         assert recent is not None and recent.events == appended[-5:]
         await service.close()
+
+
+def thinking_gemini(path: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    """``weather_gemini`` reporting cached content and thoughts in its usage."""
+    status, payload = weather_gemini(path, body)
+    if status == 200:
+        payload["usageMetadata"] = {
+            "promptTokenCount": 50,
+            "candidatesTokenCount": 5,
+            "cachedContentTokenCount": 20,
+            "thoughtsTokenCount": 3,
+            "totalTokenCount": 58,
+        }
+    return status, payload
+
+
+@pytest.mark.parametrize("where", ["remote", "local"])
+async def test_runner_usage_reaches_memory_usage(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    """A ``Runner`` on a fake Gemini: each model event's ``usage_metadata`` is stored
+    with it (``events.append``'s ``usage``), so ``memory.usage`` shows the run's tokens
+    with the model's version; the events themselves come back unchanged."""
+    monkeypatch.setenv("GOOGLE_API_KEY", "test")
+    async with running_server(tmp_path / "memory") as server:
+        if where == "remote":
+            service = SessionServerSessionService(url=server.url, agent_id=AGENT)
+        else:
+            service = SessionServerSessionService(registry=server.registry, agent_id=AGENT)
+        with FakeOpenAIServer(thinking_gemini) as model:
+            runner = Runner(
+                app_name=APP,
+                agent=LlmAgent(
+                    name="weather_agent",
+                    model=Gemini(
+                        model="gemini-2.5-flash", base_url=gemini_base_url(model.base_url)
+                    ),
+                    tools=[get_weather],
+                ),
+                session_service=service,
+            )
+            session = await service.create_session(app_name=APP, user_id=USER)
+            for turn in (1, 2):
+                message = types.Content(role="user", parts=[types.Part(text=f"Weather in {turn}?")])
+                async for _ in runner.run_async(
+                    user_id=USER, session_id=session.id, new_message=message
+                ):
+                    pass
+        actor = await server.registry.get(AGENT)
+        sid = server_session_id(APP, USER, session.id)
+        usage = await actor.memory_usage(session_id=sid, group_by="model")
+        calls = 4  # two turns of a call and an answer
+        assert usage["totals"]["input_tokens"] == 50 * calls
+        assert usage["totals"]["output_tokens"] == (5 + 3) * calls
+        assert usage["totals"]["cached_input_tokens"] == 20 * calls
+        assert usage["totals"]["reasoning_tokens"] == 3 * calls
+        assert usage["totals"]["turns"] == calls
+        assert [g["key"] for g in usage["groups"]] == ["gemini-2.5-flash"]
+        got = await service.get_session(app_name=APP, user_id=USER, session_id=session.id)
+        assert got is not None
+        used = [e.usage_metadata for e in got.events if e.usage_metadata is not None]
+        assert len(used) == calls and used[0].thoughts_token_count == 3
+        await service.close()
+
+
+def test_usage_of_an_event() -> None:
+    """``adk_usage``: the event's usage in Gemini's shape and its model; none for an event
+    without usage, or with counts that are no valid usage (the event is still stored)."""
+    event = Event(
+        author="agent",
+        model_version="gemini-2.5-pro",
+        usage_metadata=types.GenerateContentResponseUsageMetadata(
+            prompt_token_count=10, candidates_token_count=2, total_token_count=12
+        ),
+    )
+    usage, model = adk_usage(event)
+    assert usage == {"prompt_token_count": 10, "candidates_token_count": 2, "total_token_count": 12}
+    assert model == "gemini-2.5-pro"
+    assert adk_usage(Event(author="user")) == (None, None)
+    odd = types.GenerateContentResponseUsageMetadata(
+        prompt_token_count=1, cached_content_token_count=5
+    )
+    assert adk_usage(Event(author="agent", usage_metadata=odd)) == (None, None)
+    nameless = Event(author="agent", model_version="", usage_metadata=event.usage_metadata)
+    assert adk_usage(nameless) == (usage, None)
