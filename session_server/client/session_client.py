@@ -178,10 +178,13 @@ class SessionClient(RpcConnection):
             )
 
     async def update_session(
-        self, session_id: str, metadata: dict[str, Any] | None
+        self, session_id: str, metadata: dict[str, Any] | None, *, merge: bool = False
     ) -> dict[str, Any]:
-        """Replace the session's metadata (``None`` clears it); the updated session."""
-        params = {"session_id": session_id, "metadata": metadata}
+        """Replace the session's metadata (``None`` clears it); with ``merge`` set only
+        the given keys, the others kept (atomic on the server). The updated session."""
+        params: dict[str, Any] = {"session_id": session_id, "metadata": metadata}
+        if merge:
+            params["merge"] = True
         return dict(await self.call("session.update", params))
 
     async def delete_session(self, session_id: str) -> bool:

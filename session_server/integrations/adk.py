@@ -38,7 +38,6 @@ tool outputs; ADK's own ``events_compaction_config`` can be left off.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import copy
 import functools
@@ -46,7 +45,6 @@ import hashlib
 import math
 import time
 import uuid
-import weakref
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
@@ -118,6 +116,7 @@ class _Backend(Protocol):
     async def create(self, session_id: str, metadata: dict[str, Any]) -> dict[str, Any]: ...
     async def get(self, session_id: str) -> dict[str, Any] | None: ...
     async def update(self, session_id: str, metadata: dict[str, Any]) -> None: ...
+    async def merge(self, session_id: str, metadata: dict[str, Any]) -> dict[str, Any]: ...
     async def delete(self, session_id: str) -> None: ...
     async def sessions(self, metadata: dict[str, Any]) -> list[dict[str, Any]]: ...
     async def load(
@@ -165,6 +164,12 @@ class _Remote:
 
     async def update(self, session_id: str, metadata: dict[str, Any]) -> None:
         await self.client.acall("update_session", session_id, metadata)
+
+    async def merge(self, session_id: str, metadata: dict[str, Any]) -> dict[str, Any]:
+        row: dict[str, Any] = await self.client.acall(
+            "update_session", session_id, metadata, merge=True
+        )
+        return row
 
     async def delete(self, session_id: str) -> None:
         await self.client.acall("delete_session", session_id)
@@ -272,6 +277,9 @@ class _Local:
 
     async def update(self, session_id: str, metadata: dict[str, Any]) -> None:
         await self._run(lambda actor: actor.update_session(session_id, metadata))
+
+    async def merge(self, session_id: str, metadata: dict[str, Any]) -> dict[str, Any]:
+        return await self._run(lambda actor: actor.update_session(session_id, metadata, merge=True))
 
     async def delete(self, session_id: str) -> None:
         await self._run(lambda actor: actor.delete_session(session_id))
@@ -480,6 +488,20 @@ def _meta(session: Mapping[str, Any]) -> dict[str, Any]:
     return dict(metadata) if isinstance(metadata, dict) else {}
 
 
+HOLDER_KEY: Final = "adk_state:"
+"""The metadata key prefix of one ``app:`` or ``user:`` state key in its holder session."""
+
+
+def _holder_keys(meta: Mapping[str, Any]) -> dict[str, Any]:
+    """The state a holder session keeps: one metadata key per state key (over the whole
+    ``adk_state`` object that holders written by earlier versions keep)."""
+    state = dict(meta.get("adk_state") or {})
+    state.update(
+        {k.removeprefix(HOLDER_KEY): v for k, v in meta.items() if k.startswith(HOLDER_KEY)}
+    )
+    return state
+
+
 def _owned(session: Mapping[str, Any], app_name: str, user_id: str) -> bool:
     meta = _meta(session)
     return (
@@ -527,10 +549,6 @@ class SessionServerSessionService(BaseSessionService):
             raise InvalidParamsError("strategy: must be an object", data={"field": "strategy"})
         self.agents = _Agents(agent_id, url, registry, token, reconnect_budget)
         self.strategy = strategy
-        # One lock per event loop (a Runner.run_sync call runs on a loop of its own).
-        self._scoped_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
-            weakref.WeakKeyDictionary()
-        )
 
     # -- sessions --------------------------------------------------------------------------
     @override
@@ -819,9 +837,7 @@ class SessionServerSessionService(BaseSessionService):
 
     async def _holder_state(self, backend: _Backend, holder: str) -> dict[str, Any]:
         stored = await backend.get(holder)
-        if stored is None:
-            return {}
-        return dict(_meta(stored).get("adk_state") or {})
+        return {} if stored is None else _holder_keys(_meta(stored))
 
     async def _update_scoped(
         self,
@@ -832,43 +848,35 @@ class SessionServerSessionService(BaseSessionService):
         user_delta: dict[str, Any],
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         """Merge the deltas into the app's and the user's holder sessions; their states."""
-        loop = asyncio.get_running_loop()
-        lock = self._scoped_locks.get(loop)
-        if lock is None:
-            lock = self._scoped_locks[loop] = asyncio.Lock()
-        async with lock:
-            app = await self._merge_holder(
-                backend, _app_holder(app_name), {"adk_kind": "app", "adk_app": app_name}, app_delta
-            )
-            user = await self._merge_holder(
-                backend,
-                _user_holder(app_name, user_id),
-                {"adk_kind": "user", "adk_app": app_name, "adk_user": user_id},
-                user_delta,
-            )
+        app = await self._merge_holder(
+            backend, _app_holder(app_name), {"adk_kind": "app", "adk_app": app_name}, app_delta
+        )
+        user = await self._merge_holder(
+            backend,
+            _user_holder(app_name, user_id),
+            {"adk_kind": "user", "adk_app": app_name, "adk_user": user_id},
+            user_delta,
+        )
         return app, user
 
     async def _merge_holder(
         self, backend: _Backend, holder: str, base: dict[str, Any], delta: dict[str, Any]
     ) -> dict[str, Any]:
-        stored = await backend.get(holder)
-        state = dict(_meta(stored).get("adk_state") or {}) if stored is not None else {}
+        """Set the keys of ``delta`` in the holder session, one metadata key per state key
+        (``session.update {merge: true}``: read and written in one transaction on the
+        server, so writers in other processes setting other keys at once keep theirs, as
+        ADK's ``DatabaseSessionService`` merges deltas in one transaction); the state."""
         if not delta:
-            return state
-        state.update(copy.deepcopy(delta))
-        metadata = {**base, "adk_state": state}
+            return await self._holder_state(backend, holder)
+        keys = {HOLDER_KEY + k: copy.deepcopy(v) for k, v in delta.items()}
+        stored = await backend.get(holder)
         if stored is None:
             try:
-                await backend.create(holder, metadata)
-                return state
+                created = await backend.create(holder, {**base, **keys})
+                return _holder_keys(_meta(created))
             except ConflictError:
                 pass  # made meanwhile by another writer: merge into it
-            stored = await backend.get(holder)
-            state = dict(_meta(stored or {}).get("adk_state") or {})
-            state.update(copy.deepcopy(delta))
-            metadata["adk_state"] = state
-        await backend.update(holder, metadata)
-        return state
+        return _holder_keys(_meta(await backend.merge(holder, keys)))
 
 
 class SessionServerMemoryService(BaseMemoryService):

@@ -57,6 +57,8 @@ class UpdateParams(RpcParams):
     session_id: SessionId
     metadata: SessionMetadata | None = None
     budget: JsonObject | None = None
+    # true: set only the keys of ``metadata``, keep the others (one transaction).
+    merge: bool = False
 
     @model_validator(mode="after")
     def _something(self) -> UpdateParams:
@@ -135,12 +137,13 @@ def _decode_cursor(cursor: str) -> tuple[int, int, str]:
 
 async def session_update(ctx: CallContext, p: UpdateParams) -> dict[str, Any]:
     """Replace the session's metadata and/or budget (a field left out stays as it is,
-    ``null`` clears it); answer the session object."""
+    ``null`` clears it; ``merge: true`` sets only the given metadata keys); answer the
+    session object."""
     actor = await ctx.actor()
     if "budget" in p.model_fields_set:
         await actor.set_session_budget(p.session_id, p.budget)
     if "metadata" in p.model_fields_set:
-        await actor.update_session(p.session_id, p.metadata)
+        await actor.update_session(p.session_id, p.metadata, merge=p.merge)
     row = await actor.get_session(p.session_id)
     if row is None:
         raise NotFoundError.session(p.session_id)

@@ -728,12 +728,17 @@ class AgentActor:
         return await self.run_write(write)
 
     async def update_session(
-        self, session_id: str, metadata: dict[str, Any] | None
+        self, session_id: str, metadata: dict[str, Any] | None, *, merge: bool = False
     ) -> dict[str, Any]:
-        """Replace the session's metadata (``None`` clears it); the updated session."""
+        """Replace the session's metadata (``None`` clears it); with ``merge`` set only
+        the given keys, atomically (``values.metadata_merge``). The updated session."""
         if metadata is not None and not isinstance(metadata, dict):
             raise InvalidParamsError("metadata: must be an object", data={"field": "metadata"})
-        return await self.run_write(lambda s: s.replace_metadata(session_id, metadata))
+        if merge and metadata is None:
+            raise InvalidParamsError(
+                "metadata: a merge needs an object of the keys to set", data={"field": "metadata"}
+            )
+        return await self.run_write(lambda s: s.replace_metadata(session_id, metadata, merge))
 
     async def pop_event(
         self,

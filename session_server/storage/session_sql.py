@@ -13,6 +13,7 @@ from typing import Any, Final
 from ..values.codec import dehydrate_event, encode_json, now_ms
 from ..values.errors import ConflictError, InvalidParamsError, NotFoundError
 from ..values.events import SessionEvent
+from ..values.metadata_merge import merge_metadata
 from . import sqlite_ops as ops
 from .stored_rows import EVENT_COLUMNS, hydrate_or_skip, session_row
 
@@ -24,9 +25,21 @@ _SESSION_COLUMNS: Final = (
 
 
 def replace_metadata(
-    conn: sqlite3.Connection, session_id: str, metadata: Mapping[str, Any] | None
+    conn: sqlite3.Connection,
+    session_id: str,
+    metadata: Mapping[str, Any] | None,
+    merge: bool = False,
 ) -> dict[str, Any]:
-    """Replace a session's metadata (``None`` clears it); the updated session row."""
+    """Replace a session's metadata (``None`` clears it), or with ``merge`` set only the
+    keys of ``metadata`` (``values.metadata_merge``: read and written in this one
+    transaction, so concurrent merges of different keys all stay); the updated row."""
+    if merge and metadata is not None:
+        row = conn.execute(
+            f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE id = ?", (session_id,)
+        ).fetchone()
+        if row is None:
+            raise NotFoundError.session(session_id)
+        metadata = merge_metadata(session_row(row).get("metadata"), metadata)
     cur = conn.execute(
         "UPDATE sessions SET metadata = ?, updated_at = ? WHERE id = ?",
         (None if metadata is None else encode_json(dict(metadata)), now_ms(), session_id),

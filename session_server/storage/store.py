@@ -314,10 +314,10 @@ class AgentStore(StoreConnections):
     # -- session edits beside the turn path (bodies in ``session_sql``) -----------------
 
     async def replace_metadata(
-        self, session_id: str, metadata: Mapping[str, Any] | None
+        self, session_id: str, metadata: Mapping[str, Any] | None, merge: bool = False
     ) -> dict[str, Any]:
         row: dict[str, Any] = await self._write(
-            "update_session", session_sql.replace_metadata, session_id, metadata
+            "update_session", session_sql.replace_metadata, session_id, metadata, merge
         )
         return row
 

@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 from session_server.integrations.adk import (
     SessionServerMemoryService,
     SessionServerSessionService,
+    _app_holder,
     server_session_id,
 )
 from session_server.integrations.adk_events import (
@@ -582,3 +583,65 @@ def test_usage_of_an_event() -> None:
     assert adk_usage(Event(author="agent", usage_metadata=odd)) == (None, None)
     nameless = Event(author="agent", model_version="", usage_metadata=event.usage_metadata)
     assert adk_usage(nameless) == (usage, None)
+
+
+def scoped_event(name: str, i: int) -> Event:
+    delta = {f"app:{name}{i}": i, f"user:{name}{i}": [i], "app:last": name}
+    return Event(invocation_id=f"{name}{i}", author="user", actions=EventActions(state_delta=delta))
+
+
+@pytest.mark.parametrize("where", ["remote", "local"])
+async def test_app_and_user_state_merge_per_key_across_services(tmp_path: Path, where: str) -> None:
+    """Two service objects (two connections, or two in-process services: no lock they
+    share) update ``app:`` and ``user:`` keys of one app and user at once: every key of
+    both stays, as with ADK's ``DatabaseSessionService`` (a read-modify-write of the
+    holder would lose one writer's keys)."""
+    async with running_server(tmp_path / "memory") as server:
+
+        def make() -> SessionServerSessionService:
+            if where == "remote":
+                return SessionServerSessionService(url=server.url, agent_id=AGENT)
+            return SessionServerSessionService(registry=server.registry, agent_id=AGENT)
+
+        one, two = make(), make()
+        first = await one.create_session(app_name=APP, user_id=USER, state={"app:seed": 0})
+        second = await two.create_session(app_name=APP, user_id=USER)
+        rounds = 12
+        for i in range(rounds):
+            await asyncio.gather(
+                one.append_event(first, scoped_event("one", i)),
+                two.append_event(second, scoped_event("two", i)),
+            )
+        expected_app = {f"app:{n}{i}": i for n in ("one", "two") for i in range(rounds)}
+        expected_user = {f"user:{n}{i}": [i] for n in ("one", "two") for i in range(rounds)}
+        for service, session in ((one, first), (two, second)):
+            got = await service.get_session(app_name=APP, user_id=USER, session_id=session.id)
+            assert got is not None
+            app = {k: v for k, v in got.state.items() if k.startswith("app:")}
+            assert app["app:last"] in ("one", "two")
+            assert app == {**expected_app, "app:seed": 0, "app:last": app["app:last"]}
+            assert {k: v for k, v in got.state.items() if k.startswith("user:")} == expected_user
+        user_state = await two.get_user_state(app_name=APP, user_id=USER)
+        assert user_state == {k.removeprefix("user:"): v for k, v in expected_user.items()}
+        await one.close()
+        await two.close()
+
+
+async def test_holders_of_the_earlier_layout_are_read_and_merged(tmp_path: Path) -> None:
+    """A holder session written before per-key holders (one ``adk_state`` object) is
+    read as it was; new keys merge beside it and win over its keys."""
+    async with running_server(tmp_path / "memory") as server:
+        actor = await server.registry.get(AGENT)
+        await actor.create_session(
+            {"adk_kind": "app", "adk_app": APP, "adk_state": {"old": 1, "both": "old"}},
+            session_id=_app_holder(APP),
+        )
+        service = SessionServerSessionService(registry=server.registry, agent_id=AGENT)
+        session = await service.create_session(app_name=APP, user_id=USER)
+        assert session.state == {"app:old": 1, "app:both": "old"}
+        delta = EventActions(state_delta={"app:both": "new", "app:more": 2})
+        await service.append_event(session, Event(author="user", actions=delta))
+        got = await service.get_session(app_name=APP, user_id=USER, session_id=session.id)
+        assert got is not None
+        assert got.state == {"app:old": 1, "app:both": "new", "app:more": 2}
+        await service.close()
