@@ -79,7 +79,7 @@ class SessionPage(msgspec.Struct):
     the last page."""
 
     sessions: list[dict[str, Any]]
-    total: int
+    total: int | None  # None: asked with count=False
     next_offset: int | None = None
     next_cursor: str | None = None
 
@@ -153,13 +153,18 @@ class SessionClient(RpcConnection):
         limit: int | None = None,
         offset: int = 0,
         cursor: str | None = None,
+        count: bool = True,
     ) -> SessionPage:
         """One page of ``session.list`` (the server's default size without ``limit``):
-        sessions, the total matching, the next offset and the next cursor."""
+        sessions, the total matching (``None`` with ``count=False``, which spares the
+        server reading every matching session), the next offset and the next cursor."""
         params = _set(metadata=metadata, limit=limit, offset=offset or None, cursor=cursor)
+        if not count:
+            params["count"] = False
         result = await self.call("session.list", params)
         sessions = list(result["sessions"])
-        total = int(result.get("total", offset + len(sessions)))
+        raw = result.get("total", offset + len(sessions))
+        total = None if raw is None else int(raw)
         return SessionPage(sessions, total, result.get("next_offset"), result.get("next_cursor"))
 
     async def iter_sessions(
@@ -167,14 +172,14 @@ class SessionClient(RpcConnection):
     ) -> AsyncIterator[dict[str, Any]]:
         """Every matching session, fetched ``page_size`` at a time (by cursor: sessions
         created meanwhile shift nothing)."""
-        page = await self.session_page(metadata=metadata, limit=page_size)
+        page = await self.session_page(metadata=metadata, limit=page_size, count=False)
         while True:
             for session in page.sessions:
                 yield session
             if page.next_cursor is None:
                 return
             page = await self.session_page(
-                metadata=metadata, limit=page_size, cursor=page.next_cursor
+                metadata=metadata, limit=page_size, cursor=page.next_cursor, count=False
             )
 
     async def update_session(

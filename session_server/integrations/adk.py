@@ -180,7 +180,11 @@ class _Remote:
         while True:
             try:
                 page = await self.client.acall(
-                    "session_page", metadata=metadata, limit=_LIST_PAGE, cursor=cursor
+                    "session_page",
+                    metadata=metadata,
+                    limit=_LIST_PAGE,
+                    cursor=cursor,
+                    count=False,
                 )
             except NotFoundError:  # an agent with no store yet has no session
                 return found
@@ -287,13 +291,16 @@ class _Local:
     async def sessions(self, metadata: dict[str, Any]) -> list[dict[str, Any]]:
         async def go(actor: AgentActor) -> list[dict[str, Any]]:
             found: list[dict[str, Any]] = []
+            after: tuple[int, int, str] | None = None
             while True:
-                page, _total = await actor.list_sessions_page(
-                    metadata=metadata, limit=_LIST_PAGE, offset=len(found)
+                page, _ = await actor.list_sessions_page(
+                    metadata=metadata, limit=_LIST_PAGE, after=after, count=False
                 )
                 found += page
                 if len(page) < _LIST_PAGE:
                     return found
+                last = page[-1]
+                after = (int(last["updated_at"]), int(last["created_at"]), str(last["id"]))
 
         return await self._run(go)
 
@@ -633,26 +640,44 @@ class SessionServerSessionService(BaseSessionService):
         self, *, app_name: str, user_id: str | None = None
     ) -> ListSessionsResponse:
         """Sessions of the app (of one user when ``user_id`` is given), oldest update first,
-        without events, with their merged state; read from the server in pages."""
+        without events, with their merged state; read from the server in pages (in
+        ``session.list`` order, uncounted). The filter is ``adk_app`` (and ``adk_user``)
+        alone: the holder sessions of ``app:``/``user:`` state it also matches come in the
+        same pages, so their states cost no further call, and are left out of the list."""
         backend = self.agents.of(app_name)
-        wanted: dict[str, Any] = {"adk_kind": "session", "adk_app": app_name}
+        wanted: dict[str, Any] = {"adk_app": app_name}
         if user_id is not None:
             wanted["adk_user"] = user_id
         found = await backend.sessions(wanted)
-        app_state = await self._holder_state(backend, _app_holder(app_name))
+        app_state: dict[str, Any] | None = None
         users: dict[str, dict[str, Any]] = {}
-        sessions: list[Session] = []
+        own: list[dict[str, Any]] = []
         for stored in found:
             meta = _meta(stored)
+            kind = meta.get("adk_kind")
+            if kind == "session":
+                own.append(stored)
+            elif kind == "app" and stored["id"] == _app_holder(app_name):
+                app_state = _holder_keys(meta)
+            elif kind == "user" and stored["id"] == _user_holder(
+                app_name, str(meta.get("adk_user"))
+            ):
+                users[str(meta.get("adk_user"))] = _holder_keys(meta)
+        if app_state is None:
+            app_state = await self._holder_state(backend, _app_holder(app_name))
+        sessions: list[Session] = []
+        for stored in own:
+            meta = _meta(stored)
             owner = str(meta.get("adk_user"))
-            if owner not in users:
-                users[owner] = await self._holder_state(backend, _user_holder(app_name, owner))
             sessions.append(
                 Session(
                     id=str(meta.get("adk_id") or stored["id"]),
                     app_name=app_name,
                     user_id=owner,
-                    state=merged_state(app_state, users[owner], meta.get("adk_state") or {}),
+                    # No holder listed: the user has no user: state (as of the list).
+                    state=merged_state(
+                        app_state, users.get(owner, {}), meta.get("adk_state") or {}
+                    ),
                     last_update_time=int(stored.get("updated_at") or 0) / 1000,
                 )
             )

@@ -542,17 +542,19 @@ class AgentActor:
         offset: int = 0,
         only: Collection[str] | None = None,
         after: tuple[int, int, str] | None = None,
-    ) -> tuple[list[dict[str, Any]], int]:
+        count: bool = True,
+    ) -> tuple[list[dict[str, Any]], int | None]:
         """A page of sessions (most recently updated first) whose metadata has each key of
         ``metadata`` with that exact value (scalars), among ``only`` when given; and how
-        many sessions match. ``after``: start after that ``(updated_at, created_at, id)``."""
+        many sessions match (``None`` without ``count``, which saves reading them all).
+        ``after``: start after that ``(updated_at, created_at, id)``."""
         if limit is not None and limit < 1:
             raise InvalidParamsError("limit: must be a positive integer", data={"field": "limit"})
         if offset < 0:
             raise InvalidParamsError("offset: must be >= 0", data={"field": "offset"})
         return await self.run_read(
             lambda s: s.list_sessions_page(
-                metadata=metadata, limit=limit, offset=offset, only=only, after=after
+                metadata=metadata, limit=limit, offset=offset, only=only, after=after, count=count
             )
         )
 

@@ -166,6 +166,8 @@ MIGRATIONS: dict[int, Sequence[str]] = {
         " SELECT 'recall_backfill', json_object('next', 0, 'end', max(rowid)) FROM events"
         " HAVING count(*) > 0",
     ),
+    # 8 -> 9: session.list's order as an index (a cursor page reads its own rows only).
+    8: tuple(s for s in _statements(schema_sql()) if "idx_sessions_updated" in s),
 }
 
 

@@ -329,10 +329,17 @@ class AgentStore(StoreConnections):
         offset: int,
         only: Collection[str] | None,
         after: tuple[int, int, str] | None = None,
-    ) -> tuple[list[dict[str, Any]], int]:
+        count: bool = True,
+    ) -> tuple[list[dict[str, Any]], int | None]:
         return await self._read(
             lambda conn: session_sql.list_sessions_page(
-                conn, metadata=metadata, limit=limit, offset=offset, only=only, after=after
+                conn,
+                metadata=metadata,
+                limit=limit,
+                offset=offset,
+                only=only,
+                after=after,
+                count=count,
             )
         )
 

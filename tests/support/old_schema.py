@@ -67,6 +67,8 @@ UNDO: Final[dict[int, tuple[str, ...]]] = {
         "DROP TABLE recall_pending",
         "DELETE FROM agent_settings WHERE key IN ('recall_backfill', 'recall_purge')",
     ),
+    # session.list's order as an index
+    9: ("DROP INDEX idx_sessions_updated",),
 }
 
 
