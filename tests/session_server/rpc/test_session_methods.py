@@ -69,3 +69,47 @@ async def test_merge_refusals(tmp_path: Path) -> None:
                 return dict(sync.update_session("t", {"b": 2}, merge=True)["metadata"])
 
         assert await asyncio.to_thread(sync_merge) == {"a": 1, "b": 2}
+
+
+async def test_list_filters_any_key_and_pages_uncounted(tmp_path: Path) -> None:
+    """Filter keys with apostrophes and spaces (the JSON path is a SQL literal), strings
+    that look like JSON text against arrays and objects, and ``count: false`` pages."""
+    async with (
+        running_server(tmp_path / "memory") as server,
+        SessionClient(server.url, AGENT) as client,
+    ):
+        await client.create_session({"it's": "a", "k k": "b", "arr": [1], "n": 1}, "s1")
+        await client.create_session({"it's": "a", "k k": "c", "arr": "[1]", "n": True}, "s2")
+        await client.create_session({"obj": {"a": 1}, "n": "1"}, "s3")
+
+        async def ids(metadata: dict[str, object]) -> list[str]:
+            return sorted(s["id"] for s in await client.list_sessions(metadata=metadata))
+
+        assert await ids({"it's": "a"}) == ["s1", "s2"]
+        assert await ids({"it's": "a", "k k": "c"}) == ["s2"]
+        assert await ids({"arr": "[1]"}) == ["s2"]  # the string, not the array
+        assert await ids({"obj": '{"a":1}'}) == []
+        assert await ids({"n": 1}) == ["s1"]  # not true, not "1"
+        assert await ids({"n": "1"}) == ["s3"]
+        assert await ids({"n": True}) == ["s2"]
+        for i in range(7):
+            await client.create_session({"kind": "many"}, f"m{i}")
+        first = await client.session_page(metadata={"kind": "many"}, limit=3, count=False)
+        assert first.total is None and len(first.sessions) == 3
+        assert first.next_offset == 3 and first.next_cursor is not None
+        seen = [s["id"] for s in first.sessions]
+        page = first
+        while page.next_cursor is not None:
+            page = await client.session_page(
+                metadata={"kind": "many"}, limit=3, cursor=page.next_cursor, count=False
+            )
+            assert page.total is None
+            seen += [s["id"] for s in page.sessions]
+        assert sorted(seen) == [f"m{i}" for i in range(7)] and len(seen) == 7
+        counted = await client.session_page(metadata={"kind": "many"}, limit=3)
+        assert counted.total == 7
+        last = await client.session_page(metadata={"kind": "many"}, limit=3, offset=6, count=False)
+        assert last.next_offset is None and len(last.sessions) == 1
+        assert sorted([s["id"] async for s in client.iter_sessions(page_size=2)]) == sorted(
+            ["s1", "s2", "s3", *(f"m{i}" for i in range(7))]
+        )
