@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -644,4 +646,56 @@ async def test_holders_of_the_earlier_layout_are_read_and_merged(tmp_path: Path)
         got = await service.get_session(app_name=APP, user_id=USER, session_id=session.id)
         assert got is not None
         assert got.state == {"app:old": 1, "app:both": "new", "app:more": 2}
+        await service.close()
+
+
+ROOT = str(Path(__file__).resolve().parents[4])
+CHILD = """
+import asyncio, sys
+from google.adk.events.event import Event
+from google.adk.events.event_actions import EventActions
+from session_server.integrations.adk import SessionServerSessionService
+
+async def main(url):
+    service = SessionServerSessionService(url=url, agent_id=sys.argv[2])
+    session = await service.create_session(app_name="app", user_id="u")
+    print("ready", flush=True)
+    sys.stdin.readline()
+    for i in range(30):
+        delta = {f"app:child{i}": i, f"user:child{i}": i}
+        await service.append_event(session, Event(author="user", actions=EventActions(state_delta=delta)))
+    await service.close()
+
+asyncio.run(main(sys.argv[1]))
+"""
+
+
+async def test_app_and_user_state_merge_per_key_across_processes(tmp_path: Path) -> None:
+    """A second process (its own service and connection) writes ``app:``/``user:`` keys
+    while this one does: both processes' keys all stay."""
+    async with running_server(tmp_path / "memory") as server:
+        child = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", CHILD, server.url, AGENT,
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            env={**os.environ, "PYTHONPATH": ROOT},
+        )  # fmt: skip
+        assert child.stdin is not None and child.stdout is not None
+        assert (await child.stdout.readline()).strip() == b"ready"
+        service = SessionServerSessionService(url=server.url, agent_id=AGENT)
+        session = await service.create_session(app_name=APP, user_id=USER)
+        child.stdin.write(b"go\n")
+        await child.stdin.drain()
+        for i in range(30):
+            delta = {f"app:parent{i}": i, f"user:parent{i}": i}
+            await service.append_event(session, Event(author="user", actions=EventActions(state_delta=delta)))  # fmt: skip
+        assert await child.wait() == 0
+        got = await service.get_session(app_name=APP, user_id=USER, session_id=session.id)
+        assert got is not None
+        expected = {
+            f"{scope}:{who}{i}": i
+            for scope in ("app", "user")
+            for who in ("parent", "child")
+            for i in range(30)
+        }
+        assert got.state == expected
         await service.close()
