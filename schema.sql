@@ -26,6 +26,11 @@ CREATE TABLE IF NOT EXISTS sessions (
   retention TEXT                            -- retention policy (JSON) or NULL
 );
 
+-- the order of session.list (most recently updated first): a page is read in order from
+-- its cursor, not sorted from every matching session (plain columns: no function of the
+-- schema runs when a backup is checked with trusted_schema off)
+CREATE INDEX IF NOT EXISTS idx_sessions_updated ON sessions(updated_at DESC, created_at DESC, id);
+
 -- a session's forks and rewind branches (``session.branches``)
 CREATE INDEX IF NOT EXISTS idx_sessions_parent ON sessions(parent_session_id)
   WHERE parent_session_id IS NOT NULL;

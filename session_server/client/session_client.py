@@ -79,7 +79,7 @@ class SessionPage(msgspec.Struct):
     the last page."""
 
     sessions: list[dict[str, Any]]
-    total: int
+    total: int | None  # None: asked with count=False
     next_offset: int | None = None
     next_cursor: str | None = None
 
@@ -156,13 +156,18 @@ class SessionClient(RpcConnection):
         limit: int | None = None,
         offset: int = 0,
         cursor: str | None = None,
+        count: bool = True,
     ) -> SessionPage:
         """One page of ``session.list`` (the server's default size without ``limit``):
-        sessions, the total matching, the next offset and the next cursor."""
+        sessions, the total matching (``None`` with ``count=False``, which spares the
+        server reading every matching session), the next offset and the next cursor."""
         params = _set(metadata=metadata, limit=limit, offset=offset or None, cursor=cursor)
+        if not count:
+            params["count"] = False
         result = await self.call("session.list", params)
         sessions = list(result["sessions"])
-        total = int(result.get("total", offset + len(sessions)))
+        raw = result.get("total", offset + len(sessions))
+        total = None if raw is None else int(raw)
         return SessionPage(sessions, total, result.get("next_offset"), result.get("next_cursor"))
 
     async def iter_sessions(
@@ -170,21 +175,24 @@ class SessionClient(RpcConnection):
     ) -> AsyncIterator[dict[str, Any]]:
         """Every matching session, fetched ``page_size`` at a time (by cursor: sessions
         created meanwhile shift nothing)."""
-        page = await self.session_page(metadata=metadata, limit=page_size)
+        page = await self.session_page(metadata=metadata, limit=page_size, count=False)
         while True:
             for session in page.sessions:
                 yield session
             if page.next_cursor is None:
                 return
             page = await self.session_page(
-                metadata=metadata, limit=page_size, cursor=page.next_cursor
+                metadata=metadata, limit=page_size, cursor=page.next_cursor, count=False
             )
 
     async def update_session(
-        self, session_id: str, metadata: dict[str, Any] | None
+        self, session_id: str, metadata: dict[str, Any] | None, *, merge: bool = False
     ) -> dict[str, Any]:
-        """Replace the session's metadata (``None`` clears it); the updated session."""
-        params = {"session_id": session_id, "metadata": metadata}
+        """Replace the session's metadata (``None`` clears it); with ``merge`` set only
+        the given keys, the others kept (atomic on the server). The updated session."""
+        params: dict[str, Any] = {"session_id": session_id, "metadata": metadata}
+        if merge:
+            params["merge"] = True
         return dict(await self.call("session.update", params))
 
     async def delete_session(self, session_id: str) -> bool:
@@ -233,13 +241,19 @@ class SessionClient(RpcConnection):
         *,
         expected_last_seq: int | None = None,
         idempotency_key: str | None = None,
+        usage: dict[str, Any] | None = None,
+        model: str | None = None,
     ) -> AppendResult:
+        """``events.append``; ``usage`` (any provider shape) and ``model`` are stored with
+        the last event, as ``persist_turn``'s are with its turn."""
         key = idempotency_key or new_event_id()
         params = _set(
             session_id=session_id,
             events=list(events),
             expected_last_seq=expected_last_seq,
             idempotency_key=key,
+            usage=usage,
+            model=model,
         )
         return msgspec.convert(await self._write("events.append", params, key), AppendResult)
 

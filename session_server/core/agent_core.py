@@ -313,9 +313,16 @@ class AgentCore:
         expected_last_seq: int | None = None,
         idempotency_key: str | None = None,
         create: NewSession | None = None,
+        usage: Mapping[str, Any] | None = None,
+        model: str | None = None,
     ) -> AppendPlan:
         """Validate ``events`` (Structs are not validated on construction) and plan their
-        append; ids are kept when given, assigned otherwise."""
+        append; ids are kept when given, assigned otherwise. ``usage`` (any provider shape,
+        ``values.usage.normalise_usage``, with the optional ``model``) is stored with the
+        last event, as a persisted turn's is."""
+        if usage is not None and not isinstance(usage, Mapping):
+            raise InvalidParamsError("usage: must be an object", data={"field": "usage"})
+        recorded = normalise_usage(usage, model)
         checked = [
             parse_event(msgspec.to_builtins(e), f"events[{i}]") for i, e in enumerate(events)
         ]
@@ -328,6 +335,7 @@ class AgentCore:
                 expected_last_seq=expected_last_seq,
                 idempotency_key=idempotency_key,
                 create=create,
+                usage=recorded,
             )
         )
 

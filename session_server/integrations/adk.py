@@ -38,7 +38,6 @@ tool outputs; ADK's own ``events_compaction_config`` can be left off.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import copy
 import functools
@@ -46,7 +45,6 @@ import hashlib
 import math
 import time
 import uuid
-import weakref
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
@@ -70,11 +68,13 @@ from session_server.integrations.adk_events import (
     ADK_EVENT,
     adk_event_ids,
     adk_events_of,
+    adk_usage,
     context_to_events,
     event_to_records,
     merged_state,
     split_state,
 )
+from session_server.integrations.home_loop import HomeLoop
 from session_server.mirror_io.writer import validate_new_session_id
 from session_server.values.codec import new_event_id
 from session_server.values.context import WorkingContext
@@ -116,6 +116,7 @@ class _Backend(Protocol):
     async def create(self, session_id: str, metadata: dict[str, Any]) -> dict[str, Any]: ...
     async def get(self, session_id: str) -> dict[str, Any] | None: ...
     async def update(self, session_id: str, metadata: dict[str, Any]) -> None: ...
+    async def merge(self, session_id: str, metadata: dict[str, Any]) -> dict[str, Any]: ...
     async def delete(self, session_id: str) -> None: ...
     async def sessions(self, metadata: dict[str, Any]) -> list[dict[str, Any]]: ...
     async def load(
@@ -128,7 +129,11 @@ class _Backend(Protocol):
         since: int | None = None,
     ) -> list[SessionEvent]: ...
     async def append(
-        self, session_id: str, events: list[SessionEvent], expected_last_seq: int | None
+        self,
+        session_id: str,
+        events: list[SessionEvent],
+        expected_last_seq: int | None,
+        usage: tuple[dict[str, Any] | None, str | None] = (None, None),
     ) -> AppendResult: ...
     async def set_strategy(self, session_id: str, strategy: dict[str, Any]) -> None: ...
     async def build(self, session_id: str, strategy: dict[str, Any]) -> WorkingContext: ...
@@ -162,6 +167,12 @@ class _Remote:
     async def update(self, session_id: str, metadata: dict[str, Any]) -> None:
         await self.client.acall("update_session", session_id, metadata)
 
+    async def merge(self, session_id: str, metadata: dict[str, Any]) -> dict[str, Any]:
+        row: dict[str, Any] = await self.client.acall(
+            "update_session", session_id, metadata, merge=True
+        )
+        return row
+
     async def delete(self, session_id: str) -> None:
         await self.client.acall("delete_session", session_id)
 
@@ -171,7 +182,11 @@ class _Remote:
         while True:
             try:
                 page = await self.client.acall(
-                    "session_page", metadata=metadata, limit=_LIST_PAGE, cursor=cursor
+                    "session_page",
+                    metadata=metadata,
+                    limit=_LIST_PAGE,
+                    cursor=cursor,
+                    count=False,
                 )
             except NotFoundError:  # an agent with no store yet has no session
                 return found
@@ -201,7 +216,11 @@ class _Remote:
         return events
 
     async def append(
-        self, session_id: str, events: list[SessionEvent], expected_last_seq: int | None
+        self,
+        session_id: str,
+        events: list[SessionEvent],
+        expected_last_seq: int | None,
+        usage: tuple[dict[str, Any] | None, str | None] = (None, None),
     ) -> AppendResult:
         result: AppendResult = await self.client.acall(
             "append_events",
@@ -209,6 +228,8 @@ class _Remote:
             events,
             expected_last_seq=expected_last_seq,
             idempotency_key=new_event_id(),
+            usage=usage[0],
+            model=usage[1],
         )
         return result
 
@@ -237,23 +258,10 @@ class _Local:
     def __init__(self, registry: ActorRegistry, agent_id: str) -> None:
         self.registry = registry
         self.agent_id = agent_id
-        try:
-            self.home: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
-        except RuntimeError:  # made outside a loop: the first call's loop is the registry's
-            self.home = None
+        self.home = HomeLoop()
 
     async def _on_home(self, call: Coroutine[Any, Any, T]) -> T:
-        here = asyncio.get_running_loop()
-        if self.home is None:
-            self.home = here
-        if self.home is here:
-            return await call
-        try:
-            future = asyncio.run_coroutine_threadsafe(call, self.home)
-        except RuntimeError:
-            call.close()
-            raise
-        return await asyncio.wrap_future(future)
+        return await self.home.run(call)
 
     async def _run(self, fn: Callable[[AgentActor], Coroutine[Any, Any, T]]) -> T:
         async def go() -> T:
@@ -276,19 +284,25 @@ class _Local:
     async def update(self, session_id: str, metadata: dict[str, Any]) -> None:
         await self._run(lambda actor: actor.update_session(session_id, metadata))
 
+    async def merge(self, session_id: str, metadata: dict[str, Any]) -> dict[str, Any]:
+        return await self._run(lambda actor: actor.update_session(session_id, metadata, merge=True))
+
     async def delete(self, session_id: str) -> None:
         await self._run(lambda actor: actor.delete_session(session_id))
 
     async def sessions(self, metadata: dict[str, Any]) -> list[dict[str, Any]]:
         async def go(actor: AgentActor) -> list[dict[str, Any]]:
             found: list[dict[str, Any]] = []
+            after: tuple[int, int, str] | None = None
             while True:
-                page, _total = await actor.list_sessions_page(
-                    metadata=metadata, limit=_LIST_PAGE, offset=len(found)
+                page, _ = await actor.list_sessions_page(
+                    metadata=metadata, limit=_LIST_PAGE, after=after, count=False
                 )
                 found += page
                 if len(page) < _LIST_PAGE:
                     return found
+                last = page[-1]
+                after = (int(last["updated_at"]), int(last["created_at"]), str(last["id"]))
 
         return await self._run(go)
 
@@ -313,13 +327,21 @@ class _Local:
         )
 
     async def append(
-        self, session_id: str, events: list[SessionEvent], expected_last_seq: int | None
+        self,
+        session_id: str,
+        events: list[SessionEvent],
+        expected_last_seq: int | None,
+        usage: tuple[dict[str, Any] | None, str | None] = (None, None),
     ) -> AppendResult:
         async def go(actor: AgentActor) -> AppendResult:
             if await actor.get_session(session_id) is None:
                 raise NotFoundError.session(session_id)
             return await actor.append_events(
-                session_id, events, expected_last_seq=expected_last_seq
+                session_id,
+                events,
+                expected_last_seq=expected_last_seq,
+                usage=usage[0],
+                model=usage[1],
             )
 
         return await self._run(go)
@@ -475,6 +497,20 @@ def _meta(session: Mapping[str, Any]) -> dict[str, Any]:
     return dict(metadata) if isinstance(metadata, dict) else {}
 
 
+HOLDER_KEY: Final = "adk_state:"
+"""The metadata key prefix of one ``app:`` or ``user:`` state key in its holder session."""
+
+
+def _holder_keys(meta: Mapping[str, Any]) -> dict[str, Any]:
+    """The state a holder session keeps: one metadata key per state key (over the whole
+    ``adk_state`` object that holders written by earlier versions keep)."""
+    state = dict(meta.get("adk_state") or {})
+    state.update(
+        {k.removeprefix(HOLDER_KEY): v for k, v in meta.items() if k.startswith(HOLDER_KEY)}
+    )
+    return state
+
+
 def _owned(session: Mapping[str, Any], app_name: str, user_id: str) -> bool:
     meta = _meta(session)
     return (
@@ -522,10 +558,6 @@ class SessionServerSessionService(BaseSessionService):
             raise InvalidParamsError("strategy: must be an object", data={"field": "strategy"})
         self.agents = _Agents(agent_id, url, registry, token, reconnect_budget)
         self.strategy = strategy
-        # One lock per event loop (a Runner.run_sync call runs on a loop of its own).
-        self._scoped_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
-            weakref.WeakKeyDictionary()
-        )
 
     # -- sessions --------------------------------------------------------------------------
     @override
@@ -610,26 +642,44 @@ class SessionServerSessionService(BaseSessionService):
         self, *, app_name: str, user_id: str | None = None
     ) -> ListSessionsResponse:
         """Sessions of the app (of one user when ``user_id`` is given), oldest update first,
-        without events, with their merged state; read from the server in pages."""
+        without events, with their merged state; read from the server in pages (in
+        ``session.list`` order, uncounted). The filter is ``adk_app`` (and ``adk_user``)
+        alone: the holder sessions of ``app:``/``user:`` state it also matches come in the
+        same pages, so their states cost no further call, and are left out of the list."""
         backend = self.agents.of(app_name)
-        wanted: dict[str, Any] = {"adk_kind": "session", "adk_app": app_name}
+        wanted: dict[str, Any] = {"adk_app": app_name}
         if user_id is not None:
             wanted["adk_user"] = user_id
         found = await backend.sessions(wanted)
-        app_state = await self._holder_state(backend, _app_holder(app_name))
+        app_state: dict[str, Any] | None = None
         users: dict[str, dict[str, Any]] = {}
-        sessions: list[Session] = []
+        own: list[dict[str, Any]] = []
         for stored in found:
             meta = _meta(stored)
+            kind = meta.get("adk_kind")
+            if kind == "session":
+                own.append(stored)
+            elif kind == "app" and stored["id"] == _app_holder(app_name):
+                app_state = _holder_keys(meta)
+            elif kind == "user" and stored["id"] == _user_holder(
+                app_name, str(meta.get("adk_user"))
+            ):
+                users[str(meta.get("adk_user"))] = _holder_keys(meta)
+        if app_state is None:
+            app_state = await self._holder_state(backend, _app_holder(app_name))
+        sessions: list[Session] = []
+        for stored in own:
+            meta = _meta(stored)
             owner = str(meta.get("adk_user"))
-            if owner not in users:
-                users[owner] = await self._holder_state(backend, _user_holder(app_name, owner))
             sessions.append(
                 Session(
                     id=str(meta.get("adk_id") or stored["id"]),
                     app_name=app_name,
                     user_id=owner,
-                    state=merged_state(app_state, users[owner], meta.get("adk_state") or {}),
+                    # No holder listed: the user has no user: state (as of the list).
+                    state=merged_state(
+                        app_state, users.get(owner, {}), meta.get("adk_state") or {}
+                    ),
                     last_update_time=int(stored.get("updated_at") or 0) / 1000,
                 )
             )
@@ -661,10 +711,11 @@ class SessionServerSessionService(BaseSessionService):
         backend = self.agents.of(session.app_name)
         sid = server_session_id(session.app_name, session.user_id, session.id)
         records = event_to_records(event)
+        usage = adk_usage(event)
         expected = _marker(session)
         for _ in range(_APPEND_ATTEMPTS):
             try:
-                result = await backend.append(sid, records, expected)
+                result = await backend.append(sid, records, expected, usage)
                 break
             except NotFoundError as exc:
                 raise SessionNotFoundError(f"Session {session.id} not found.") from exc
@@ -813,9 +864,7 @@ class SessionServerSessionService(BaseSessionService):
 
     async def _holder_state(self, backend: _Backend, holder: str) -> dict[str, Any]:
         stored = await backend.get(holder)
-        if stored is None:
-            return {}
-        return dict(_meta(stored).get("adk_state") or {})
+        return {} if stored is None else _holder_keys(_meta(stored))
 
     async def _update_scoped(
         self,
@@ -826,43 +875,35 @@ class SessionServerSessionService(BaseSessionService):
         user_delta: dict[str, Any],
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         """Merge the deltas into the app's and the user's holder sessions; their states."""
-        loop = asyncio.get_running_loop()
-        lock = self._scoped_locks.get(loop)
-        if lock is None:
-            lock = self._scoped_locks[loop] = asyncio.Lock()
-        async with lock:
-            app = await self._merge_holder(
-                backend, _app_holder(app_name), {"adk_kind": "app", "adk_app": app_name}, app_delta
-            )
-            user = await self._merge_holder(
-                backend,
-                _user_holder(app_name, user_id),
-                {"adk_kind": "user", "adk_app": app_name, "adk_user": user_id},
-                user_delta,
-            )
+        app = await self._merge_holder(
+            backend, _app_holder(app_name), {"adk_kind": "app", "adk_app": app_name}, app_delta
+        )
+        user = await self._merge_holder(
+            backend,
+            _user_holder(app_name, user_id),
+            {"adk_kind": "user", "adk_app": app_name, "adk_user": user_id},
+            user_delta,
+        )
         return app, user
 
     async def _merge_holder(
         self, backend: _Backend, holder: str, base: dict[str, Any], delta: dict[str, Any]
     ) -> dict[str, Any]:
-        stored = await backend.get(holder)
-        state = dict(_meta(stored).get("adk_state") or {}) if stored is not None else {}
+        """Set the keys of ``delta`` in the holder session, one metadata key per state key
+        (``session.update {merge: true}``: read and written in one transaction on the
+        server, so writers in other processes setting other keys at once keep theirs, as
+        ADK's ``DatabaseSessionService`` merges deltas in one transaction); the state."""
         if not delta:
-            return state
-        state.update(copy.deepcopy(delta))
-        metadata = {**base, "adk_state": state}
+            return await self._holder_state(backend, holder)
+        keys = {HOLDER_KEY + k: copy.deepcopy(v) for k, v in delta.items()}
+        stored = await backend.get(holder)
         if stored is None:
             try:
-                await backend.create(holder, metadata)
-                return state
+                created = await backend.create(holder, {**base, **keys})
+                return _holder_keys(_meta(created))
             except ConflictError:
                 pass  # made meanwhile by another writer: merge into it
-            stored = await backend.get(holder)
-            state = dict(_meta(stored or {}).get("adk_state") or {})
-            state.update(copy.deepcopy(delta))
-            metadata["adk_state"] = state
-        await backend.update(holder, metadata)
-        return state
+        return _holder_keys(_meta(await backend.merge(holder, keys)))
 
 
 class SessionServerMemoryService(BaseMemoryService):

@@ -28,7 +28,9 @@ from google.adk.events.event import Event
 from google.genai import types
 
 from session_server.values.context import WorkingContext
+from session_server.values.errors import InvalidParamsError
 from session_server.values.events import ContextMessage, SessionEvent, ToolCall
+from session_server.values.usage import MAX_MODEL_CHARS, normalise_usage
 
 __all__ = [
     "ADK_EVENT",
@@ -36,6 +38,7 @@ __all__ = [
     "COMPACTION_INVOCATION",
     "adk_event_ids",
     "adk_events_of",
+    "adk_usage",
     "context_to_events",
     "event_to_records",
     "merged_state",
@@ -111,6 +114,25 @@ def event_to_records(event: Event) -> list[SessionEvent]:
     out = [_with_metadata(head, {ADK_EVENT: blob})]
     out += [_with_metadata(r, {ADK_PART_OF: event.id}) for r in rest]
     return out
+
+
+def adk_usage(event: Event) -> tuple[dict[str, Any] | None, str | None]:
+    """The provider usage an ADK event carries (its ``usage_metadata``, Gemini's shape,
+    which ``values.usage.normalise_usage`` reads) and the model (``model_version``), for
+    ``events.append``'s ``usage`` and ``model``; ``(None, None)`` when there is none, or
+    when its counts are not valid usage (the event is stored all the same, verbatim)."""
+    if event.usage_metadata is None:
+        return None, None
+    usage = event.usage_metadata.model_dump(mode="json", exclude_none=True)
+    model = event.model_version
+    if model is not None and not 0 < len(model) <= MAX_MODEL_CHARS:
+        model = None
+    try:
+        if normalise_usage(usage, model) is None:
+            return None, None
+    except InvalidParamsError:
+        return None, None
+    return usage, model
 
 
 def _with_metadata(record: SessionEvent, metadata: dict[str, Any]) -> SessionEvent:

@@ -73,6 +73,7 @@ from agents.memory import SessionSettings
 
 from session_server.adapters.openai_responses import from_items, to_input_items
 from session_server.concurrency.worker_threads import default_threads
+from session_server.integrations.home_loop import HomeLoop
 from session_server.values.codec import event_to_message, message_to_event, new_event_id
 from session_server.values.context import WorkingContext
 from session_server.values.errors import ConflictError, InvalidParamsError, NotFoundError
@@ -251,23 +252,10 @@ class _Local:
     def __init__(self, registry: ActorRegistry, agent_id: str) -> None:
         self.registry = registry
         self.agent_id = agent_id
-        try:
-            self.home: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
-        except RuntimeError:  # made outside a loop: the first call's loop is the registry's
-            self.home = None
+        self.home = HomeLoop()
 
     async def _on_home(self, call: Coroutine[Any, Any, T]) -> T:
-        here = asyncio.get_running_loop()
-        if self.home is None:
-            self.home = here
-        if self.home is here:
-            return await call
-        try:
-            future = asyncio.run_coroutine_threadsafe(call, self.home)
-        except RuntimeError:  # the registry's loop is closed
-            call.close()
-            raise
-        return await asyncio.wrap_future(future)
+        return await self.home.run(call)
 
     async def _actor(self) -> AgentActor:
         return await self.registry.get(self.agent_id)

@@ -125,8 +125,13 @@ async def events_append(ctx: CallContext, p: AppendParams) -> dict[str, Any]:
         p.events,
         expected_last_seq=p.expected_last_seq,
         idempotency_key=p.idempotency_key,
+        usage=p.usage,
+        model=p.model,
     )
-    return _append_result(result)
+    answer = _append_result(result)
+    if p.usage is not None:  # as turn.persist answers: the usage may pass a budget
+        answer["budget_exceeded"] = result.budget_exceeded
+    return answer
 
 
 async def events_load(ctx: CallContext, p: LoadParams) -> dict[str, Any]:

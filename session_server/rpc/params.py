@@ -15,6 +15,7 @@ from pydantic import AfterValidator, Field, PlainValidator
 
 from ..values.errors import InvalidParamsError
 from ..values.events import Action, ContextMessage, SessionEvent
+from ..values.metadata_merge import MAX_SESSION_METADATA_BYTES
 from ..values.validation import parse_client_events, parse_client_messages
 from .method_spec import RpcParams
 
@@ -104,11 +105,6 @@ def _instructions(value: Any) -> list[str] | None:
 
 Instructions = Annotated[list[str] | None, PlainValidator(_instructions)]
 
-MAX_SESSION_METADATA_BYTES: Final = 64 * 1024
-"""A session's metadata, encoded as JSON: every ``session.get`` and ``session.list`` row
-carries it, so a page of 1000 sessions of 16 MiB each read 16 GB before the answer bound
-could refuse it, and one such row took 0.2 to 0.7 s of the event loop per call."""
-
 
 def _session_metadata(value: dict[str, Any]) -> dict[str, Any]:
     size = len(msgspec.json.encode(value))
@@ -145,6 +141,9 @@ class AppendParams(RpcParams):
     events: Events
     expected_last_seq: Annotated[int, Field(ge=0)] | None = None
     idempotency_key: Annotated[str, Field(min_length=1, max_length=256)] | None = None
+    # The provider's usage of the appended events, stored with the last (as turn.persist's).
+    usage: JsonObject | None = None
+    model: Annotated[str, Field(min_length=1, max_length=256)] | None = None
 
 
 class LoadParams(RpcParams):

@@ -48,6 +48,8 @@ class ListParams(RpcParams):
     limit: Annotated[int, Field(ge=1, le=MAX_PAGE)] = DEFAULT_PAGE
     offset: Annotated[int, Field(ge=0)] = 0
     cursor: Annotated[str, Field(min_length=1, max_length=1024)] | None = None
+    # false: ``total`` is null and not counted (a count reads every matching session).
+    count: bool = True
 
 
 class UpdateParams(RpcParams):
@@ -57,6 +59,8 @@ class UpdateParams(RpcParams):
     session_id: SessionId
     metadata: SessionMetadata | None = None
     budget: JsonObject | None = None
+    # true: set only the keys of ``metadata``, keep the others (one transaction).
+    merge: bool = False
 
     @model_validator(mode="after")
     def _something(self) -> UpdateParams:
@@ -84,7 +88,8 @@ async def session_list(ctx: CallContext, p: ListParams) -> dict[str, Any]:
     ``null`` on the last page).
 
     ``metadata`` keeps the sessions whose metadata has each given key with exactly that
-    value (strings, numbers, booleans, null). A page holds ``limit`` sessions (default
+    value (strings, numbers, booleans, null). ``count: false`` answers ``total: null``
+    and skips the count (it reads every matching session; a page reads only its own). A page holds ``limit`` sessions (default
     ``DEFAULT_PAGE``, at most ``MAX_PAGE``): the next one is asked with ``cursor:
     next_cursor`` (it resumes after the last session shown, so sessions created meanwhile
     shift nothing) or ``offset: next_offset``, not both. A token limited to sessions sees
@@ -98,16 +103,22 @@ async def session_list(ctx: CallContext, p: ListParams) -> dict[str, Any]:
     after = None if p.cursor is None else _decode_cursor(p.cursor)
     # One more than the page: whether a next page exists, without a second query.
     sessions, total = await (await ctx.actor()).list_sessions_page(
-        metadata=p.metadata, limit=p.limit + 1, offset=p.offset, only=only, after=after
+        metadata=p.metadata,
+        limit=p.limit + 1,
+        offset=p.offset,
+        only=only,
+        after=after,
+        count=p.count,
     )
     more = len(sessions) > p.limit
     del sessions[p.limit :]
     end = p.offset + len(sessions)
     last = sessions[-1] if sessions else None
+    further = more if total is None else end < total
     return {
         "sessions": sessions,
         "total": total,
-        "next_offset": end if p.cursor is None and end < total else None,
+        "next_offset": end if p.cursor is None and further else None,
         "next_cursor": _encode_cursor(last) if more and last is not None else None,
     }
 
@@ -135,12 +146,13 @@ def _decode_cursor(cursor: str) -> tuple[int, int, str]:
 
 async def session_update(ctx: CallContext, p: UpdateParams) -> dict[str, Any]:
     """Replace the session's metadata and/or budget (a field left out stays as it is,
-    ``null`` clears it); answer the session object."""
+    ``null`` clears it; ``merge: true`` sets only the given metadata keys); answer the
+    session object."""
     actor = await ctx.actor()
     if "budget" in p.model_fields_set:
         await actor.set_session_budget(p.session_id, p.budget)
     if "metadata" in p.model_fields_set:
-        await actor.update_session(p.session_id, p.metadata)
+        await actor.update_session(p.session_id, p.metadata, merge=p.merge)
     row = await actor.get_session(p.session_id)
     if row is None:
         raise NotFoundError.session(p.session_id)

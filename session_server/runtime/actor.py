@@ -547,17 +547,19 @@ class AgentActor:
         offset: int = 0,
         only: Collection[str] | None = None,
         after: tuple[int, int, str] | None = None,
-    ) -> tuple[list[dict[str, Any]], int]:
+        count: bool = True,
+    ) -> tuple[list[dict[str, Any]], int | None]:
         """A page of sessions (most recently updated first) whose metadata has each key of
         ``metadata`` with that exact value (scalars), among ``only`` when given; and how
-        many sessions match. ``after``: start after that ``(updated_at, created_at, id)``."""
+        many sessions match (``None`` without ``count``, which saves reading them all).
+        ``after``: start after that ``(updated_at, created_at, id)``."""
         if limit is not None and limit < 1:
             raise InvalidParamsError("limit: must be a positive integer", data={"field": "limit"})
         if offset < 0:
             raise InvalidParamsError("offset: must be >= 0", data={"field": "offset"})
         return await self.run_read(
             lambda s: s.list_sessions_page(
-                metadata=metadata, limit=limit, offset=offset, only=only, after=after
+                metadata=metadata, limit=limit, offset=offset, only=only, after=after, count=count
             )
         )
 
@@ -581,13 +583,17 @@ class AgentActor:
         *,
         expected_last_seq: int | None = None,
         idempotency_key: str | None = None,
+        usage: dict[str, Any] | None = None,
+        model: str | None = None,
     ) -> AppendResult:
         """Append events atomically (all or none); the callers' seq and session_id are ignored.
 
         Ids and timestamps are kept when given, assigned otherwise. An empty list is a
         no-op (even for an unknown session). A repeated ``idempotency_key`` returns the
         first call's result without writing; an ``expected_last_seq`` that is not the
-        session's last seq raises ``ConflictError`` with ``data["last_seq"]``.
+        session's last seq raises ``ConflictError`` with ``data["last_seq"]``. ``usage``
+        (any provider shape) and ``model`` are stored with the last event, as
+        ``persist_working_context`` stores a turn's (``budget_exceeded`` likewise).
         """
         plan = await off_loop_if_large(
             self.host.executor,
@@ -597,11 +603,21 @@ class AgentActor:
                 events,
                 expected_last_seq=expected_last_seq,
                 idempotency_key=idempotency_key,
+                usage=usage,
+                model=model,
             ),
         )
         if plan.batch.writes_nothing:
             return await self.decide(lambda known: self.core.unwritten(plan, known))
-        return await self.commit(plan)
+        result = await self.commit(plan)
+        recorded = plan.batch.usage
+        if (
+            recorded is not None
+            and result.seqs
+            and await self.usage.after_turn(self, session_id, recorded)
+        ):
+            result = msgspec.structs.replace(result, budget_exceeded=True)
+        return result
 
     async def import_events(
         self,
@@ -719,12 +735,17 @@ class AgentActor:
         return await self.run_write(write)
 
     async def update_session(
-        self, session_id: str, metadata: dict[str, Any] | None
+        self, session_id: str, metadata: dict[str, Any] | None, *, merge: bool = False
     ) -> dict[str, Any]:
-        """Replace the session's metadata (``None`` clears it); the updated session."""
+        """Replace the session's metadata (``None`` clears it); with ``merge`` set only
+        the given keys, atomically (``values.metadata_merge``). The updated session."""
         if metadata is not None and not isinstance(metadata, dict):
             raise InvalidParamsError("metadata: must be an object", data={"field": "metadata"})
-        return await self.run_write(lambda s: s.replace_metadata(session_id, metadata))
+        if merge and metadata is None:
+            raise InvalidParamsError(
+                "metadata: a merge needs an object of the keys to set", data={"field": "metadata"}
+            )
+        return await self.run_write(lambda s: s.replace_metadata(session_id, metadata, merge))
 
     async def pop_event(
         self,

@@ -13,6 +13,7 @@ from typing import Any, Final
 from ..values.codec import dehydrate_event, encode_json, now_ms
 from ..values.errors import ConflictError, InvalidParamsError, NotFoundError
 from ..values.events import SessionEvent
+from ..values.metadata_merge import merge_metadata
 from . import sqlite_ops as ops
 from .lineage_sql import (
     clear_session_rows,
@@ -31,9 +32,21 @@ _SESSION_COLUMNS: Final = (
 
 
 def replace_metadata(
-    conn: sqlite3.Connection, session_id: str, metadata: Mapping[str, Any] | None
+    conn: sqlite3.Connection,
+    session_id: str,
+    metadata: Mapping[str, Any] | None,
+    merge: bool = False,
 ) -> dict[str, Any]:
-    """Replace a session's metadata (``None`` clears it); the updated session row."""
+    """Replace a session's metadata (``None`` clears it), or with ``merge`` set only the
+    keys of ``metadata`` (``values.metadata_merge``: read and written in this one
+    transaction, so concurrent merges of different keys all stay); the updated row."""
+    if merge and metadata is not None:
+        row = conn.execute(
+            f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE id = ?", (session_id,)
+        ).fetchone()
+        if row is None:
+            raise NotFoundError.session(session_id)
+        metadata = merge_metadata(session_row(row).get("metadata"), metadata)
     cur = conn.execute(
         "UPDATE sessions SET metadata = ?, updated_at = ? WHERE id = ?",
         (None if metadata is None else encode_json(dict(metadata)), now_ms(), session_id),
@@ -47,33 +60,29 @@ def replace_metadata(
 
 
 def _metadata_condition(key: str, value: Any) -> tuple[str, list[Any]]:
-    """SQL matching ``metadata[key] == value`` exactly for a JSON scalar ``value``."""
+    """SQL matching ``metadata[key] == value`` exactly for a JSON scalar ``value``.
+
+    The JSON path is a SQL string literal, not a parameter, so an index on the same
+    expression serves the filter (SQLite matches index expressions by their text:
+    ``idx_sessions_adk`` on ``json_extract(metadata, '$."adk_app"')``, ...). A string
+    that does not start with ``[`` or ``{`` needs no ``json_type`` check: ``json_extract``
+    answers numbers, booleans and null as non-text values, never equal to a text, and
+    objects and arrays as their JSON text, which starts with one of those two."""
     path = '$."' + key.replace('"', '""') + '"'
+    literal = "'" + path.replace("'", "''") + "'"
+    extract = f"json_extract(metadata, {literal})"
     if value is None:
-        return "json_type(metadata, ?) = 'null'", [path]
+        return f"json_type(metadata, {literal}) = 'null'", []
     if isinstance(value, bool):
-        return "json_type(metadata, ?) = ?", [path, "true" if value else "false"]
+        return f"json_type(metadata, {literal}) = ?", ["true" if value else "false"]
     if isinstance(value, int):
-        return "(json_type(metadata, ?) = 'integer' AND json_extract(metadata, ?) = ?)", [
-            path,
-            path,
-            value,
-        ]
+        return f"(json_type(metadata, {literal}) = 'integer' AND {extract} = ?)", [value]
     if isinstance(value, float):
-        return (
-            "(json_type(metadata, ?) IN ('integer', 'real') AND json_extract(metadata, ?) = ?)",
-            [
-                path,
-                path,
-                value,
-            ],
-        )
+        return f"(json_type(metadata, {literal}) IN ('integer', 'real') AND {extract} = ?)", [value]
     if isinstance(value, str):
-        return "(json_type(metadata, ?) = 'text' AND json_extract(metadata, ?) = ?)", [
-            path,
-            path,
-            value,
-        ]
+        if value.startswith(("[", "{")):
+            return f"(json_type(metadata, {literal}) = 'text' AND {extract} = ?)", [value]
+        return f"{extract} = ?", [value]
     raise InvalidParamsError(
         f"metadata.{key}: a filter value must be a string, number, boolean or null",
         data={"field": f"metadata.{key}"},
@@ -88,11 +97,14 @@ def list_sessions_page(
     offset: int,
     only: Collection[str] | None = None,
     after: tuple[int, int, str] | None = None,
-) -> tuple[list[dict[str, Any]], int]:
+    count: bool = True,
+) -> tuple[list[dict[str, Any]], int | None]:
     """Sessions whose metadata has every key of ``metadata`` with that exact value (and
     whose id is in ``only``, when given), most recently updated first, from ``offset`` (at
-    most ``limit``); and how many match. ``after`` (``updated_at, created_at, id`` of the
-    last session of the previous page) starts after that session in the same order."""
+    most ``limit``); and how many match (``None`` without ``count``: the count reads every
+    matching row, the page only its own, in ``idx_sessions_updated`` order). ``after``
+    (``updated_at, created_at, id`` of the last session of the previous page) starts after
+    that session in the same order."""
     where: list[str] = []
     args: list[Any] = []
     if only is not None:
@@ -104,10 +116,15 @@ def list_sessions_page(
         where.append(sql)
         args.extend(values)
     clause = f" WHERE {' AND '.join(where)}" if where else ""
-    total = int(conn.execute(f"SELECT COUNT(*) FROM sessions{clause}", args).fetchone()[0])
+    total = (
+        int(conn.execute(f"SELECT COUNT(*) FROM sessions{clause}", args).fetchone()[0])
+        if count
+        else None
+    )
     if after is not None:
-        where.append("(-updated_at, -created_at, id) > (?, ?, ?)")
-        args.extend((-after[0], -after[1], after[2]))
+        # First: SQLite tests the terms in order, and this one needs no JSON parsed.
+        where.insert(0, "(-updated_at, -created_at, id) > (?, ?, ?)")
+        args[:0] = (-after[0], -after[1], after[2])
         clause = f" WHERE {' AND '.join(where)}"
     sql = (
         f"SELECT {_SESSION_COLUMNS} FROM sessions{clause}"

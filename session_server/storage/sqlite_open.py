@@ -185,6 +185,8 @@ MIGRATIONS: dict[int, Sequence[str]] = {
     # 9 -> 10: lineage (zero-copy forks and rewinds), empty: forks made before it hold
     # copies of their rows and read them as any session without lineage does.
     9: tuple(s for s in _statements(schema_sql()) if "EXISTS lineage " in s or "ON lineage(" in s),
+    # 10 -> 11: session.list's order as an index (a cursor page reads its own rows only).
+    10: tuple(s for s in _statements(schema_sql()) if "idx_sessions_updated" in s),
 }
 
 

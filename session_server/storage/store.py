@@ -321,10 +321,10 @@ class AgentStore(StoreConnections):
     # -- session edits beside the turn path (bodies in ``session_sql``) -----------------
 
     async def replace_metadata(
-        self, session_id: str, metadata: Mapping[str, Any] | None
+        self, session_id: str, metadata: Mapping[str, Any] | None, merge: bool = False
     ) -> dict[str, Any]:
         row: dict[str, Any] = await self._write(
-            "update_session", session_sql.replace_metadata, session_id, metadata
+            "update_session", session_sql.replace_metadata, session_id, metadata, merge
         )
         return row
 
@@ -336,10 +336,17 @@ class AgentStore(StoreConnections):
         offset: int,
         only: Collection[str] | None,
         after: tuple[int, int, str] | None = None,
-    ) -> tuple[list[dict[str, Any]], int]:
+        count: bool = True,
+    ) -> tuple[list[dict[str, Any]], int | None]:
         return await self._read(
             lambda conn: session_sql.list_sessions_page(
-                conn, metadata=metadata, limit=limit, offset=offset, only=only, after=after
+                conn,
+                metadata=metadata,
+                limit=limit,
+                offset=offset,
+                only=only,
+                after=after,
+                count=count,
             )
         )
 

@@ -10,6 +10,11 @@ into one ``TurnUsage``:
   ``output_tokens_details.reasoning_tokens``;
 - Anthropic: ``input_tokens`` (the uncached part only), ``output_tokens``,
   ``cache_read_input_tokens``, ``cache_creation_input_tokens``;
+- Gemini and Google ADK (``GenerateContentResponseUsageMetadata``, an ADK event's
+  ``usage_metadata``; snake_case as the SDK dumps it, or camelCase as the REST API sends
+  it): ``prompt_token_count`` (cached content included) plus ``tool_use_prompt_token_count``
+  is the input, ``candidates_token_count`` plus ``thoughts_token_count`` the output,
+  ``cached_content_token_count`` the cached part, ``thoughts_token_count`` the reasoning;
 - this server's own shape (what ``memory.usage`` answers): ``input_tokens``,
   ``output_tokens``, ``cached_input_tokens``, ``cache_write_tokens``, ``reasoning_tokens``.
 
@@ -163,6 +168,9 @@ def normalise_usage(usage: Mapping[str, Any] | None, model: str | None = None) -
     model = check_model(model)
     if model is None and isinstance(usage.get("model"), str):
         model = check_model(usage["model"])
+    gemini = _gemini(usage)
+    if gemini is not None:
+        return TurnUsage(*gemini, 1, model)
     prompt = _count(usage, "prompt_tokens")
     completion = _count(usage, "completion_tokens")
     input_ = _count(usage, "input_tokens")
@@ -202,6 +210,43 @@ def normalise_usage(usage: Mapping[str, Any] | None, model: str | None = None) -
             data={"field": "usage"},
         )
     return TurnUsage(total_in, total_out, cached, writes, thought, 1, model)
+
+
+GEMINI_FIELDS: Final = {
+    "prompt_token_count": "promptTokenCount",
+    "candidates_token_count": "candidatesTokenCount",
+    "cached_content_token_count": "cachedContentTokenCount",
+    "thoughts_token_count": "thoughtsTokenCount",
+    "tool_use_prompt_token_count": "toolUsePromptTokenCount",
+}
+"""Gemini's usage counts (snake_case, as the SDK's ``model_dump``) and their REST names."""
+
+
+def _gemini(usage: Mapping[str, Any]) -> tuple[int, int, int, int, int] | None:
+    """The five counts of a Gemini/ADK ``usage_metadata``; ``None`` when it is another
+    shape. Gemini's ``candidates_token_count`` leaves the thoughts out and its
+    ``prompt_token_count`` holds the cached content; a ``TurnUsage`` counts reasoning in
+    the output and tool-use prompts in the input."""
+    counts: dict[str, int] = {}
+    for snake, camel in GEMINI_FIELDS.items():
+        key = snake if snake in usage else camel
+        value = _count(usage, key)
+        if value is not None:
+            counts[snake] = value
+    if "prompt_token_count" not in counts and "candidates_token_count" not in counts:
+        return None
+    prompt = counts.get("prompt_token_count", 0) + counts.get("tool_use_prompt_token_count", 0)
+    thoughts = counts.get("thoughts_token_count", 0)
+    output = counts.get("candidates_token_count", 0) + thoughts
+    cached = counts.get("cached_content_token_count", 0)
+    if cached > prompt:
+        raise InvalidParamsError(
+            f"usage: cached content tokens ({cached}) exceed the prompt tokens ({prompt})",
+            data={"field": "usage.cached_content_token_count"},
+        )
+    if prompt + output > MAX_TOKENS:
+        raise InvalidParamsError(f"usage: token counts over {MAX_TOKENS}", data={"field": "usage"})
+    return prompt, output, cached, 0, thoughts
 
 
 class ModelPrice(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

@@ -94,6 +94,8 @@ UNDO: Final[dict[int, tuple[str, ...]]] = {
     ),
     # lineage (zero-copy forks)
     10: ("DROP TABLE lineage",),
+    # session.list's order as an index
+    11: ("DROP INDEX idx_sessions_updated",),
 }
 
 

@@ -141,3 +141,55 @@ async def test_the_sync_client(server: RunningServer) -> None:
 
     totals = (await asyncio.to_thread(run))["totals"]
     assert totals["total_tokens"] == 4 and "cost" not in totals
+
+
+def events(n: int) -> list[dict[str, Any]]:
+    return [
+        {"action": "user_message", "content": f"question {n}"},
+        {"action": "agent_message", "content": f"answer {n}"},
+    ]
+
+
+async def test_events_append_stores_usage(server: RunningServer, client: SessionClient) -> None:
+    """``events.append {usage?, model?}`` (what the ADK service sends: its events are
+    appended verbatim, not persisted as a turn) stores the usage as ``turn.persist`` does:
+    once per idempotency key, with the batch's last event, counted by ``memory.usage``;
+    the answer says ``budget_exceeded`` only when usage was given."""
+    sid = await client.create_session()
+    await client.set_session_budget(sid, {"max_total_tokens": 1000})
+    gemini = {
+        "prompt_token_count": 700,
+        "candidates_token_count": 200,
+        "cached_content_token_count": 500,
+        "thoughts_token_count": 40,
+    }
+    raw = await client.call(
+        "events.append",
+        {
+            "session_id": sid,
+            "events": events(1),
+            "usage": gemini,
+            "model": "gemini",
+            "idempotency_key": "k1",
+        },
+    )
+    assert raw == {"seqs": [1, 2], "last_seq": 2, "compaction_required": False,
+                   "budget_exceeded": False}  # fmt: skip
+    again = await client.append_events(sid, events(1), usage=gemini, idempotency_key="k1")
+    assert again.seqs == [1, 2]  # a replay: stored and counted once
+    over = await client.append_events(sid, events(2), usage={"input_tokens": 100})
+    assert over.budget_exceeded is True
+    plain = await client.call("events.append", {"session_id": sid, "events": events(3)})
+    assert "budget_exceeded" not in plain
+    usage = await client.memory_usage(session_id=sid, group_by="model")
+    assert usage["totals"]["input_tokens"] == 800
+    assert usage["totals"]["output_tokens"] == 240
+    assert usage["totals"]["cached_input_tokens"] == 500
+    assert usage["totals"]["reasoning_tokens"] == 40
+    assert usage["totals"]["turns"] == 2
+    chart = await client.usage_chart(sid)
+    assert [(t["seq"], t["model"]) for t in chart["turns"]] == [(2, "gemini"), (4, None)]
+    with pytest.raises(InvalidParamsError) as info:
+        await client.append_events(sid, events(4), usage={"prompt_token_count": -1})
+    assert info.value.data is not None and info.value.data["field"] == "usage.prompt_token_count"
+    assert (await client.get_session(sid) or {})["last_seq"] == 6  # the refusal wrote nothing

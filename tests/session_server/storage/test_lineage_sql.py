@@ -183,6 +183,7 @@ async def test_a_version_8_file_with_a_copied_fork_reads_as_before(tmp_path: Pat
     for statement in [*_statements(schema_sql()), *undo_to(8)]:
         conn.execute(statement)
     conn.execute("PRAGMA user_version=8")
+    conn.commit()  # the undo's last statements opened a transaction
     conn.execute("BEGIN")
     for sid, parent in (("p", None), ("f", "p")):
         conn.execute(

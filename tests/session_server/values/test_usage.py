@@ -132,6 +132,79 @@ def test_anthropic_and_responses_agree_on_the_prompt(
     assert anthropic is not None and anthropic.total_tokens == fresh + read + write + out
 
 
+def test_gemini_and_adk_usage_metadata() -> None:
+    """Gemini leaves thoughts out of its candidates and holds cached content in its
+    prompt; tool-use prompts are input too. The REST API's camelCase reads the same."""
+    usage = {
+        "prompt_token_count": 1000,
+        "candidates_token_count": 200,
+        "cached_content_token_count": 600,
+        "thoughts_token_count": 50,
+        "tool_use_prompt_token_count": 30,
+        "total_token_count": 1280,
+        "prompt_tokens_details": [{"modality": "TEXT", "token_count": 1000}],
+        "traffic_type": "ON_DEMAND",
+    }
+    expected = UsageTotals(1030, 250, 600, 0, 50, 1, "gemini-2.5-flash")
+    assert normalise_usage(usage, "gemini-2.5-flash") == expected
+    camel = {
+        "promptTokenCount": 1000,
+        "candidatesTokenCount": 200,
+        "cachedContentTokenCount": 600,
+        "thoughtsTokenCount": 50,
+        "toolUsePromptTokenCount": 30,
+    }
+    assert normalise_usage(camel, "gemini-2.5-flash") == expected
+    assert normalise_usage({"prompt_token_count": 7}) == UsageTotals(7, 0)
+    assert normalise_usage({"total_token_count": 7}) is None
+
+
+@pytest.mark.parametrize(
+    ("usage", "field"),
+    [
+        ({"prompt_token_count": -1}, "usage.prompt_token_count"),
+        ({"candidatesTokenCount": "3"}, "usage.candidatesTokenCount"),
+        ({"prompt_token_count": 5, "thoughts_token_count": 1.5}, "usage.thoughts_token_count"),
+        (
+            {"prompt_token_count": 5, "cached_content_token_count": 6},
+            "usage.cached_content_token_count",
+        ),
+    ],
+)
+def test_bad_gemini_counts_are_refused_naming_the_field(
+    usage: dict[str, object], field: str
+) -> None:
+    with pytest.raises(InvalidParamsError) as info:
+        normalise_usage(usage)
+    assert info.value.data == {"field": field}
+
+
+@given(counts, counts, counts, counts, counts)
+def test_gemini_agrees_with_the_servers_shape(
+    prompt: int, cached_part: int, candidates: int, thoughts: int, tool_use: int
+) -> None:
+    """A Gemini report and the same turn in this server's shape normalise alike."""
+    cached = min(cached_part, prompt)
+    gemini = normalise_usage(
+        {
+            "prompt_token_count": prompt,
+            "candidates_token_count": candidates,
+            "cached_content_token_count": cached,
+            "thoughts_token_count": thoughts,
+            "tool_use_prompt_token_count": tool_use,
+        }
+    )
+    own = normalise_usage(
+        {
+            "input_tokens": prompt + tool_use,
+            "output_tokens": candidates + thoughts,
+            "cached_input_tokens": cached,
+            "reasoning_tokens": thoughts,
+        }
+    )
+    assert gemini == own
+
+
 PRICES = {
     "gpt": {"input": 2.0, "cached_input": 0.5, "output": 8.0},
     "claude": {"input": 3, "output": 15, "cache_write": 3.75},

@@ -6,15 +6,20 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import sys
 import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
+from google.adk.agents import LlmAgent
 from google.adk.errors import StaleSessionError
 from google.adk.errors.session_not_found_error import SessionNotFoundError
 from google.adk.events.event import Event
 from google.adk.events.event_actions import EventActions
+from google.adk.models.google_llm import Gemini
+from google.adk.runners import Runner
 from google.adk.sessions.base_session_service import GetSessionConfig
 from google.adk.sessions.in_memory_session_service import InMemorySessionService
 from google.genai import types
@@ -24,20 +29,29 @@ from hypothesis import strategies as st
 from session_server.integrations.adk import (
     SessionServerMemoryService,
     SessionServerSessionService,
+    _app_holder,
     server_session_id,
 )
 from session_server.integrations.adk_events import (
     COMPACTION_INVOCATION,
     adk_events_of,
+    adk_usage,
     event_to_records,
     split_state,
 )
 from session_server.values.errors import InvalidParamsError
 from tests.session_server.integrations.adk.conftest import AGENT
+from tests.support.gemini_server import gemini_base_url, weather_gemini
+from tests.support.openai_server import FakeOpenAIServer
 from tests.support.server import RestartableServer, running_server
 
 APP = "app"
 USER = "u"
+
+
+def get_weather(city: str) -> dict[str, str]:
+    """The weather in a city."""
+    return {"city": city, "forecast": f"{city}: 18°C and sunny"}
 
 
 def call_event(call_id: str, city: str, invocation: str = "inv") -> Event:
@@ -485,4 +499,203 @@ async def test_large_events_page_under_the_answer_bound(tmp_path: Path) -> None:
             config=GetSessionConfig(num_recent_events=5),
         )  # fmt: skip
         assert recent is not None and recent.events == appended[-5:]
+        await service.close()
+
+
+def thinking_gemini(path: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    """``weather_gemini`` reporting cached content and thoughts in its usage."""
+    status, payload = weather_gemini(path, body)
+    if status == 200:
+        payload["usageMetadata"] = {
+            "promptTokenCount": 50,
+            "candidatesTokenCount": 5,
+            "cachedContentTokenCount": 20,
+            "thoughtsTokenCount": 3,
+            "totalTokenCount": 58,
+        }
+    return status, payload
+
+
+@pytest.mark.parametrize("where", ["remote", "local"])
+async def test_runner_usage_reaches_memory_usage(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    """A ``Runner`` on a fake Gemini: each model event's ``usage_metadata`` is stored
+    with it (``events.append``'s ``usage``), so ``memory.usage`` shows the run's tokens
+    with the model's version; the events themselves come back unchanged."""
+    monkeypatch.setenv("GOOGLE_API_KEY", "test")
+    async with running_server(tmp_path / "memory") as server:
+        if where == "remote":
+            service = SessionServerSessionService(url=server.url, agent_id=AGENT)
+        else:
+            service = SessionServerSessionService(registry=server.registry, agent_id=AGENT)
+        with FakeOpenAIServer(thinking_gemini) as model:
+            runner = Runner(
+                app_name=APP,
+                agent=LlmAgent(
+                    name="weather_agent",
+                    model=Gemini(
+                        model="gemini-2.5-flash", base_url=gemini_base_url(model.base_url)
+                    ),
+                    tools=[get_weather],
+                ),
+                session_service=service,
+            )
+            session = await service.create_session(app_name=APP, user_id=USER)
+            for turn in (1, 2):
+                message = types.Content(role="user", parts=[types.Part(text=f"Weather in {turn}?")])
+                async for _ in runner.run_async(
+                    user_id=USER, session_id=session.id, new_message=message
+                ):
+                    pass
+        actor = await server.registry.get(AGENT)
+        sid = server_session_id(APP, USER, session.id)
+        usage = await actor.memory_usage(session_id=sid, group_by="model")
+        calls = 4  # two turns of a call and an answer
+        assert usage["totals"]["input_tokens"] == 50 * calls
+        assert usage["totals"]["output_tokens"] == (5 + 3) * calls
+        assert usage["totals"]["cached_input_tokens"] == 20 * calls
+        assert usage["totals"]["reasoning_tokens"] == 3 * calls
+        assert usage["totals"]["turns"] == calls
+        assert [g["key"] for g in usage["groups"]] == ["gemini-2.5-flash"]
+        got = await service.get_session(app_name=APP, user_id=USER, session_id=session.id)
+        assert got is not None
+        used = [e.usage_metadata for e in got.events if e.usage_metadata is not None]
+        assert len(used) == calls and used[0].thoughts_token_count == 3
+        await service.close()
+
+
+def test_usage_of_an_event() -> None:
+    """``adk_usage``: the event's usage in Gemini's shape and its model; none for an event
+    without usage, or with counts that are no valid usage (the event is still stored)."""
+    event = Event(
+        author="agent",
+        model_version="gemini-2.5-pro",
+        usage_metadata=types.GenerateContentResponseUsageMetadata(
+            prompt_token_count=10, candidates_token_count=2, total_token_count=12
+        ),
+    )
+    usage, model = adk_usage(event)
+    assert usage == {"prompt_token_count": 10, "candidates_token_count": 2, "total_token_count": 12}
+    assert model == "gemini-2.5-pro"
+    assert adk_usage(Event(author="user")) == (None, None)
+    odd = types.GenerateContentResponseUsageMetadata(
+        prompt_token_count=1, cached_content_token_count=5
+    )
+    assert adk_usage(Event(author="agent", usage_metadata=odd)) == (None, None)
+    nameless = Event(author="agent", model_version="", usage_metadata=event.usage_metadata)
+    assert adk_usage(nameless) == (usage, None)
+
+
+def scoped_event(name: str, i: int) -> Event:
+    delta = {f"app:{name}{i}": i, f"user:{name}{i}": [i], "app:last": name}
+    return Event(invocation_id=f"{name}{i}", author="user", actions=EventActions(state_delta=delta))
+
+
+@pytest.mark.parametrize("where", ["remote", "local"])
+async def test_app_and_user_state_merge_per_key_across_services(tmp_path: Path, where: str) -> None:
+    """Two service objects (two connections, or two in-process services: no lock they
+    share) update ``app:`` and ``user:`` keys of one app and user at once: every key of
+    both stays, as with ADK's ``DatabaseSessionService`` (a read-modify-write of the
+    holder would lose one writer's keys)."""
+    async with running_server(tmp_path / "memory") as server:
+
+        def make() -> SessionServerSessionService:
+            if where == "remote":
+                return SessionServerSessionService(url=server.url, agent_id=AGENT)
+            return SessionServerSessionService(registry=server.registry, agent_id=AGENT)
+
+        one, two = make(), make()
+        first = await one.create_session(app_name=APP, user_id=USER, state={"app:seed": 0})
+        second = await two.create_session(app_name=APP, user_id=USER)
+        rounds = 12
+        for i in range(rounds):
+            await asyncio.gather(
+                one.append_event(first, scoped_event("one", i)),
+                two.append_event(second, scoped_event("two", i)),
+            )
+        expected_app = {f"app:{n}{i}": i for n in ("one", "two") for i in range(rounds)}
+        expected_user = {f"user:{n}{i}": [i] for n in ("one", "two") for i in range(rounds)}
+        for service, session in ((one, first), (two, second)):
+            got = await service.get_session(app_name=APP, user_id=USER, session_id=session.id)
+            assert got is not None
+            app = {k: v for k, v in got.state.items() if k.startswith("app:")}
+            assert app["app:last"] in ("one", "two")
+            assert app == {**expected_app, "app:seed": 0, "app:last": app["app:last"]}
+            assert {k: v for k, v in got.state.items() if k.startswith("user:")} == expected_user
+        user_state = await two.get_user_state(app_name=APP, user_id=USER)
+        assert user_state == {k.removeprefix("user:"): v for k, v in expected_user.items()}
+        await one.close()
+        await two.close()
+
+
+async def test_holders_of_the_earlier_layout_are_read_and_merged(tmp_path: Path) -> None:
+    """A holder session written before per-key holders (one ``adk_state`` object) is
+    read as it was; new keys merge beside it and win over its keys."""
+    async with running_server(tmp_path / "memory") as server:
+        actor = await server.registry.get(AGENT)
+        await actor.create_session(
+            {"adk_kind": "app", "adk_app": APP, "adk_state": {"old": 1, "both": "old"}},
+            session_id=_app_holder(APP),
+        )
+        service = SessionServerSessionService(registry=server.registry, agent_id=AGENT)
+        session = await service.create_session(app_name=APP, user_id=USER)
+        assert session.state == {"app:old": 1, "app:both": "old"}
+        delta = EventActions(state_delta={"app:both": "new", "app:more": 2})
+        await service.append_event(session, Event(author="user", actions=delta))
+        got = await service.get_session(app_name=APP, user_id=USER, session_id=session.id)
+        assert got is not None
+        assert got.state == {"app:old": 1, "app:both": "new", "app:more": 2}
+        await service.close()
+
+
+ROOT = str(Path(__file__).resolve().parents[4])
+CHILD = """
+import asyncio, sys
+from google.adk.events.event import Event
+from google.adk.events.event_actions import EventActions
+from session_server.integrations.adk import SessionServerSessionService
+
+async def main(url):
+    service = SessionServerSessionService(url=url, agent_id=sys.argv[2])
+    session = await service.create_session(app_name="app", user_id="u")
+    print("ready", flush=True)
+    sys.stdin.readline()
+    for i in range(30):
+        delta = {f"app:child{i}": i, f"user:child{i}": i}
+        await service.append_event(session, Event(author="user", actions=EventActions(state_delta=delta)))
+    await service.close()
+
+asyncio.run(main(sys.argv[1]))
+"""
+
+
+async def test_app_and_user_state_merge_per_key_across_processes(tmp_path: Path) -> None:
+    """A second process (its own service and connection) writes ``app:``/``user:`` keys
+    while this one does: both processes' keys all stay."""
+    async with running_server(tmp_path / "memory") as server:
+        child = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", CHILD, server.url, AGENT,
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            env={**os.environ, "PYTHONPATH": ROOT},
+        )  # fmt: skip
+        assert child.stdin is not None and child.stdout is not None
+        assert (await child.stdout.readline()).strip() == b"ready"
+        service = SessionServerSessionService(url=server.url, agent_id=AGENT)
+        session = await service.create_session(app_name=APP, user_id=USER)
+        child.stdin.write(b"go\n")
+        await child.stdin.drain()
+        for i in range(30):
+            delta = {f"app:parent{i}": i, f"user:parent{i}": i}
+            await service.append_event(session, Event(author="user", actions=EventActions(state_delta=delta)))  # fmt: skip
+        assert await child.wait() == 0
+        got = await service.get_session(app_name=APP, user_id=USER, session_id=session.id)
+        assert got is not None
+        expected = {
+            f"{scope}:{who}{i}": i
+            for scope in ("app", "user")
+            for who in ("parent", "child")
+            for i in range(30)
+        }
+        assert got.state == expected
         await service.close()

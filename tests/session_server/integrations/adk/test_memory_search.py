@@ -1,22 +1,21 @@
-"""``SessionServerMemoryService.search_memory`` over ``memory.search`` (issue 35).
-
-Not collected yet (the file name does not start with ``test_``): ``memory.search`` is
-being built in parallel. Once it is on main, rename this file to
-``test_memory_search.py``.
+"""``SessionServerMemoryService.search_memory`` over ``memory.search`` (FTS5).
 
 The search cases of google-adk's ``tests/unittests/memory/test_in_memory_memory_service.py``
 that describe any memory service (a match, case, several matches, no match, scoping by
 user, a slash in identifiers, at most ``limit``) are here, written anew. Its cases of the
 in-memory service's own keyword rules (substring fallback for unspaced scripts, ranking
 by the number of matching words, partial-word refusals) describe that service's matching,
-not FTS5's, and are not.
+not FTS5's, and are not (``docs/adk-conformance.md`` lists every case).
 """
 
 from __future__ import annotations
 
 import asyncio
+import threading
+import unicodedata
 from pathlib import Path
 
+import pytest
 from google.adk.events.event import Event
 from google.adk.sessions.session import Session
 from google.genai import types
@@ -137,4 +136,97 @@ async def test_search_memory_cases_of_adk(tmp_path: Path) -> None:
         many = session_of("u1", "s5", *[("user", f"note {i} about work") for i in range(20)])
         await memory.add_session_to_memory(many)
         assert len(await search(memory, "u1", "work")) == 10
+        await memory.close()
+
+
+def jasmine_session() -> Session:
+    return session_of("u1", "tea", ("user", "I prefer jasmine tea."))
+
+
+@pytest.mark.parametrize("ingest_session", [True, False])
+async def test_memories_are_copies(tmp_path: Path, ingest_session: bool) -> None:
+    """Changing an ingested event does not change the memory, and changing a search
+    result changes neither the next search nor the session it came from."""
+    async with running_server(tmp_path / "memory") as server:
+        memory = SessionServerMemoryService(registry=server.registry, agent_id=AGENT)
+        session = jasmine_session()
+        if ingest_session:
+            await memory.add_session_to_memory(session)
+        else:
+            await memory.add_events_to_memory(
+                app_name=APP, user_id="u1", session_id=session.id, events=session.events
+            )
+        event = session.events[0]
+        event.author = "changed"
+        assert event.content is not None and event.content.parts
+        event.content.parts[0].text = "I prefer coffee."
+        assert await search(memory, "u1", "jasmine") == ["I prefer jasmine tea."]
+        first = await memory.search_memory(app_name=APP, user_id="u1", query="jasmine")
+        assert first.memories[0].author == "user"
+        first.memories[0].content.parts.clear()
+        assert await search(memory, "u1", "jasmine") == ["I prefer jasmine tea."]
+        assert await search(memory, "u1", "coffee") == []
+        await memory.close()
+
+
+async def test_search_while_other_threads_add(tmp_path: Path) -> None:
+    """One service object used from threads with event loops of their own (a writer
+    adding sessions, two readers searching) raises nothing, and every fact is found."""
+    async with running_server(tmp_path / "memory") as server:
+        memory = SessionServerMemoryService(url=server.url, agent_id=AGENT)
+        await memory.add_session_to_memory(session_of("u1", "seed", ("user", "fact about seed")))
+        errors: list[BaseException] = []
+        barrier = threading.Barrier(3)
+
+        def writer() -> None:
+            barrier.wait()
+            try:
+                for i in range(20):
+                    facts = session_of("u1", f"w{i}", ("user", f"fact about w{i}"))
+                    asyncio.run(memory.add_session_to_memory(facts))
+            except BaseException as exc:
+                errors.append(exc)
+
+        def reader() -> None:
+            barrier.wait()
+            try:
+                for _ in range(20):
+                    asyncio.run(memory.search_memory(app_name=APP, user_id="u1", query="fact"))
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=f) for f in (writer, reader, reader)]
+        for thread in threads:
+            thread.start()
+        await asyncio.to_thread(lambda: [t.join() for t in threads])
+        assert errors == []
+        assert await search(memory, "u1", "w19") == ["fact about w19"]
+        await memory.close()
+
+
+@pytest.mark.parametrize(
+    ("text", "query", "found"),
+    [
+        ("제 이름은 민수입니다", "민수입니다", True),  # Korean: words between spaces
+        ("Меня зовут Алексей", "Алексей", True),
+        ("太郎 works at ABC Corp", "太郎", True),
+        ("太郎 works at ABC Corp", "abc", True),
+        ("I like to code in Python.", "thon", False),  # no partial words
+        (unicodedata.normalize("NFD", "Meet at the Café"), "Café", True),
+        ("Meet at the Café", unicodedata.normalize("NFD", "Café"), True),
+        ("I like to code in Python.", "Java", False),
+    ],
+)
+async def test_search_memory_words_of_any_script(
+    tmp_path: Path, text: str, query: str, found: bool
+) -> None:
+    """ADK's non-Latin cases that describe word search (its substring fallback for
+    unspaced scripts is the in-memory service's own rule, not FTS5's)."""
+    async with running_server(tmp_path / "memory") as server:
+        memory = SessionServerMemoryService(registry=server.registry, agent_id=AGENT)
+        await memory.add_session_to_memory(session_of("u1", "i18n", ("user", text)))
+        await memory.add_session_to_memory(session_of("u1", "probe", ("user", "probe words")))
+        assert await search(memory, "u1", "probe") == ["probe words"]  # the index has both
+        result = await memory.search_memory(app_name=APP, user_id="u1", query=query)
+        assert [m.content.parts[0].text for m in result.memories] == ([text] if found else [])
         await memory.close()

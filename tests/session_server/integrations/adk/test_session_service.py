@@ -4,9 +4,10 @@
 (the ``session_service`` fixture), so each states ADK's behaviour, not ours.
 
 Written anew from google-adk's file (its sdist on PyPI ships no tests), adapted only in
-how the service is made. Cases ADK runs on its persistent services only (stale sessions,
-concurrent stale writers, marker-less sessions, timestamp drift, ``get_user_state``,
-which the 2.13 in-memory service leaves out) run here on ours only (``served``).
+how the service is made. Cases ADK runs on its database service only (stale sessions,
+concurrent stale writers, marker-less sessions, timestamp drift) run here on ours only
+(``served``). Every case of google-adk's file, and where it is covered here or why it
+cannot apply: ``docs/adk-conformance.md``.
 
 Cases of google-adk's file that cannot apply, as they test one backend's internals:
 SQLAlchemy engine options (pool pre-ping and its override, read-only engines and
@@ -468,14 +469,116 @@ async def test_delete_missing_session_is_quiet(session_service: BaseSessionServi
     await session_service.delete_session(app_name=APP, user_id=USER, session_id="nothing")
 
 
-async def test_get_user_state(served: BaseSessionService) -> None:
-    """ADK's in-memory service leaves ``get_user_state`` unimplemented; its database
-    services answer the user's keys without their prefix, as this one does."""
-    await served.create_session(
+async def test_get_user_state_of_a_user_without_state(
+    session_service: BaseSessionService,
+) -> None:
+    assert await session_service.get_user_state(app_name=APP, user_id="u1") == {}
+
+
+async def test_get_user_state_answers_keys_without_their_prefix(
+    session_service: BaseSessionService,
+) -> None:
+    """Written at creation or by an event: only the ``user:`` keys, prefix removed."""
+    await session_service.create_session(
         app_name=APP, user_id="u1", state={"user:lang": "fr", "k": 1, "app:a": 2}
     )
-    assert await served.get_user_state(app_name=APP, user_id="u1") == {"lang": "fr"}
-    assert await served.get_user_state(app_name=APP, user_id="u2") == {}
+    session = await session_service.create_session(app_name=APP, user_id="u1")
+    delta = {"user:profile": {"name": "Ada"}, "session_key": 1, "app:b": 3}
+    await session_service.append_event(
+        session, Event(author="system", actions=EventActions(state_delta=delta))
+    )
+    assert await session_service.get_user_state(app_name=APP, user_id="u1") == {
+        "lang": "fr",
+        "profile": {"name": "Ada"},
+    }
+
+
+async def test_get_user_state_is_kept_per_user_and_per_app(
+    session_service: BaseSessionService,
+) -> None:
+    session = await session_service.create_session(app_name=APP, user_id="u1")
+    delta = EventActions(state_delta={"user:secret": "only-u1-in-my_app"})
+    await session_service.append_event(session, Event(author="system", actions=delta))
+    assert await session_service.get_user_state(app_name=APP, user_id="u2") == {}
+    assert await session_service.get_user_state(app_name="other_app", user_id="u1") == {}
+    assert await session_service.get_user_state(app_name=APP, user_id="u1") == {
+        "secret": "only-u1-in-my_app"
+    }
+
+
+async def test_get_user_state_needs_no_session_and_shows_the_latest_write(
+    session_service: BaseSessionService,
+) -> None:
+    """Read by app and user only (a new session of the user need not exist yet), and each
+    write replaces the key's value."""
+    session = await session_service.create_session(app_name=APP, user_id="u1")
+    for value in (1, 2):
+        delta = EventActions(state_delta={"user:counter": value, "user:ctx": {"v": value}})
+        await session_service.append_event(session, Event(author="system", actions=delta))
+    assert await session_service.get_user_state(app_name=APP, user_id="u1") == {
+        "counter": 2,
+        "ctx": {"v": 2},
+    }
+
+
+async def test_temp_state_is_seen_by_later_events_and_trimmed_from_the_event(
+    session_service: BaseSessionService,
+) -> None:
+    """One agent of an invocation writes ``temp:`` state, the next reads it from the same
+    session object; the appended event's own delta loses the ``temp:`` key."""
+    session = await session_service.create_session(app_name=APP, user_id=USER)
+    first = Event(
+        invocation_id="inv",
+        author="agent1",
+        actions=EventActions(state_delta={"temp:output": "from a1", "sk": "v"}),
+    )
+    await session_service.append_event(session, first)
+    assert session.state["temp:output"] == "from a1" and session.state["sk"] == "v"
+    assert first.actions.state_delta == {"sk": "v"}
+    second = Event(invocation_id="inv", author="agent2")
+    await session_service.append_event(session, second)
+    assert session.state["temp:output"] == "from a1"
+    got = await session_service.get_session(app_name=APP, user_id=USER, session_id=session.id)
+    assert got is not None and "temp:output" not in got.state
+
+
+async def test_concurrent_first_creates_all_succeed(session_service: BaseSessionService) -> None:
+    """The first requests to a fresh store, at once, for different apps: each one is
+    created and can be read back (ADK's case against a table-creation race)."""
+    created = await asyncio.gather(
+        *(
+            session_service.create_session(app_name=f"app_{i}", user_id="user", session_id=f"s{i}")
+            for i in range(5)
+        )
+    )
+    assert [s.id for s in created] == [f"s{i}" for i in range(5)]
+    for i in range(5):
+        got = await session_service.get_session(
+            app_name=f"app_{i}", user_id="user", session_id=f"s{i}"
+        )
+        assert got is not None and got.app_name == f"app_{i}"
+
+
+async def test_sessions_of_two_users_of_one_app(session_service: BaseSessionService) -> None:
+    one = await session_service.create_session(app_name="shared", user_id="u1", session_id="s1")
+    two = await session_service.create_session(app_name="shared", user_id="u2", session_id="s2")
+    assert (one.app_name, two.app_name) == ("shared", "shared")
+    for user, sid in (("u1", "s1"), ("u2", "s2")):
+        got = await session_service.get_session(app_name="shared", user_id=user, session_id=sid)
+        assert got is not None and got.user_id == user
+
+
+async def test_append_through_the_object_get_session_answered(
+    session_service: BaseSessionService,
+) -> None:
+    """An event appended through the session object a read answered is stored once."""
+    created = await session_service.create_session(app_name=APP, user_id=USER)
+    read = await session_service.get_session(app_name=APP, user_id=USER, session_id=created.id)
+    assert read is not None
+    await session_service.append_event(session=read, event=Event(invocation_id="i", author="user"))
+    assert len(read.events) == 1
+    got = await session_service.get_session(app_name=APP, user_id=USER, session_id=created.id)
+    assert got is not None and len(got.events) == 1
 
 
 async def test_runner_rewind(session_service: BaseSessionService) -> None:
