@@ -8,8 +8,8 @@ Run: ``.venv/bin/python scripts/bench_usage.py [--turns N] [--rounds R] [--usage
     reasoning details, and a model), ``--turns`` x ``--rounds`` turns of each interleaved
     one by one in two sessions of one agent; the ratio of the medians of single turns.
 (b) ``memory.usage`` at ``--usage-turns`` turns (default 100k): the rows are written by the
-    store's own ``record_usage`` (one per turn, 1,000 sessions, 3 models, 30 days) in one
-    transaction, then ``memory.usage`` is timed (p50 and p95 of 50 calls) for the whole
+    store's own ``turn_usage`` (one turn of one event each, 1,000 sessions, 3 models, 30
+    days) in one transaction, then ``memory.usage`` is timed (p50 and p95 of 50 calls) for the whole
     agent, per model, per day, per session, one session, and a window that is not whole
     days (it reads the turn rows, not the running totals).
 (c) a retention sweep of ``--sessions`` expired sessions (default 10k; 2 events each):
@@ -37,7 +37,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from session_server import ActorRegistry
-from session_server.storage.usage_rows import record_usage
+from session_server.storage.usage_rows import turn_usage
 from session_server.values.context import WorkingContext
 from session_server.values.events import ContextMessage
 from session_server.values.usage import UsageTotals
@@ -97,6 +97,8 @@ async def usage_queries(root: Path, turns: int) -> dict[str, tuple[float, float]
     start_ms = int(time.time() * 1000) - 30 * DAY_MS
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("BEGIN IMMEDIATE")
+    states: dict[str, str | None] = dict.fromkeys(sessions)
+    seqs: dict[str, int] = dict.fromkeys(sessions, 0)
     for i in range(turns):
         sid = sessions[i % len(sessions)]
         created = start_ms + int(i * 30 * DAY_MS / turns)
@@ -108,7 +110,20 @@ async def usage_queries(root: Path, turns: int) -> dict[str, tuple[float, float]
             rng.randint(0, 10),
             model=("gpt", "claude", "llama")[i % 3],
         )
-        record_usage(conn, sid, i + 1, i // len(sessions) + 1, created, usage)
+        # What a turn's append writes: the turn's last event with its usage, the
+        # session's totals (``usage_rows.turn_usage``, which closes a day when it changes).
+        record, states[sid] = turn_usage(conn, sid, states[sid], usage, created)
+        seqs[sid] += 1
+        conn.execute(
+            "INSERT INTO events (id, session_id, seq, action, content, created_at, turn, usage)"
+            " VALUES (?, ?, ?, 'agent_message', 'a', ?, ?, ?)",
+            (f"e{i}", sid, seqs[sid], created, seqs[sid], record),
+        )
+    conn.executemany(
+        "UPDATE sessions SET usage = ?, last_seq = ?, last_turn = ? WHERE id = ?",
+        [(states[sid], seqs[sid], seqs[sid], sid) for sid in sessions],
+    )
+    conn.execute("DELETE FROM recall_pending")  # the benchmark does not search
     conn.execute("COMMIT")
     conn.close()
     out: dict[str, tuple[float, float]] = {}

@@ -4,6 +4,7 @@ session, daily totals equal to the turns kept; the next sweep finishes the job."
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sqlite3
@@ -49,7 +50,7 @@ def check_whole_or_gone(db: Path, memory: Path) -> set[str]:
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     try:
         kept = {r[0] for r in conn.execute("SELECT id FROM sessions")}
-        for table in ("events", "turn_usage", "usage_totals", "tool_calls", "idempotency"):
+        for table in ("events", "session_days", "tool_calls", "idempotency"):
             orphans = conn.execute(
                 f"SELECT COUNT(*) FROM {table} WHERE session_id NOT IN (SELECT id FROM sessions)"
             ).fetchone()[0]
@@ -57,13 +58,25 @@ def check_whole_or_gone(db: Path, memory: Path) -> set[str]:
         for sid in kept:
             events = conn.execute("SELECT COUNT(*) FROM events WHERE session_id = ?", (sid,))
             assert events.fetchone()[0] == 2 * TURNS, sid
-            usage = conn.execute("SELECT COUNT(*) FROM turn_usage WHERE session_id = ?", (sid,))
+            usage = conn.execute(
+                "SELECT COUNT(*) FROM events WHERE session_id = ? AND usage IS NOT NULL", (sid,)
+            )
             assert usage.fetchone()[0] == TURNS, sid
-        days = conn.execute(
+        # the agent's days (closed days plus each session's open day) count exactly the
+        # turns of the sessions left
+        closed = conn.execute(
             "SELECT COALESCE(SUM(input_tokens), 0), COALESCE(SUM(turns), 0) FROM usage_days"
-        )
-        turns = conn.execute("SELECT COALESCE(SUM(input_tokens), 0), COUNT(*) FROM turn_usage")
-        assert days.fetchone() == turns.fetchone()
+        ).fetchone()
+        open_days = [0, 0]
+        for (text,) in conn.execute("SELECT usage FROM sessions WHERE usage IS NOT NULL"):
+            for counts in json.loads(text)["p"].values():
+                open_days[0] += counts[0]
+                open_days[1] += counts[5]
+        turns = conn.execute(
+            "SELECT COALESCE(SUM(json_extract(usage, '$[0]')), 0), COUNT(*) FROM events"
+            " WHERE usage IS NOT NULL"
+        ).fetchone()
+        assert (closed[0] + open_days[0], closed[1] + open_days[1]) == turns
     finally:
         conn.close()
     return kept

@@ -89,7 +89,7 @@ async def test_sweep_erases_expired_sessions_as_delete_does(
     assert await actor.get_session(keep) is not None
     assert not (tmp_path / "agents" / AGENT / "sessions" / old).exists()
     db = sqlite3.connect(tmp_path / "agents" / AGENT / "agent.sqlite")
-    for table in ("events", "turn_usage", "usage_totals", "tool_calls", "idempotency"):
+    for table in ("events", "session_days", "tool_calls", "idempotency"):
         assert (
             db.execute(f"SELECT COUNT(*) FROM {table} WHERE session_id = ?", (old,)).fetchone()[0]
             == 0

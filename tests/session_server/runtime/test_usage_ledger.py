@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -60,10 +61,18 @@ async def test_usage_is_stored_with_its_turn_and_summed(
     await actor.persist_working_context(b, turn(4))  # no usage: no row
     db = sqlite3.connect(tmp_path / "agents" / AGENT / "agent.sqlite")
     rows = db.execute(
-        "SELECT session_id, seq, turn, model, input_tokens FROM turn_usage ORDER BY 1, 2"
+        "SELECT session_id, seq, turn, json_extract(usage, '$[5]'),"
+        " json_extract(usage, '$[0]') FROM events WHERE usage IS NOT NULL ORDER BY 1, 2"
     ).fetchall()
+    totals = dict(db.execute("SELECT id, json_extract(usage, '$.t') FROM sessions").fetchall())
     db.close()
+    # the turn's usage is on its last event, the totals in the session row
     assert rows == [("a", 2, 1, "gpt", 1000), ("a", 4, 2, "claude", 30), ("b", 2, 1, "gpt", 50)]
+    assert json.loads(totals["a"]) == {
+        "gpt": [1000, 100, 600, 0, 0, 1],
+        "claude": [30, 5, 20, 0, 0, 1],
+    }
+    assert json.loads(totals["b"]) == {"gpt": [50, 5, 0, 0, 0, 1]}
 
     whole = await actor.memory_usage()
     assert whole["totals"]["input_tokens"] == 1080
