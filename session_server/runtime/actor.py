@@ -173,7 +173,9 @@ async def _persist(
     if (
         turn.recorded is not None
         and result.seqs
-        and await actor.usage.after_turn(actor, session_id, turn.recorded)
+        and await actor.usage.after_turn(
+            actor, session_id, turn.recorded, counted=not result.replayed
+        )
     ):
         result = msgspec.structs.replace(result, budget_exceeded=True)
     return result

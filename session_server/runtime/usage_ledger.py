@@ -252,11 +252,14 @@ class UsageLedger:
         )
         return [t for _, t in rows]
 
-    async def after_turn(self, host: LedgerHost, session_id: str, usage: UsageTotals) -> bool:
-        """After a committed turn with ``usage``: the metrics, and whether the session is
-        now past a budget (the answer's ``budget_exceeded``)."""
+    async def after_turn(
+        self, host: LedgerHost, session_id: str, usage: UsageTotals, *, counted: bool = True
+    ) -> bool:
+        """After a committed turn with ``usage``: the metrics (unless ``counted`` is
+        false: an idempotent replay, whose first commit counted it), and whether the
+        session is now past a budget (the answer's ``budget_exceeded``)."""
         metrics = self.settings.metrics
-        if metrics is not None:
+        if metrics is not None and counted:
             metrics.turn(self.agent_id, usage, cost_of(usage, self.settings.prices))
         if self._agent_budget is None and self._budgets.get(session_id, _UNKNOWN) is None:
             self._over.pop(session_id, None)

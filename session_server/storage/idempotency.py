@@ -120,4 +120,5 @@ def replayed_result(
             "different request (a retry must send the same content)",
             data={"reason": "idempotency_mismatch", "field": "idempotency_key"},
         )
+    saved["replayed"] = True
     return msgspec.convert(saved, AppendResult)

@@ -9,8 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from session_server import ActorRegistry
+from session_server.process.usage_metrics import UsageMetrics
 from session_server.runtime.usage_ledger import UsageSettings
 from session_server.values.context import WorkingContext
 from session_server.values.errors import BudgetExceededError, InvalidParamsError, NotFoundError
@@ -164,3 +166,23 @@ async def test_budgets_survive_a_restart(tmp_path: Path) -> None:
         with pytest.raises(BudgetExceededError):
             await actor.build_working_context(sid)
         assert (await actor.memory_usage())["totals"]["total_tokens"] == 11
+
+
+async def test_an_idempotent_replay_is_counted_once_in_the_metrics(tmp_path: Path) -> None:
+    metrics = UsageMetrics(CollectorRegistry())
+    settings = UsageSettings(prices=PRICES, metrics=metrics)
+    async with ActorRegistry(tmp_path, idle_timeout=None, usage=settings) as reg:
+        actor = await reg.get(AGENT)
+        sid = await actor.create_session()
+        first = await actor.persist_working_context(
+            sid, turn(1), usage=chat(1000, 100), model="gpt", idempotency_key="k1"
+        )
+        again = await actor.persist_working_context(
+            sid, turn(1), usage=chat(1000, 100), model="gpt", idempotency_key="k1"
+        )
+        assert (first.replayed, again.replayed) == (False, True)
+        assert again.seqs == first.seqs
+        tokens, cost = metrics.snapshot()
+        assert tokens == {"all": [1000, 100, 0, 0, 0]}
+        assert cost == {"all": pytest.approx((1000 * 2 + 100 * 8) / 1e6)}
+        assert (await actor.memory_usage())["totals"]["turns"] == 1  # stored once too
