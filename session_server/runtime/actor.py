@@ -84,6 +84,7 @@ from .off_loop import LARGE_CONTENT_CHARS, instructions_counted, off_loop_if_lar
 from .plan_size import no_prompt_size, plan_size
 from .recall import Recall
 from .retention_keeper import RetentionKeeper
+from .session_erasure import delete_sessions
 from .subscriptions import Subscriber, Subscriptions
 from .usage_ledger import UsageLedger
 from .write_queue import WriteQueue
@@ -667,29 +668,12 @@ class AgentActor:
     async def delete_session(self, session_id: str) -> bool:
         """Delete a session and its events in one transaction; False if it did not exist.
         Its usage goes with it (and from the agent's totals)."""
-        try:
-            return await self._delete_session(session_id)
-        finally:
-            self.usage.forget(session_id)
+        return bool(await self.delete_sessions([session_id]))
 
-    async def _delete_session(self, session_id: str) -> bool:
-
-        async def write(store: AgentStore) -> bool:
-            await self.mirror.unlist(session_id)  # listed no more, even after a crash
-            try:
-                deleted = await store.delete_session(session_id)
-            except BaseException:
-                await self.mirror.relist(session_id)
-                raise
-            # Answered only once the folder is gone: a crash after the answer cannot
-            # leave it for a view, a snapshot list or a new session of the same id.
-            await self.mirror.session_deleted(session_id)
-            self.core.session_deleted(session_id)
-            if deleted:
-                self.subscriptions.publish_deleted(session_id)
-            return deleted
-
-        return await self.run_write(write)
+    async def delete_sessions(self, session_ids: Sequence[str]) -> list[str]:
+        """Delete sessions as ``delete_session`` does, all in one transaction (a retention
+        sweep's batch); the ids that existed (``runtime/session_erasure``)."""
+        return await delete_sessions(self, session_ids)
 
     async def import_rows(self, rows: SessionRows) -> None:
         """Write a whole session as it is (``values.session_rows``: checked first), in one

@@ -468,18 +468,28 @@ class MirrorLink:
             )
         return False, None
 
-    async def unlist(self, session_id: str) -> None:
-        """Before a session delete commits: the snapshot index stops listing the session
-        (a tombstone on disk, so not even a rebuild after a crash lists it again)."""
-        if self.index is not None and names_a_folder(session_id):
-            index = self.index
-            await self._executor.run(index.forget, self.writer.agent_id, session_id)
+    async def unlist(self, session_ids: Sequence[str]) -> None:
+        """Before a delete of sessions commits: the snapshot index stops listing them
+        (a tombstone on disk, so not even a rebuild after a crash lists one again)."""
+        await self._index_each(session_ids, forget=True)
 
-    async def relist(self, session_id: str) -> None:
+    async def relist(self, session_ids: Sequence[str]) -> None:
         """The delete announced by ``unlist`` did not happen."""
-        if self.index is not None and names_a_folder(session_id):
-            index = self.index
-            await self._executor.run(index.unforget, self.writer.agent_id, session_id)
+        await self._index_each(session_ids, forget=False)
+
+    async def _index_each(self, session_ids: Sequence[str], *, forget: bool) -> None:
+        index = self.index
+        ids = [sid for sid in session_ids if names_a_folder(sid)]
+        if index is None or not ids:
+            return
+        agent_id = self.writer.agent_id
+        call = index.forget if forget else index.unforget
+
+        def run() -> None:  # one hop to a worker thread for the whole batch
+            for sid in ids:
+                call(agent_id, sid)
+
+        await self._executor.run(run)
 
     def _forget(self, session_id: str) -> None:
         """A delete committed: nothing pending or confirmed for the session counts now."""
@@ -489,14 +499,22 @@ class MirrorLink:
         self._cursor.pop(session_id, None)
         self._bound.pop(session_id, None)
 
-    async def session_deleted(self, session_id: str) -> None:
-        """Remove the session's folder; returns once it is gone from ``sessions/``."""
-        self._forget(session_id)
-        self._active.discard(session_id)
-        if not self.enabled or not names_a_folder(session_id):
-            # An id that cannot name a folder was never mirrored: nothing to remove.
+    async def sessions_deleted(self, session_ids: Sequence[str]) -> None:
+        """Remove the sessions' folders; returns once they are gone from ``sessions/``."""
+        for sid in session_ids:
+            self._forget(sid)
+            self._active.discard(sid)
+        # An id that cannot name a folder was never mirrored: nothing to remove.
+        ids = [sid for sid in session_ids if names_a_folder(sid)]
+        if not self.enabled or not ids:
             return
-        self._later(lambda: self.writer.delete_session(session_id))
+        writer = self.writer
+
+        def remove() -> None:  # one job on the mirror's thread for the whole batch
+            for sid in ids:
+                writer.delete_session(sid)
+
+        self._later(remove)
         await self.drain()
 
     def events_deleted(self, store: AgentStore, session_id: str) -> None:

@@ -2,13 +2,17 @@
 ``values.retention``).
 
 Policies are stored in the session's row (``retention``) and, for the agent, in
-``agent_settings``. A sweep reads every session's times (one query), asks
-``plan_retention`` what goes, and erases it one step at a time through the actor's own
-``delete_session`` and ``delete_events``: the same transactions, secure delete, WAL
-truncation, mirror removal, cache eviction and ``session.deleted`` notification as a
-client's delete. Each step is one write in the actor's mailbox, so other clients' writes
-queue between steps and no step holds the event loop; a process killed during a sweep
-leaves each session erased whole or not at all, and the next sweep finishes the job.
+``agent_settings``. A sweep reads every session's times and asks ``plan_retention`` what
+goes, both on the read thread (one query, plus two per session only where a
+``max_raw_events`` policy applies), and erases it one step at a time through the actor's
+own ``delete_sessions`` and ``delete_events``: the same transactions, secure delete, WAL
+truncation, search-index purge, mirror removal, cache eviction and ``session.deleted``
+notification as a client's delete. A step deletes a batch of sessions in one transaction,
+sized from the last step's time (``values.retention.next_batch``) so that it holds the
+write lock about ``STEP_TARGET_MS``; each step is one write in the actor's mailbox, so
+other clients' writes queue between steps and no step holds the event loop. A process
+killed during a sweep leaves each batch erased whole or not at all, and the next sweep
+finishes the job.
 """
 
 from __future__ import annotations
@@ -31,18 +35,22 @@ from ..values.retention import (
     RetentionPolicy,
     effective_policy,
     expires_at,
+    next_batch,
     parse_policy,
     plan_retention,
+    policy_for,
     policy_json,
 )
 
-__all__ = ["AGENT_RETENTION_KEY", "ERASE_PAGE", "RetentionKeeper"]
+__all__ = ["AGENT_RETENTION_KEY", "ERASE_PAGE", "FIRST_BATCH", "RetentionKeeper"]
 
 T = TypeVar("T")
 
 AGENT_RETENTION_KEY: Final = "retention_policy"
 ERASE_PAGE: Final = 500
 """Raw events erased per transaction (one mailbox step)."""
+FIRST_BATCH: Final = 8
+"""Sessions deleted by a sweep's first step (later steps are sized by ``next_batch``)."""
 
 
 class RetentionHost(Protocol):
@@ -52,7 +60,7 @@ class RetentionHost(Protocol):
 
     async def run_write(self, fn: Callable[[AgentStore], Awaitable[T]]) -> T: ...
 
-    async def delete_session(self, session_id: str) -> bool: ...
+    async def delete_sessions(self, session_ids: Sequence[str]) -> list[str]: ...
 
     async def delete_events(self, session_id: str, event_ids: Sequence[str]) -> int: ...
 
@@ -91,6 +99,7 @@ class RetentionKeeper:
         self.agent_id = agent_id
         self.metrics = metrics
         self._agent: Any = _UNKNOWN  # RetentionPolicy | None once read
+        self._batch = FIRST_BATCH  # sessions the next sweep step deletes
 
     def forget(self) -> None:
         """Drop the cached agent policy (the store was closed or replaced)."""
@@ -180,9 +189,17 @@ class RetentionKeeper:
         agent = await self.agent_policy(host)
         if session_id is not None:
             await self._session_row(host, session_id)  # NotFoundError for an unknown id
-        ages = await host.run_read(lambda s: s.query(lambda c: read_session_ages(c, True)))
         now = int(time.time() * 1000) if now_ms is None else now_ms
-        return plan_retention(ages, agent, now, override=override, only=session_id)
+
+        def raw_needed(own: RetentionPolicy | None) -> bool:
+            return policy_for(agent, own, override, session_id).max_raw_events is not None
+
+        def fn(conn: sqlite3.Connection) -> RetentionPlan:
+            # On the read thread: the rows (and the plan) are as many as the sessions.
+            ages = read_session_ages(conn, raw_needed)
+            return plan_retention(ages, agent, now, override=override, only=session_id)
+
+        return await host.run_read(lambda s: s.query(fn))
 
     async def preview(
         self, host: RetentionHost, *, policy: object = None, session_id: str | None = None
@@ -193,23 +210,32 @@ class RetentionKeeper:
     async def sweep(
         self, host: RetentionHost, *, now_ms: int | None = None, max_steps: int | None = None
     ) -> dict[str, Any]:
-        """Apply the stored policies: erase what ``plan`` says, one mailbox step per
-        session (or page of events). ``max_steps`` bounds the steps of this call (the
-        rest waits for the next sweep). Answers ``{sessions, events, more}``."""
+        """Apply the stored policies: erase what ``plan`` says, one mailbox step per batch
+        of sessions (``delete_sessions``: one transaction, sized so that a step holds the
+        write lock about ``STEP_TARGET_MS``) or page of events. ``max_steps`` bounds the
+        steps of this call (the rest waits for the next sweep). Answers ``{sessions,
+        events, more}``."""
         plan = await self.plan(host, now_ms=now_ms)
         steps = 0
         sessions = 0
         events = 0
         more = False
-        for session_id, reason in plan.sessions:
+        queue = list(plan.sessions)
+        reasons = dict(queue)
+        while queue:
             if max_steps is not None and steps >= max_steps:
                 more = True
                 break
             steps += 1
-            if await host.delete_session(session_id):
-                sessions += 1
-                if self.metrics is not None:
-                    self.metrics.sessions_erased.labels(reason).inc()
+            batch = [sid for sid, _ in queue[: self._batch]]
+            del queue[: len(batch)]
+            started = time.perf_counter()
+            deleted = await host.delete_sessions(batch)
+            self._batch = next_batch(len(batch), (time.perf_counter() - started) * 1000)
+            sessions += len(deleted)
+            if self.metrics is not None:
+                for sid in deleted:
+                    self.metrics.sessions_erased.labels(reasons[sid]).inc()
         for cut in plan.raw:
             while not more:
                 if max_steps is not None and steps >= max_steps:

@@ -89,24 +89,26 @@ class AgentStore(StoreConnections):
         return await self._read(fn)
 
     async def delete_session(self, session_id: str) -> bool:
-        def body(conn: sqlite3.Connection) -> tuple[bool, int]:
-            deleted = conn.execute("DELETE FROM sessions WHERE id = ?", (session_id,)).rowcount > 0
-            rows = delete_session_usage(conn, session_id)
-            for table in (
-                "events",
-                "tool_calls",
-                "idempotency",
-                "streams",
-                "stream_segments",
-                "memory_blocks",
-                "rewinds",
-            ):
-                rows += conn.execute(
-                    f"DELETE FROM {table} WHERE session_id = ?", (session_id,)
-                ).rowcount
-            return deleted, rows
+        deleted, rows = await self._write("delete_session", _delete_session_rows, session_id)
+        if deleted or rows:
+            await self._erase_after_delete()
+        return deleted
 
-        deleted, rows = await self._write("delete_session", body)
+    async def delete_sessions(self, session_ids: Sequence[str]) -> list[str]:
+        """``delete_session`` of each of ``session_ids`` in one transaction (each with the
+        same statements), then the WAL erased once: the ids that existed."""
+
+        def body(conn: sqlite3.Connection) -> tuple[list[str], int]:
+            deleted: list[str] = []
+            total = 0
+            for sid in session_ids:
+                existed, rows = _delete_session_rows(conn, sid)
+                total += rows
+                if existed:
+                    deleted.append(sid)
+            return deleted, total
+
+        deleted, rows = await self._write("delete_sessions", body)
         if deleted or rows:
             await self._erase_after_delete()
         return deleted
@@ -485,6 +487,24 @@ class AgentStore(StoreConnections):
             conn.execute("DELETE FROM agent_settings WHERE key = ?", (key,))
 
         await self._write("delete_setting", body)
+
+
+def _delete_session_rows(conn: sqlite3.Connection, session_id: str) -> tuple[bool, int]:
+    """Inside a delete's transaction: the session row and every row of the session
+    (secure delete zeroes them); whether the row existed, and the other rows deleted."""
+    deleted = conn.execute("DELETE FROM sessions WHERE id = ?", (session_id,)).rowcount > 0
+    rows = delete_session_usage(conn, session_id)
+    for table in (
+        "events",
+        "tool_calls",
+        "idempotency",
+        "streams",
+        "stream_segments",
+        "memory_blocks",
+        "rewinds",
+    ):
+        rows += conn.execute(f"DELETE FROM {table} WHERE session_id = ?", (session_id,)).rowcount
+    return deleted, rows
 
 
 def _update_session(conn: sqlite3.Connection, session_id: str, column: str, value: Any) -> None:

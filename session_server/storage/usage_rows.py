@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import datetime
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, Final, Literal
 
 import msgspec
@@ -297,9 +297,12 @@ def read_session_column(
     return (row is not None, None if row is None else row[0])
 
 
-def read_session_ages(conn: sqlite3.Connection, with_raw: bool) -> list[SessionAge]:
-    """Every session's times and retention policy; with ``with_raw``, also its count of
-    raw events and the boundary of its latest summary (for ``max_raw_events``)."""
+def read_session_ages(
+    conn: sqlite3.Connection, with_raw: bool | Callable[[RetentionPolicy | None], bool]
+) -> list[SessionAge]:
+    """Every session's times and retention policy; with ``with_raw`` (or where it says
+    so of the session's own policy), also its count of raw events and the boundary of
+    its latest summary (for ``max_raw_events``: two queries per session)."""
     out: list[SessionAge] = []
     column = "retention" if has_usage(conn) else "NULL"
     for sid, created, updated, retention, last_seq in conn.execute(
@@ -307,7 +310,7 @@ def read_session_ages(conn: sqlite3.Connection, with_raw: bool) -> list[SessionA
     ):
         policy = None if retention is None else msgspec.json.decode(retention, type=RetentionPolicy)
         raw, boundary = 0, None
-        if with_raw:
+        if with_raw is True or (callable(with_raw) and with_raw(policy)):
             raw, boundary = _raw_state(conn, sid)
         out.append(
             SessionAge(sid, int(created), int(updated), policy, raw, boundary, int(last_seq))
