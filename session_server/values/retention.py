@@ -205,10 +205,10 @@ def next_batch(size: int, elapsed_ms: float, target_ms: float = STEP_TARGET_MS) 
     ``[MIN_BATCH, MAX_BATCH]``."""
     if size < MIN_BATCH:
         raise ValueError(f"size must be at least {MIN_BATCH}, got {size}")
-    if not math.isfinite(elapsed_ms) or elapsed_ms <= 0:
-        scaled = size * 2
+    if not math.isfinite(elapsed_ms) or elapsed_ms * 2 <= target_ms:
+        scaled = size * 2  # fast (or not measured): double, never more
     else:
-        scaled = min(size * 2, int(size * target_ms / elapsed_ms))
+        scaled = int(size * target_ms / elapsed_ms)
     return max(MIN_BATCH, min(MAX_BATCH, scaled))
 
 
