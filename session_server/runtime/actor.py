@@ -553,11 +553,13 @@ class AgentActor:
             raise InvalidParamsError("limit: must be a positive integer", data={"field": "limit"})
         if offset < 0:
             raise InvalidParamsError("offset: must be >= 0", data={"field": "offset"})
-        return await self.run_read(
+        rows, total = await self.run_read(
             lambda s: s.list_sessions_page(
                 metadata=metadata, limit=limit, offset=offset, only=only, after=after
             )
         )
+        await self.retention.annotate(self, rows)  # budget, expires_at: as session.get
+        return rows, total
 
     # -- writes the core plans: sessions, appended and imported events, a turn's end ----
 

@@ -27,7 +27,12 @@ import msgspec
 
 from ..process.usage_metrics import UsageMetrics
 from ..storage.store import AgentStore
-from ..storage.usage_rows import read_session_ages, read_session_column
+from ..storage.usage_rows import (
+    budget_of,
+    read_session_ages,
+    read_session_column,
+    read_usage_columns,
+)
 from ..values.errors import NotFoundError
 from ..values.retention import (
     RawCut,
@@ -41,6 +46,7 @@ from ..values.retention import (
     policy_for,
     policy_json,
 )
+from ..values.usage import budget_json
 
 __all__ = ["AGENT_RETENTION_KEY", "ERASE_PAGE", "FIRST_BATCH", "RetentionKeeper"]
 
@@ -146,6 +152,20 @@ class RetentionKeeper:
             "effective": policy_json(effective),
             "expires_at": expires_at(effective, created, updated),
         }
+
+    async def annotate(self, host: RetentionHost, rows: list[dict[str, Any]]) -> None:
+        """Add ``budget`` and ``expires_at`` to session rows (``session.list``'s page), as
+        ``session.get`` shows them: one read of the page's two columns."""
+        ids = [str(r["id"]) for r in rows]
+        if not ids:
+            return
+        columns = await host.run_read(lambda s: s.query(lambda c: read_usage_columns(c, ids)))
+        agent = await self.agent_policy(host)
+        for row in rows:
+            budget, own = columns.get(str(row["id"]), (None, None))
+            row["budget"] = budget_json(budget_of(budget))
+            policy = effective_policy(agent, _decode(own))
+            row["expires_at"] = expires_at(policy, int(row["created_at"]), int(row["updated_at"]))
 
     async def set(
         self, host: RetentionHost, policy: object, session_id: str | None = None

@@ -297,6 +297,23 @@ def read_session_column(
     return (row is not None, None if row is None else row[0])
 
 
+def read_usage_columns(
+    conn: sqlite3.Connection, session_ids: list[str]
+) -> dict[str, tuple[str | None, str | None]]:
+    """The ``budget`` and ``retention`` JSON of each of ``session_ids`` that exists."""
+    out: dict[str, tuple[str | None, str | None]] = {}
+    if not has_usage(conn):
+        return out
+    for start in range(0, len(session_ids), 500):  # within SQLite's bound on variables
+        chunk = session_ids[start : start + 500]
+        marks = ",".join("?" * len(chunk))
+        for r in conn.execute(
+            f"SELECT id, budget, retention FROM sessions WHERE id IN ({marks})", chunk
+        ):
+            out[str(r[0])] = (r[1], r[2])
+    return out
+
+
 def read_session_ages(
     conn: sqlite3.Connection, with_raw: bool | Callable[[RetentionPolicy | None], bool]
 ) -> list[SessionAge]:
