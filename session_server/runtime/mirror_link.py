@@ -61,6 +61,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import shutil
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
@@ -131,6 +132,7 @@ class MirrorLink:
         self._timer: asyncio.Handle | None = None
         self._timer_at = 0.0  # the loop time the timer fires at
         self._chain: asyncio.Future[None] | None = None
+        self._trash_tasks: set[asyncio.Future[None]] = set()  # deleting moved folders
         # Sessions activated (resumed or repaired) since the store opened.
         self._active: set[str] = set()
         # Mirror cursors confirmed by the files, not yet stored in sessions.mirror_seq.
@@ -483,11 +485,13 @@ class MirrorLink:
         if index is None or not ids:
             return
         agent_id = self.writer.agent_id
-        call = index.forget if forget else index.unforget
 
         def run() -> None:  # one hop to a worker thread for the whole batch
+            if forget:
+                index.forget_all(agent_id, ids)  # one durable transaction
+                return
             for sid in ids:
-                call(agent_id, sid)
+                index.unforget(agent_id, sid)
 
         await self._executor.run(run)
 
@@ -509,13 +513,28 @@ class MirrorLink:
         if not self.enabled or not ids:
             return
         writer = self.writer
+        moved: list[Path] = []
 
         def remove() -> None:  # one job on the mirror's thread for the whole batch
-            for sid in ids:
-                writer.delete_session(sid)
+            folder = writer.trash_sessions(ids)
+            if folder is not None:
+                moved.append(folder)
 
         self._later(remove)
         await self.drain()
+        # Gone from ``sessions/``; their files are deleted on another worker thread,
+        # not awaited (what a crash leaves in the trash goes at the next activation).
+        for folder in moved:
+            remove_all = functools.partial(shutil.rmtree, folder, ignore_errors=True)
+            task = asyncio.ensure_future(self._executor.run(remove_all))
+            self._trash_tasks.add(task)
+            task.add_done_callback(self._trash_done)
+
+    def _trash_done(self, task: asyncio.Future[None]) -> None:
+        self._trash_tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:  # the pool shut down
+            log.warning("agent %r: trash not emptied (%s); the next activation does it",
+                        self.writer.agent_id, task.exception())  # fmt: skip
 
     def events_deleted(self, store: AgentStore, session_id: str) -> None:
         """Rewrite the session's files from what is left in SQLite (scheduled, streamed).

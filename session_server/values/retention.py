@@ -194,7 +194,7 @@ def policy_for(
 
 MIN_BATCH: Final = 1
 MAX_BATCH: Final = 256
-STEP_TARGET_MS: Final = 25.0
+STEP_TARGET_MS: Final = 40.0
 """A sweep's step (one transaction deleting a batch of sessions) aims at this much time
 under the write lock; the next batch is sized from the last one's time."""
 
