@@ -12,7 +12,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from session_server import ActorRegistry
+from session_server.runtime.retention_keeper import FIRST_BATCH
 from session_server.values.context import WorkingContext
 from session_server.values.events import ContextMessage
 from tests.support.waiting import until
@@ -82,7 +85,11 @@ def check_whole_or_gone(db: Path, memory: Path) -> set[str]:
     return kept
 
 
-async def test_sigkill_during_a_sweep_leaves_nothing_half_erased(tmp_path: Path) -> None:
+# Killed once the first batch committed, or once a later (larger) batch did.
+@pytest.mark.parametrize("erased", [1, FIRST_BATCH + 1])
+async def test_sigkill_during_a_sweep_leaves_nothing_half_erased(
+    tmp_path: Path, erased: int
+) -> None:
     memory = tmp_path / "memory"
     await fill(memory)
     db = memory / "agents" / AGENT / "agent.sqlite"
@@ -97,9 +104,10 @@ async def test_sigkill_during_a_sweep_leaves_nothing_half_erased(tmp_path: Path)
     try:
         await until(
             lambda: (
-                count(db, "SELECT COUNT(*) FROM sessions") < SESSIONS or proc.poll() is not None
+                count(db, "SELECT COUNT(*) FROM sessions") <= SESSIONS - erased
+                or proc.poll() is not None
             ),
-            "the server's sweep erasing a first session",
+            f"the server's sweep erasing {erased} sessions",
         )
         proc.send_signal(signal.SIGKILL)
         proc.wait()
@@ -117,6 +125,8 @@ async def test_sigkill_during_a_sweep_leaves_nothing_half_erased(tmp_path: Path)
         await actor.mirror_settled()  # activation repaired the mirror
         folders = {p.name for p in (memory / "agents" / AGENT / "sessions").iterdir()}
         assert folders <= kept
+        trash = memory / "agents" / AGENT / ".trash"  # folders moved, not yet deleted
+        assert not trash.exists() or not any(trash.iterdir())
         done = await actor.sweep_retention()
         assert done["sessions"] == len(kept) and not done["more"]
         assert (await actor.memory_usage())["totals"]["turns"] == 0
