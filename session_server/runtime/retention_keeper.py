@@ -8,8 +8,9 @@ goes, both on the read thread (one query, plus two per session only where a
 own ``delete_sessions`` and ``delete_events``: the same transactions, secure delete, WAL
 truncation, search-index purge, mirror removal, cache eviction and ``session.deleted``
 notification as a client's delete. A step deletes a batch of sessions in one transaction,
-sized from the last step's time (``values.retention.next_batch``) so that it holds the
-write lock about ``STEP_TARGET_MS``; each step is one write in the actor's mailbox, so
+sized from the last step's (``values.retention.next_batch``) so that its delete
+statements take about ``STEP_TARGET_MS`` (the search index's purge and the WAL's
+truncation are paid once per step whatever its size); each step is one write in the actor's mailbox, so
 other clients' writes queue between steps and no step holds the event loop. A process
 killed during a sweep leaves each batch erased whole or not at all, and the next sweep
 finishes the job.
@@ -47,6 +48,7 @@ from ..values.retention import (
     policy_json,
 )
 from ..values.usage import budget_json
+from .session_erasure import ErasureHost, erase_batch
 
 __all__ = ["AGENT_RETENTION_KEY", "ERASE_PAGE", "FIRST_BATCH", "RetentionKeeper"]
 
@@ -59,14 +61,13 @@ FIRST_BATCH: Final = 8
 """Sessions deleted by a sweep's first step (later steps are sized by ``next_batch``)."""
 
 
-class RetentionHost(Protocol):
-    """What the keeper needs of its actor."""
+class RetentionHost(ErasureHost, Protocol):
+    """What the keeper needs of its actor (a sweep's batches go through
+    ``session_erasure.erase_batch``, the path of ``session.delete``)."""
 
     async def run_read(self, fn: Callable[[AgentStore], Awaitable[T]]) -> T: ...
 
     async def run_write(self, fn: Callable[[AgentStore], Awaitable[T]]) -> T: ...
-
-    async def delete_sessions(self, session_ids: Sequence[str]) -> list[str]: ...
 
     async def delete_events(self, session_id: str, event_ids: Sequence[str]) -> int: ...
 
@@ -231,8 +232,8 @@ class RetentionKeeper:
         self, host: RetentionHost, *, now_ms: int | None = None, max_steps: int | None = None
     ) -> dict[str, Any]:
         """Apply the stored policies: erase what ``plan`` says, one mailbox step per batch
-        of sessions (``delete_sessions``: one transaction, sized so that a step holds the
-        write lock about ``STEP_TARGET_MS``) or page of events. ``max_steps`` bounds the
+        of sessions (``session_erasure.erase_batch``: one transaction whose statements
+        take about ``STEP_TARGET_MS``) or page of events. ``max_steps`` bounds the
         steps of this call (the rest waits for the next sweep). Answers ``{sessions,
         events, more}``."""
         plan = await self.plan(host, now_ms=now_ms)
@@ -249,9 +250,8 @@ class RetentionKeeper:
             steps += 1
             batch = [sid for sid, _ in queue[: self._batch]]
             del queue[: len(batch)]
-            started = time.perf_counter()
-            deleted = await host.delete_sessions(batch)
-            self._batch = next_batch(len(batch), (time.perf_counter() - started) * 1000)
+            deleted, seconds = await erase_batch(host, batch)
+            self._batch = next_batch(len(batch), seconds * 1000)
             sessions += len(deleted)
             if self.metrics is not None:
                 for sid in deleted:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import sqlite3
+import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any, Final, TypeVar
 
@@ -94,11 +95,13 @@ class AgentStore(StoreConnections):
             await self._erase_after_delete()
         return deleted
 
-    async def delete_sessions(self, session_ids: Sequence[str]) -> list[str]:
+    async def delete_sessions(self, session_ids: Sequence[str]) -> tuple[list[str], float]:
         """``delete_session`` of each of ``session_ids`` in one transaction (each with the
-        same statements), then the WAL erased once: the ids that existed."""
+        same statements), then the WAL erased once: the ids that existed, and the seconds
+        the statements took (what grows with the batch; a sweep sizes its batches by it)."""
 
-        def body(conn: sqlite3.Connection) -> tuple[list[str], int]:
+        def body(conn: sqlite3.Connection) -> tuple[list[str], int, float]:
+            started = time.perf_counter()
             deleted: list[str] = []
             total = 0
             for sid in session_ids:
@@ -106,12 +109,12 @@ class AgentStore(StoreConnections):
                 total += rows
                 if existed:
                     deleted.append(sid)
-            return deleted, total
+            return deleted, total, time.perf_counter() - started
 
-        deleted, rows = await self._write("delete_sessions", body)
+        deleted, rows, seconds = await self._write("delete_sessions", body)
         if deleted or rows:
             await self._erase_after_delete()
-        return deleted
+        return deleted, seconds
 
     async def erase_wal(self) -> None:
         """Checkpoint and truncate the WAL, so text deleted (zeroed, ``secure_delete``)
