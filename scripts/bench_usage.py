@@ -14,7 +14,9 @@ Run: ``.venv/bin/python scripts/bench_usage.py [--turns N] [--rounds R] [--usage
     days (it reads the turn rows, not the running totals).
 (c) a retention sweep of ``--sessions`` expired sessions (default 10k; 2 events each):
     the time of ``sweep_retention``, the longest wait of a client reading another session
-    of the same agent meanwhile (``build_working_context`` every 2 ms), and the disk space
+    of the same agent meanwhile (``build_working_context`` every 2 ms) and of one writing
+    a turn to another session every 10 ms (a write waits for the sweep's step in the
+    mailbox), and the disk space
     the deleted rows freed (SQLite free pages times the page size; the file does not
     shrink without VACUUM) and the WAL left after the sweep.
 
@@ -183,7 +185,21 @@ async def sweep(root: Path, sessions: int) -> dict[str, float]:
                 stalls.append((time.perf_counter() - t0) * 1000)
                 await asyncio.sleep(0.002)  # a client calling every 2 ms
 
+        writer = await actor.create_session(session_id="writer")
+        await actor.retention_set({"max_idle_days": 100}, session_id=writer)
+        writes: list[float] = []
+
+        async def write_loop() -> None:
+            n = 0
+            while not done.is_set():
+                t0 = time.perf_counter()
+                await actor.persist_working_context(writer, turn(n))
+                writes.append((time.perf_counter() - t0) * 1000)
+                n += 1
+                await asyncio.sleep(0.01)  # a client writing a turn every 10 ms
+
         reading = asyncio.create_task(read_loop())
+        writing = asyncio.create_task(write_loop())
         t0 = time.perf_counter()
         erased = 0
         while True:
@@ -196,6 +212,7 @@ async def sweep(root: Path, sessions: int) -> dict[str, float]:
         elapsed = time.perf_counter() - t0
         done.set()
         await reading
+        await writing
     conn = sqlite3.connect(path)
     free = (
         conn.execute("PRAGMA freelist_count").fetchone()[0]
@@ -210,6 +227,10 @@ async def sweep(root: Path, sessions: int) -> dict[str, float]:
         "reader_p50_ms": pct(stalls, 0.5),
         "reader_max_ms": max(stalls) if stalls else 0.0,
         "reader_calls": len(stalls),
+        "writer_p50_ms": pct(writes, 0.5),
+        "writer_p99_ms": pct(writes, 0.99),
+        "writer_max_ms": max(writes) if writes else 0.0,
+        "writer_calls": len(writes),
         "file_bytes": size_before,
         "freed_bytes": free,
         "wal_bytes_after": wal.stat().st_size if wal.exists() else 0,
@@ -244,7 +265,10 @@ async def main() -> None:
         print(
             f"{c['seconds']:.1f} s ({c['per_session_ms']:.2f} ms per session); a reader of "
             f"another session meanwhile: p50 {c['reader_p50_ms']:.2f} ms, longest "
-            f"{c['reader_max_ms']:.1f} ms over {c['reader_calls']} calls; file "
+            f"{c['reader_max_ms']:.1f} ms over {c['reader_calls']} calls; a writer of another "
+            f"session (a turn every 10 ms): p50 {c['writer_p50_ms']:.1f} ms, p99 "
+            f"{c['writer_p99_ms']:.1f} ms, longest {c['writer_max_ms']:.1f} ms over "
+            f"{c['writer_calls']} turns; file "
             f"{c['file_bytes'] / 1e6:.1f} MB, freed {c['freed_bytes'] / 1e6:.1f} MB "
             f"(free pages), WAL after {c['wal_bytes_after']} bytes"
         )
