@@ -5,8 +5,10 @@ Run: ``.venv/bin/python scripts/bench_usage.py [--turns N] [--rounds R] [--usage
 
 (a) the per-turn cost of storing usage: ``persist_working_context`` of a 2-message turn
     through the local API, with and without ``usage`` (OpenAI chat shape with cached and
-    reasoning details, and a model), ``--turns`` x ``--rounds`` turns of each interleaved
-    one by one in two sessions of one agent; the ratio of the medians of single turns.
+    reasoning details, and a model), and with usage given but its storing step replaced
+    by a no-op (``_StoreSwitch``: what usage costs besides storing it), ``--turns`` x
+    ``--rounds`` turns of each interleaved one by one in three sessions of one agent;
+    the ratios of the medians of single turns.
 (b) ``memory.usage`` at ``--usage-turns`` turns (default 100k): the rows are written by the
     store's own ``turn_usage`` (one turn of one event each, 1,000 sessions, 3 models, 30
     days) in one transaction, then ``memory.usage`` is timed (p50 and p95 of 50 calls) for the whole
@@ -39,6 +41,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from session_server import ActorRegistry
+from session_server.storage import sqlite_ops
 from session_server.storage.usage_rows import turn_usage
 from session_server.values.context import WorkingContext
 from session_server.values.events import ContextMessage
@@ -66,28 +69,60 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+class _StoreSwitch:
+    """Replaces ``sqlite_ops.turn_usage`` (the step of the append that stores a turn's
+    usage) while ``off``: the same turns, usage given and checked, nothing stored. It
+    splits the overhead of usage into storing it and the rest (the pressure check that
+    usage triggers, ``normalise_usage``, the budget check, the metrics)."""
+
+    def __init__(self) -> None:
+        self.off = False
+        self.real = sqlite_ops.turn_usage
+        sqlite_ops.turn_usage = self  # type: ignore[assignment]
+
+    def __call__(self, *args: Any) -> tuple[str | None, str | None]:
+        return (None, None) if self.off else self.real(*args)
+
+    def restore(self) -> None:
+        sqlite_ops.turn_usage = self.real
+
+
 async def per_turn(root: Path, turns: int, rounds: int, sync: Any) -> dict[str, float]:
-    """Turns without and with usage interleaved one by one (so a change of the machine's
-    load hits both alike); the medians of the single-turn times."""
-    async with ActorRegistry(root, idle_timeout=None, synchronous=sync) as reg:
-        actor = await reg.get("per-turn")
-        plain = await actor.create_session()
-        kept = await actor.create_session()
-        for n in range(50):  # warm-up
-            await actor.persist_working_context(plain, turn(n))
-            await actor.persist_working_context(kept, turn(n), usage=USAGE, model="gpt")
-        without: list[float] = []
-        with_usage: list[float] = []
-        for n in range(turns * rounds):
-            order = ((plain, None, without), (kept, USAGE, with_usage))
-            for sid, usage, out in order if n % 2 else order[::-1]:
-                start = time.perf_counter()
-                await actor.persist_working_context(
-                    sid, turn(n), usage=usage, model="gpt" if usage else None
-                )
-                out.append(time.perf_counter() - start)
-    a, b = statistics.median(without), statistics.median(with_usage)
-    return {"without_us": a * 1e6, "with_us": b * 1e6, "overhead_pct": (b / a - 1) * 100}
+    """Turns without usage, with usage, and with usage not stored, interleaved one by
+    one in rotating order (so a change of the machine's load hits all alike); the
+    medians of the single-turn times."""
+    switch = _StoreSwitch()
+    try:
+        async with ActorRegistry(root, idle_timeout=None, synchronous=sync) as reg:
+            actor = await reg.get("per-turn")
+            series: list[tuple[str, dict[str, Any] | None, bool, list[float]]] = []
+            for name, usage, stored in (
+                ("plain", None, True),
+                ("kept", USAGE, True),
+                ("given", USAGE, False),
+            ):
+                sid = await actor.create_session(session_id=name)
+                series.append((sid, usage, stored, []))
+            for n in range(50 + turns * rounds):
+                k = n % len(series)
+                for sid, usage, stored, out in series[k:] + series[:k]:
+                    switch.off = not stored
+                    start = time.perf_counter()
+                    await actor.persist_working_context(
+                        sid, turn(n), usage=usage, model="gpt" if usage else None
+                    )
+                    if n >= 50:  # after a warm-up
+                        out.append(time.perf_counter() - start)
+    finally:
+        switch.restore()
+    a, b, c = (statistics.median(s[3]) for s in series)
+    return {
+        "without_us": a * 1e6,
+        "with_us": b * 1e6,
+        "given_us": c * 1e6,
+        "overhead_pct": (b / a - 1) * 100,
+        "storing_pct": (b / c - 1) * 100,
+    }
 
 
 async def usage_queries(root: Path, turns: int) -> dict[str, tuple[float, float]]:
@@ -252,8 +287,10 @@ async def main() -> None:
         a = await per_turn(root / "a", args.turns, args.rounds, args.synchronous)
         print(
             f"\n(a) persist of a 2-message turn: {a['without_us']:.0f} us without usage, "
-            f"{a['with_us']:.0f} us with usage: {a['overhead_pct']:+.1f}% "
-            f"(medians of {args.turns * args.rounds} interleaved turns each)"
+            f"{a['with_us']:.0f} us with usage: {a['overhead_pct']:+.1f}%; "
+            f"{a['given_us']:.0f} us with usage given but not stored: storing it costs "
+            f"{a['storing_pct']:+.1f}% (medians of {args.turns * args.rounds} interleaved "
+            "turns each)"
         )
         b = await usage_queries(root / "b", args.usage_turns)
         print(f"\n(b) memory.usage at {args.usage_turns} turns (1000 sessions, 3 models, 30 days)")
