@@ -174,9 +174,7 @@ async def _persist(
     if (
         turn.recorded is not None
         and result.seqs
-        and await actor.usage.after_turn(
-            actor, session_id, turn.recorded, counted=not result.replayed
-        )
+        and await actor.usage.after_turn(actor, session_id, turn.recorded)
     ):
         result = msgspec.structs.replace(result, budget_exceeded=True)
     return result
@@ -231,7 +229,10 @@ class AgentActor:
         )
         self.subscriptions = Subscriptions(agent_id)
         self._subscribers = self.subscriptions.subscribers  # the same dict, by session
-        self.group_commit = GroupCommit(self.core, self.mirror, self.subscriptions)
+        self.usage = UsageLedger(agent_id, host.usage_settings)
+        self.group_commit = GroupCommit(
+            self.core, self.mirror, self.subscriptions, on_usage=self.usage.committed
+        )
         # The parts hold no reference back to the actor (the actor's callables are given
         # with each call): a dropped actor is freed at once, not by the cycle collector.
         self.queue = WriteQueue(self._write_lock, self.group_commit.commit_group)
@@ -240,7 +241,6 @@ class AgentActor:
         self.blocks = MemoryBlocks(
             self.core.blocks, host.executor, self.mirror, self.mirror.writer.agent_dir
         )
-        self.usage = UsageLedger(agent_id, host.usage_settings)
         self.retention = RetentionKeeper(agent_id, host.usage_settings.metrics)
         self.recall = Recall(agent_id, readonly=host.readonly)
 

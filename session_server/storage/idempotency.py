@@ -120,5 +120,4 @@ def replayed_result(
             "different request (a retry must send the same content)",
             data={"reason": "idempotency_mismatch", "field": "idempotency_key"},
         )
-    saved["replayed"] = True
     return msgspec.convert(saved, AppendResult)

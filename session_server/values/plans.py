@@ -59,9 +59,6 @@ class AppendResult(msgspec.Struct):
     compaction_required: bool = False
     # The turn's usage took its session or agent past a budget (``turn.persist`` only).
     budget_exceeded: bool = False
-    # The answer of an earlier call with the same idempotency key, replayed: nothing was
-    # written now (local API only; not on the wire).
-    replayed: bool = False
 
 
 class SessionState(msgspec.Struct, frozen=True):
