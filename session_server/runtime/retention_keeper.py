@@ -71,6 +71,8 @@ class RetentionHost(ErasureHost, Protocol):
 
     async def delete_events(self, session_id: str, event_ids: Sequence[str]) -> int: ...
 
+    async def mirror_settled(self) -> None: ...
+
 
 _UNKNOWN: Final = object()
 
@@ -248,6 +250,10 @@ class RetentionKeeper:
                 more = True
                 break
             steps += 1
+            # The mirror's backlog is written first, outside the write lock: a step's
+            # folder moves wait in the mirror's queue behind it, and other clients'
+            # writes would wait for the step meanwhile.
+            await host.mirror_settled()
             batch = [sid for sid, _ in queue[: self._batch]]
             del queue[: len(batch)]
             deleted, seconds = await erase_batch(host, batch)

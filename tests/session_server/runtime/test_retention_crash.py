@@ -22,7 +22,7 @@ from tests.support.waiting import until
 
 ROOT = Path(__file__).resolve().parents[3]
 AGENT = "swept"
-SESSIONS = 150
+SESSIONS = 400  # batches grow (8, 16, 32, ...): enough left to kill the sweep mid-way
 TURNS = 2
 
 
