@@ -19,7 +19,7 @@ from __future__ import annotations
 import datetime
 import sqlite3
 from collections.abc import Callable, Iterator
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, TypeVar
 
 import msgspec
 
@@ -28,8 +28,9 @@ from ..values.retention import RetentionPolicy, SessionAge
 from ..values.usage import USAGE_FIELDS, Budget, UsageTotals
 from ..values.usage_state import (
     DAY_MS,
+    OPEN_DAY_DECODER,
+    TOTALS_DECODER,
     Counts,
-    SessionUsage,
     add_turn,
     decode_session_usage,
     decode_turn,
@@ -49,6 +50,7 @@ __all__ = [
 ]
 
 GroupBy = Literal["session", "model", "day"] | None
+T = TypeVar("T")
 
 _COUNTS: Final = ", ".join(USAGE_FIELDS)
 _RECORD_SUMS: Final = ", ".join(f"SUM(json_extract(usage, '$[{i}]'))" for i in range(5))
@@ -153,8 +155,8 @@ class _Sums:
 
 
 def _session_rows(
-    conn: sqlite3.Connection, session_id: str | None
-) -> Iterator[tuple[str, SessionUsage]]:
+    conn: sqlite3.Connection, session_id: str | None, decoder: msgspec.json.Decoder[T]
+) -> Iterator[tuple[str, T]]:
     if session_id is None:
         cursor = conn.execute("SELECT id, usage FROM sessions WHERE usage IS NOT NULL")
     else:
@@ -162,9 +164,7 @@ def _session_rows(
             "SELECT id, usage FROM sessions WHERE id = ? AND usage IS NOT NULL", (session_id,)
         )
     for sid, text in cursor:
-        state = decode_session_usage(text)
-        if state is not None:
-            yield str(sid), state
+        yield str(sid), decoder.decode(text)
 
 
 def read_totals(
@@ -194,8 +194,8 @@ def read_totals(
         return None
 
     if not windowed and group_by != "day":
-        for sid, state in _session_rows(conn, session_id):
-            for model, counts in state.t.items():
+        for sid, totals in _session_rows(conn, session_id, TOTALS_DECODER):
+            for model, counts in totals.t.items():
                 sums.add(key_of(sid, model, 0), model, counts)
         return sums.answer()
     if whole_days:
@@ -205,10 +205,10 @@ def read_totals(
         def in_range(day: int) -> bool:
             return (first is None or day >= first) and (end is None or day < end)
 
-        for sid, state in _session_rows(conn, session_id):  # the open days
-            if state.d is not None and in_range(state.d):
-                for model, counts in state.p.items():
-                    sums.add(key_of(sid, model, state.d), model, counts)
+        for sid, open_day in _session_rows(conn, session_id, OPEN_DAY_DECODER):
+            if open_day.d is not None and in_range(open_day.d):
+                for model, counts in open_day.p.items():
+                    sums.add(key_of(sid, model, open_day.d), model, counts)
         where: list[str] = []  # the closed days
         args: list[Any] = []
         if first is not None:

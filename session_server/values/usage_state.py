@@ -76,7 +76,22 @@ class TurnRecord(msgspec.Struct, array_like=True):
         )
 
 
+class SessionTotals(msgspec.Struct):
+    """``SessionUsage`` read for its totals only (the open day skipped unparsed)."""
+
+    t: dict[str, Counts] = msgspec.field(default_factory=dict)
+
+
+class SessionOpenDay(msgspec.Struct):
+    """``SessionUsage`` read for its open day only (the totals skipped unparsed)."""
+
+    d: int | None = None
+    p: dict[str, Counts] = msgspec.field(default_factory=dict)
+
+
 _SESSION_DECODER: Final = msgspec.json.Decoder(SessionUsage)
+TOTALS_DECODER: Final = msgspec.json.Decoder(SessionTotals)
+OPEN_DAY_DECODER: Final = msgspec.json.Decoder(SessionOpenDay)
 _TURN_DECODER: Final = msgspec.json.Decoder(TurnRecord)
 _ENCODER: Final = msgspec.json.Encoder()
 
