@@ -23,7 +23,8 @@ CREATE TABLE IF NOT EXISTS sessions (
   fork_seq INTEGER,                         -- the parent's seq it was forked at, or NULL
   fork_kind TEXT,                           -- 'fork' or 'rewind' (a rewind's branch), or NULL
   budget TEXT,                              -- usage budget (JSON) or NULL
-  retention TEXT                            -- retention policy (JSON) or NULL
+  retention TEXT,                           -- retention policy (JSON) or NULL
+  usage TEXT                                -- usage totals and the open day (JSON) or NULL
 );
 
 -- the order of session.list (most recently updated first): a page is read in order from
@@ -73,7 +74,10 @@ CREATE TABLE IF NOT EXISTS events (
   created_at INTEGER NOT NULL,              -- ms since epoch
   turn INTEGER NOT NULL DEFAULT 0,          -- turn number within the session
   turn_start_seq INTEGER NOT NULL DEFAULT 0,-- seq of the user message that opened the turn
-  token_count INTEGER NOT NULL DEFAULT 0    -- tokens of the event's message, counted on write
+  -- token_count: tokens of the event's message, counted on write; usage: on the last event
+  -- of a turn persisted with usage, that usage (JSON), else NULL
+  token_count INTEGER NOT NULL DEFAULT 0,
+  usage TEXT
 );
 
 -- A session's events in order; also serves ``since`` reads (a scan of the session's
@@ -152,24 +156,11 @@ CREATE TABLE IF NOT EXISTS memory_blocks (
 CREATE INDEX IF NOT EXISTS idx_memory_blocks_head ON memory_blocks(session_id, label)
   WHERE head = 1;
 
--- provider-reported usage, one row per persisted turn (seq: the turn's last event)
-CREATE TABLE IF NOT EXISTS turn_usage (
+-- usage per session, UTC day (days since 1970-01-01) and model ('' when the turn named
+-- none), for the days closed: a session's open day is in its row (sessions.usage)
+CREATE TABLE IF NOT EXISTS session_days (
   session_id TEXT NOT NULL,
-  seq INTEGER NOT NULL,
-  turn INTEGER NOT NULL,
-  created_at INTEGER NOT NULL,              -- ms since epoch
-  model TEXT,
-  input_tokens INTEGER NOT NULL,            -- the whole prompt, cached included
-  output_tokens INTEGER NOT NULL,           -- the whole output, reasoning included
-  cached_input_tokens INTEGER NOT NULL,
-  cache_write_tokens INTEGER NOT NULL,
-  reasoning_tokens INTEGER NOT NULL,
-  PRIMARY KEY (session_id, seq)
-) WITHOUT ROWID;
-
--- running totals of turn_usage per session and model ('' when the turn named none)
-CREATE TABLE IF NOT EXISTS usage_totals (
-  session_id TEXT NOT NULL,
+  day INTEGER NOT NULL,
   model TEXT NOT NULL,
   input_tokens INTEGER NOT NULL,
   output_tokens INTEGER NOT NULL,
@@ -177,10 +168,10 @@ CREATE TABLE IF NOT EXISTS usage_totals (
   cache_write_tokens INTEGER NOT NULL,
   reasoning_tokens INTEGER NOT NULL,
   turns INTEGER NOT NULL,
-  PRIMARY KEY (session_id, model)
+  PRIMARY KEY (session_id, day, model)
 ) WITHOUT ROWID;
 
--- running totals of the agent per UTC day (days since 1970-01-01) and model
+-- session_days summed over the agent's sessions (per UTC day and model)
 CREATE TABLE IF NOT EXISTS usage_days (
   day INTEGER NOT NULL,
   model TEXT NOT NULL,

@@ -5,16 +5,20 @@ Run: ``.venv/bin/python scripts/bench_usage.py [--turns N] [--rounds R] [--usage
 
 (a) the per-turn cost of storing usage: ``persist_working_context`` of a 2-message turn
     through the local API, with and without ``usage`` (OpenAI chat shape with cached and
-    reasoning details, and a model), ``--turns`` x ``--rounds`` turns of each interleaved
-    one by one in two sessions of one agent; the ratio of the medians of single turns.
+    reasoning details, and a model), and with usage given but its storing step replaced
+    by a no-op (``_StoreSwitch``: what usage costs besides storing it), ``--turns`` x
+    ``--rounds`` turns of each interleaved one by one in three sessions of one agent;
+    the ratios of the medians of single turns.
 (b) ``memory.usage`` at ``--usage-turns`` turns (default 100k): the rows are written by the
-    store's own ``record_usage`` (one per turn, 1,000 sessions, 3 models, 30 days) in one
-    transaction, then ``memory.usage`` is timed (p50 and p95 of 50 calls) for the whole
+    store's own ``turn_usage`` (one turn of one event each, 1,000 sessions, 3 models, 30
+    days) in one transaction, then ``memory.usage`` is timed (p50 and p95 of 50 calls) for the whole
     agent, per model, per day, per session, one session, and a window that is not whole
     days (it reads the turn rows, not the running totals).
 (c) a retention sweep of ``--sessions`` expired sessions (default 10k; 2 events each):
     the time of ``sweep_retention``, the longest wait of a client reading another session
-    of the same agent meanwhile (``build_working_context`` every 2 ms), and the disk space
+    of the same agent meanwhile (``build_working_context`` every 2 ms) and of one writing
+    a turn to another session every 10 ms (a write waits for the sweep's step in the
+    mailbox), and the disk space
     the deleted rows freed (SQLite free pages times the page size; the file does not
     shrink without VACUUM) and the WAL left after the sweep.
 
@@ -37,7 +41,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from session_server import ActorRegistry
-from session_server.storage.usage_rows import record_usage
+from session_server.storage import sqlite_ops
+from session_server.storage.usage_rows import turn_usage
 from session_server.values.context import WorkingContext
 from session_server.values.events import ContextMessage
 from session_server.values.usage import UsageTotals
@@ -64,28 +69,60 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+class _StoreSwitch:
+    """Replaces ``sqlite_ops.turn_usage`` (the step of the append that stores a turn's
+    usage) while ``off``: the same turns, usage given and checked, nothing stored. It
+    splits the overhead of usage into storing it and the rest (the pressure check that
+    usage triggers, ``normalise_usage``, the budget check, the metrics)."""
+
+    def __init__(self) -> None:
+        self.off = False
+        self.real = sqlite_ops.turn_usage
+        sqlite_ops.turn_usage = self  # type: ignore[assignment]
+
+    def __call__(self, *args: Any) -> tuple[str | None, str | None]:
+        return (None, None) if self.off else self.real(*args)
+
+    def restore(self) -> None:
+        sqlite_ops.turn_usage = self.real
+
+
 async def per_turn(root: Path, turns: int, rounds: int, sync: Any) -> dict[str, float]:
-    """Turns without and with usage interleaved one by one (so a change of the machine's
-    load hits both alike); the medians of the single-turn times."""
-    async with ActorRegistry(root, idle_timeout=None, synchronous=sync) as reg:
-        actor = await reg.get("per-turn")
-        plain = await actor.create_session()
-        kept = await actor.create_session()
-        for n in range(50):  # warm-up
-            await actor.persist_working_context(plain, turn(n))
-            await actor.persist_working_context(kept, turn(n), usage=USAGE, model="gpt")
-        without: list[float] = []
-        with_usage: list[float] = []
-        for n in range(turns * rounds):
-            order = ((plain, None, without), (kept, USAGE, with_usage))
-            for sid, usage, out in order if n % 2 else order[::-1]:
-                start = time.perf_counter()
-                await actor.persist_working_context(
-                    sid, turn(n), usage=usage, model="gpt" if usage else None
-                )
-                out.append(time.perf_counter() - start)
-    a, b = statistics.median(without), statistics.median(with_usage)
-    return {"without_us": a * 1e6, "with_us": b * 1e6, "overhead_pct": (b / a - 1) * 100}
+    """Turns without usage, with usage, and with usage not stored, interleaved one by
+    one in rotating order (so a change of the machine's load hits all alike); the
+    medians of the single-turn times."""
+    switch = _StoreSwitch()
+    try:
+        async with ActorRegistry(root, idle_timeout=None, synchronous=sync) as reg:
+            actor = await reg.get("per-turn")
+            series: list[tuple[str, dict[str, Any] | None, bool, list[float]]] = []
+            for name, usage, stored in (
+                ("plain", None, True),
+                ("kept", USAGE, True),
+                ("given", USAGE, False),
+            ):
+                sid = await actor.create_session(session_id=name)
+                series.append((sid, usage, stored, []))
+            for n in range(50 + turns * rounds):
+                k = n % len(series)
+                for sid, usage, stored, out in series[k:] + series[:k]:
+                    switch.off = not stored
+                    start = time.perf_counter()
+                    await actor.persist_working_context(
+                        sid, turn(n), usage=usage, model="gpt" if usage else None
+                    )
+                    if n >= 50:  # after a warm-up
+                        out.append(time.perf_counter() - start)
+    finally:
+        switch.restore()
+    a, b, c = (statistics.median(s[3]) for s in series)
+    return {
+        "without_us": a * 1e6,
+        "with_us": b * 1e6,
+        "given_us": c * 1e6,
+        "overhead_pct": (b / a - 1) * 100,
+        "storing_pct": (b / c - 1) * 100,
+    }
 
 
 async def usage_queries(root: Path, turns: int) -> dict[str, tuple[float, float]]:
@@ -97,6 +134,8 @@ async def usage_queries(root: Path, turns: int) -> dict[str, tuple[float, float]
     start_ms = int(time.time() * 1000) - 30 * DAY_MS
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("BEGIN IMMEDIATE")
+    states: dict[str, str | None] = dict.fromkeys(sessions)
+    seqs: dict[str, int] = dict.fromkeys(sessions, 0)
     for i in range(turns):
         sid = sessions[i % len(sessions)]
         created = start_ms + int(i * 30 * DAY_MS / turns)
@@ -108,7 +147,20 @@ async def usage_queries(root: Path, turns: int) -> dict[str, tuple[float, float]
             rng.randint(0, 10),
             model=("gpt", "claude", "llama")[i % 3],
         )
-        record_usage(conn, sid, i + 1, i // len(sessions) + 1, created, usage)
+        # What a turn's append writes: the turn's last event with its usage, the
+        # session's totals (``usage_rows.turn_usage``, which closes a day when it changes).
+        record, states[sid] = turn_usage(conn, sid, states[sid], usage, created)
+        seqs[sid] += 1
+        conn.execute(
+            "INSERT INTO events (id, session_id, seq, action, content, created_at, turn, usage)"
+            " VALUES (?, ?, ?, 'agent_message', 'a', ?, ?, ?)",
+            (f"e{i}", sid, seqs[sid], created, seqs[sid], record),
+        )
+    conn.executemany(
+        "UPDATE sessions SET usage = ?, last_seq = ?, last_turn = ? WHERE id = ?",
+        [(states[sid], seqs[sid], seqs[sid], sid) for sid in sessions],
+    )
+    conn.execute("DELETE FROM recall_pending")  # the benchmark does not search
     conn.execute("COMMIT")
     conn.close()
     out: dict[str, tuple[float, float]] = {}
@@ -168,7 +220,21 @@ async def sweep(root: Path, sessions: int) -> dict[str, float]:
                 stalls.append((time.perf_counter() - t0) * 1000)
                 await asyncio.sleep(0.002)  # a client calling every 2 ms
 
+        writer = await actor.create_session(session_id="writer")
+        await actor.retention_set({"max_idle_days": 100}, session_id=writer)
+        writes: list[float] = []
+
+        async def write_loop() -> None:
+            n = 0
+            while not done.is_set():
+                t0 = time.perf_counter()
+                await actor.persist_working_context(writer, turn(n))
+                writes.append((time.perf_counter() - t0) * 1000)
+                n += 1
+                await asyncio.sleep(0.01)  # a client writing a turn every 10 ms
+
         reading = asyncio.create_task(read_loop())
+        writing = asyncio.create_task(write_loop())
         t0 = time.perf_counter()
         erased = 0
         while True:
@@ -181,6 +247,7 @@ async def sweep(root: Path, sessions: int) -> dict[str, float]:
         elapsed = time.perf_counter() - t0
         done.set()
         await reading
+        await writing
     conn = sqlite3.connect(path)
     free = (
         conn.execute("PRAGMA freelist_count").fetchone()[0]
@@ -195,6 +262,10 @@ async def sweep(root: Path, sessions: int) -> dict[str, float]:
         "reader_p50_ms": pct(stalls, 0.5),
         "reader_max_ms": max(stalls) if stalls else 0.0,
         "reader_calls": len(stalls),
+        "writer_p50_ms": pct(writes, 0.5),
+        "writer_p99_ms": pct(writes, 0.99),
+        "writer_max_ms": max(writes) if writes else 0.0,
+        "writer_calls": len(writes),
         "file_bytes": size_before,
         "freed_bytes": free,
         "wal_bytes_after": wal.stat().st_size if wal.exists() else 0,
@@ -216,8 +287,10 @@ async def main() -> None:
         a = await per_turn(root / "a", args.turns, args.rounds, args.synchronous)
         print(
             f"\n(a) persist of a 2-message turn: {a['without_us']:.0f} us without usage, "
-            f"{a['with_us']:.0f} us with usage: {a['overhead_pct']:+.1f}% "
-            f"(medians of {args.turns * args.rounds} interleaved turns each)"
+            f"{a['with_us']:.0f} us with usage: {a['overhead_pct']:+.1f}%; "
+            f"{a['given_us']:.0f} us with usage given but not stored: storing it costs "
+            f"{a['storing_pct']:+.1f}% (medians of {args.turns * args.rounds} interleaved "
+            "turns each)"
         )
         b = await usage_queries(root / "b", args.usage_turns)
         print(f"\n(b) memory.usage at {args.usage_turns} turns (1000 sessions, 3 models, 30 days)")
@@ -229,7 +302,10 @@ async def main() -> None:
         print(
             f"{c['seconds']:.1f} s ({c['per_session_ms']:.2f} ms per session); a reader of "
             f"another session meanwhile: p50 {c['reader_p50_ms']:.2f} ms, longest "
-            f"{c['reader_max_ms']:.1f} ms over {c['reader_calls']} calls; file "
+            f"{c['reader_max_ms']:.1f} ms over {c['reader_calls']} calls; a writer of another "
+            f"session (a turn every 10 ms): p50 {c['writer_p50_ms']:.1f} ms, p99 "
+            f"{c['writer_p99_ms']:.1f} ms, longest {c['writer_max_ms']:.1f} ms over "
+            f"{c['writer_calls']} turns; file "
             f"{c['file_bytes'] / 1e6:.1f} MB, freed {c['freed_bytes'] / 1e6:.1f} MB "
             f"(free pages), WAL after {c['wal_bytes_after']} bytes"
         )

@@ -27,7 +27,7 @@ import logging
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Final, Protocol
 
@@ -50,7 +50,9 @@ __all__ = [
     "EventSource",
     "ListSource",
     "file_stamps",
+    "move_to_trash",
     "remove_session_folder",
+    "remove_session_folders",
     "repair_session_files",
     "sweep_orphans",
 ]
@@ -284,14 +286,37 @@ def repair_session_files(
 def remove_session_folder(agent_dir: Path, folder: Path) -> None:
     """Remove a session's mirror folder: renamed into ``agent_dir/.trash`` first (one
     atomic step: it is gone from ``sessions/`` at once), then deleted."""
+    remove_session_folders(agent_dir, [folder])
+
+
+def remove_session_folders(agent_dir: Path, folders: Sequence[Path]) -> None:
+    """``remove_session_folder`` of each of ``folders`` (``move_to_trash``), then the
+    trash deleted."""
+    move_to_trash(agent_dir, folders)
+    shutil.rmtree(agent_dir / TRASH_DIR, ignore_errors=True)
+
+
+def move_to_trash(agent_dir: Path, folders: Sequence[Path]) -> Path | None:
+    """Rename each of ``folders`` into one new folder of ``agent_dir/.trash`` (each gone
+    from ``sessions/`` in one atomic step), their parent synced once; that folder, for
+    the caller to delete (``None``: nothing was moved). What a crash leaves in the trash
+    is deleted by the next activation (``sweep_orphans``)."""
     trash = agent_dir / TRASH_DIR
-    if folder.is_dir():
-        make_dir(trash)
-        target = Path(tempfile.mkdtemp(prefix=f"{folder.name}.", dir=trash))
-        with contextlib.suppress(FileNotFoundError):  # no folder: nothing was mirrored
-            os.replace(folder, target / "session")
-            fsync_dir(folder.parent)
-    shutil.rmtree(trash, ignore_errors=True)
+    target: Path | None = None
+    moved: set[Path] = set()
+    for folder in folders:
+        if not folder.is_dir():
+            continue  # no folder: nothing was mirrored
+        if target is None:
+            make_dir(trash)
+            target = Path(tempfile.mkdtemp(prefix="sessions.", dir=trash))
+        with contextlib.suppress(FileNotFoundError):
+            os.replace(folder, target / folder.name)
+            moved.add(folder.parent)
+    for parent in moved:
+        with contextlib.suppress(FileNotFoundError):
+            fsync_dir(parent)
+    return target
 
 
 def sweep_orphans(agent_dir: Path, orphans: Callable[[list[str]], list[str]]) -> list[str]:

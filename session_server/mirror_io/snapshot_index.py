@@ -36,7 +36,7 @@ import logging
 import math
 import sqlite3
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Final
 
@@ -155,17 +155,22 @@ class SnapshotIndex:
 
     def forget(self, agent_id: str, session_id: str) -> None:
         """The session is being deleted: never list it again (durable before returning)."""
-        key = (agent_id, session_id)
+        self.forget_all(agent_id, [session_id])
+
+    def forget_all(self, agent_id: str, session_ids: Sequence[str]) -> None:
+        """``forget`` of each of ``session_ids``, their tombstones in one transaction."""
+        keys = [(agent_id, sid) for sid in session_ids]
         with self._lock:
-            self._tombstones.add(key)
-            self._deleting.add(key)
-            self._dirty.discard(key)
-            if self._entries is not None:
-                self._entries.pop(key, None)
+            for key in keys:
+                self._tombstones.add(key)
+                self._deleting.add(key)
+                self._dirty.discard(key)
+                if self._entries is not None:
+                    self._entries.pop(key, None)
             conn = self._connect()
             if conn is not None:
                 with conn:
-                    conn.execute("INSERT OR IGNORE INTO tombstones VALUES (?, ?)", key)
+                    conn.executemany("INSERT OR IGNORE INTO tombstones VALUES (?, ?)", keys)
 
     def unforget(self, agent_id: str, session_id: str) -> None:
         """The delete did not happen: list the folder again if it is there."""

@@ -32,6 +32,7 @@ them; a repair then rewrites every file that differs from a fresh rendering of t
 from __future__ import annotations
 
 import logging
+import shutil
 from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any, Final
@@ -65,7 +66,7 @@ from .repair import (
     EventSource,
     ListSource,
     file_stamps,
-    remove_session_folder,
+    move_to_trash,
     repair_session_files,
     sweep_orphans,
 )
@@ -265,10 +266,25 @@ class MirrorWriter:
     def delete_session(self, session_id: str) -> None:
         """Forget the session and remove its mirror folder (gone from ``sessions/`` in one
         rename, then deleted)."""
-        self.forget(session_id)
-        if self.enabled:
-            remove_session_folder(self.agent_dir, self.session_dir(session_id))
-            self._touched(session_id)
+        self.delete_sessions([session_id])
+
+    def delete_sessions(self, session_ids: Sequence[str]) -> None:
+        """``delete_session`` of each of ``session_ids``, the folder renames synced once."""
+        moved = self.trash_sessions(session_ids)
+        if moved is not None:
+            shutil.rmtree(moved, ignore_errors=True)
+
+    def trash_sessions(self, session_ids: Sequence[str]) -> Path | None:
+        """Forget the sessions and move their folders out of ``sessions/`` into one
+        folder of the trash, returned for the caller to delete (``move_to_trash``)."""
+        for sid in session_ids:
+            self.forget(sid)
+        if not self.enabled:
+            return None
+        moved = move_to_trash(self.agent_dir, [self.session_dir(s) for s in session_ids])
+        for sid in session_ids:
+            self._touched(sid)
+        return moved
 
     def append(self, session_id: str, events: Sequence[SessionEvent]) -> int | None:
         """Mirror committed ``events``; returns the highest seq mirrored, or ``None``.

@@ -19,9 +19,12 @@ from __future__ import annotations
 
 import re
 import threading
-from typing import Any, Final
+from collections.abc import Iterator
+from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter
+from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from ..values.usage import USAGE_FIELDS, UsageTotals
 
@@ -57,7 +60,11 @@ class AgentLabel:
 
 
 class UsageMetrics:
-    """The counters of the module docstring."""
+    """The counters of the module docstring.
+
+    The token and cost counters are summed in plain dicts and read by a collector at
+    scrape time: counting a turn is a few additions under one lock, not one locked
+    ``Counter`` child per kind (on the path of every ``turn.persist`` with usage)."""
 
     def __init__(
         self,
@@ -67,22 +74,13 @@ class UsageMetrics:
         label: AgentLabel | None = None,
     ) -> None:
         self.label = label or AgentLabel()
-        self._children: dict[str, tuple[Any, ...]] = {}
+        self._groups: dict[str, str] = {}  # agent id -> label, bounded like the labels
+        self._tokens: dict[str, list[int]] = {}  # group -> counts in _KINDS order
+        self._cost: dict[str, float] = {}
+        self._lock = threading.Lock()
         ns, reg = namespace, registry
-        self.tokens = Counter(
-            "usage_tokens",
-            "Tokens reported with persisted turns.",
-            ["group", "kind"],
-            namespace=ns,
-            registry=reg,
-        )
-        self.cost = Counter(
-            "usage_cost",
-            "Cost of persisted turns at the server's prices.",
-            ["group"],
-            namespace=ns,
-            registry=reg,
-        )
+        self.names = (f"{ns}_usage_tokens", f"{ns}_usage_cost")
+        reg.register(_UsageCollector(self))
         self.sweeps = Counter(
             "retention_sweeps", "Retention sweeps of an agent.", namespace=ns, registry=reg
         )
@@ -97,14 +95,62 @@ class UsageMetrics:
             "retention_events_erased", "Raw events erased by retention.", namespace=ns, registry=reg
         )
 
+    def _group(self, agent_id: str) -> str:
+        group = self._groups.get(agent_id)
+        if group is None:
+            group = self.label(agent_id)
+            if len(self._groups) >= MAX_CACHED_AGENTS:
+                self._groups.clear()
+            self._groups[agent_id] = group
+        return group
+
     def turn(self, agent_id: str, usage: UsageTotals, cost: float | None) -> None:
-        group = self.label(agent_id)
-        children = self._children.get(group)
-        if children is None:  # at most max_labels + 2 groups
-            children = tuple(self.tokens.labels(group, kind) for kind in _KINDS)
-            self._children[group] = children
-        for child, count in zip(children, usage.counts(), strict=True):
-            if count:
-                child.inc(count)
-        if cost:
-            self.cost.labels(group).inc(cost)
+        """Count one persisted turn's tokens (and cost, when priced)."""
+        group = self._group(agent_id)
+        counts = usage.counts()
+        with self._lock:
+            have = self._tokens.get(group)
+            if have is None:  # at most max_labels + 2 groups
+                self._tokens[group] = list(counts)
+            else:
+                for i, v in enumerate(counts):
+                    have[i] += v
+            if cost:
+                self._cost[group] = self._cost.get(group, 0.0) + cost
+
+    def snapshot(self) -> tuple[dict[str, list[int]], dict[str, float]]:
+        """The token and cost totals per group, copied."""
+        with self._lock:
+            return {g: list(c) for g, c in self._tokens.items()}, dict(self._cost)
+
+
+MAX_CACHED_AGENTS: Final = 10_000
+
+
+class _UsageCollector(Collector):
+    """``session_server_usage_tokens_total`` and ``..._usage_cost_total`` at scrape time."""
+
+    def __init__(self, metrics: UsageMetrics) -> None:
+        self.metrics = metrics
+
+    def collect(self) -> Iterator[Metric]:
+        tokens, cost = self.metrics.snapshot()
+        names = self.metrics.names
+        family = CounterMetricFamily(
+            names[0], "Tokens reported with persisted turns.", labels=["group", "kind"]
+        )
+        for group, counts in sorted(tokens.items()):
+            for kind, value in zip(_KINDS, counts, strict=True):
+                family.add_metric([group, kind], value)
+        yield family
+        money = CounterMetricFamily(
+            names[1], "Cost of persisted turns at the server's prices.", labels=["group"]
+        )
+        for group, amount in sorted(cost.items()):
+            money.add_metric([group], amount)
+        yield money
+
+    def describe(self) -> Iterator[Metric]:
+        names = self.metrics.names
+        yield CounterMetricFamily(names[0], "", labels=["group", "kind"])
+        yield CounterMetricFamily(names[1], "", labels=["group"])

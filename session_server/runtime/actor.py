@@ -84,6 +84,7 @@ from .off_loop import LARGE_CONTENT_CHARS, instructions_counted, off_loop_if_lar
 from .plan_size import no_prompt_size, plan_size
 from .recall import Recall
 from .retention_keeper import RetentionKeeper
+from .session_erasure import delete_sessions
 from .subscriptions import Subscriber, Subscriptions
 from .usage_ledger import UsageLedger
 from .write_queue import WriteQueue
@@ -228,7 +229,10 @@ class AgentActor:
         )
         self.subscriptions = Subscriptions(agent_id)
         self._subscribers = self.subscriptions.subscribers  # the same dict, by session
-        self.group_commit = GroupCommit(self.core, self.mirror, self.subscriptions)
+        self.usage = UsageLedger(agent_id, host.usage_settings)
+        self.group_commit = GroupCommit(
+            self.core, self.mirror, self.subscriptions, on_usage=self.usage.committed
+        )
         # The parts hold no reference back to the actor (the actor's callables are given
         # with each call): a dropped actor is freed at once, not by the cycle collector.
         self.queue = WriteQueue(self._write_lock, self.group_commit.commit_group)
@@ -237,7 +241,6 @@ class AgentActor:
         self.blocks = MemoryBlocks(
             self.core.blocks, host.executor, self.mirror, self.mirror.writer.agent_dir
         )
-        self.usage = UsageLedger(agent_id, host.usage_settings)
         self.retention = RetentionKeeper(agent_id, host.usage_settings.metrics)
         self.recall = Recall(agent_id, readonly=host.readonly)
 
@@ -557,11 +560,13 @@ class AgentActor:
             raise InvalidParamsError("limit: must be a positive integer", data={"field": "limit"})
         if offset < 0:
             raise InvalidParamsError("offset: must be >= 0", data={"field": "offset"})
-        return await self.run_read(
+        rows, total = await self.run_read(
             lambda s: s.list_sessions_page(
                 metadata=metadata, limit=limit, offset=offset, only=only, after=after, count=count
             )
         )
+        await self.retention.annotate(self, rows)  # budget, expires_at: as session.get
+        return rows, total
 
     # -- writes the core plans: sessions, appended and imported events, a turn's end ----
 
@@ -686,29 +691,12 @@ class AgentActor:
     async def delete_session(self, session_id: str) -> bool:
         """Delete a session and its events in one transaction; False if it did not exist.
         Its usage goes with it (and from the agent's totals)."""
-        try:
-            return await self._delete_session(session_id)
-        finally:
-            self.usage.forget(session_id)
+        return bool(await self.delete_sessions([session_id]))
 
-    async def _delete_session(self, session_id: str) -> bool:
-
-        async def write(store: AgentStore) -> bool:
-            await self.mirror.unlist(session_id)  # listed no more, even after a crash
-            try:
-                deleted = await store.delete_session(session_id)
-            except BaseException:
-                await self.mirror.relist(session_id)
-                raise
-            # Answered only once the folder is gone: a crash after the answer cannot
-            # leave it for a view, a snapshot list or a new session of the same id.
-            await self.mirror.session_deleted(session_id)
-            self.core.session_deleted(session_id)
-            if deleted:
-                self.subscriptions.publish_deleted(session_id)
-            return deleted
-
-        return await self.run_write(write)
+    async def delete_sessions(self, session_ids: Sequence[str]) -> list[str]:
+        """Delete sessions as ``delete_session`` does, all in one transaction (a retention
+        sweep's batch); the ids that existed (``runtime/session_erasure``)."""
+        return await delete_sessions(self, session_ids)
 
     async def import_rows(self, rows: SessionRows) -> None:
         """Write a whole session as it is (``values.session_rows``: checked first), in one

@@ -9,10 +9,13 @@ working-context snapshot) run in commit order while the write lock is held.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from ..core.agent_core import AgentCore
 from ..storage.store import AgentStore
 from ..values.errors import SessionServerError
 from ..values.plans import AppendOutcome, Effects
+from ..values.usage import UsageTotals
 from .mirror_link import MirrorLink
 from .subscriptions import Subscriptions
 from .write_queue import AppendJob
@@ -23,10 +26,19 @@ __all__ = ["GroupCommit"]
 class GroupCommit:
     """Commits the append groups of an actor's ``WriteQueue`` and runs their effects."""
 
-    def __init__(self, core: AgentCore, mirror: MirrorLink, subscriptions: Subscriptions) -> None:
+    def __init__(
+        self,
+        core: AgentCore,
+        mirror: MirrorLink,
+        subscriptions: Subscriptions,
+        on_usage: Callable[[UsageTotals], None] | None = None,
+    ) -> None:
         self.core = core
         self.mirror = mirror
         self.subscriptions = subscriptions
+        # Told each committed batch's usage (the metrics): not a replay's, which wrote
+        # nothing.
+        self.on_usage = on_usage
 
     async def commit_group(self, store: AgentStore, jobs: list[AppendJob]) -> None:
         """One transaction for ``jobs`` (under the write lock), then each one's effects
@@ -78,6 +90,9 @@ class GroupCommit:
             except Exception as exc:  # committed, but its effects failed: say so
                 job.fail(exc)
             else:
+                usage = job.plan.batch.usage
+                if usage is not None and outcome.stored and self.on_usage is not None:
+                    self.on_usage(usage)
                 job.resolve(outcome.result)
 
     async def _activate_mirrors(self, store: AgentStore, jobs: list[AppendJob]) -> None:

@@ -61,6 +61,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import shutil
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
@@ -131,6 +132,7 @@ class MirrorLink:
         self._timer: asyncio.Handle | None = None
         self._timer_at = 0.0  # the loop time the timer fires at
         self._chain: asyncio.Future[None] | None = None
+        self._trash_tasks: set[asyncio.Future[None]] = set()  # deleting moved folders
         # Sessions activated (resumed or repaired) since the store opened.
         self._active: set[str] = set()
         # Mirror cursors confirmed by the files, not yet stored in sessions.mirror_seq.
@@ -468,18 +470,30 @@ class MirrorLink:
             )
         return False, None
 
-    async def unlist(self, session_id: str) -> None:
-        """Before a session delete commits: the snapshot index stops listing the session
-        (a tombstone on disk, so not even a rebuild after a crash lists it again)."""
-        if self.index is not None and names_a_folder(session_id):
-            index = self.index
-            await self._executor.run(index.forget, self.writer.agent_id, session_id)
+    async def unlist(self, session_ids: Sequence[str]) -> None:
+        """Before a delete of sessions commits: the snapshot index stops listing them
+        (a tombstone on disk, so not even a rebuild after a crash lists one again)."""
+        await self._index_each(session_ids, forget=True)
 
-    async def relist(self, session_id: str) -> None:
+    async def relist(self, session_ids: Sequence[str]) -> None:
         """The delete announced by ``unlist`` did not happen."""
-        if self.index is not None and names_a_folder(session_id):
-            index = self.index
-            await self._executor.run(index.unforget, self.writer.agent_id, session_id)
+        await self._index_each(session_ids, forget=False)
+
+    async def _index_each(self, session_ids: Sequence[str], *, forget: bool) -> None:
+        index = self.index
+        ids = [sid for sid in session_ids if names_a_folder(sid)]
+        if index is None or not ids:
+            return
+        agent_id = self.writer.agent_id
+
+        def run() -> None:  # one hop to a worker thread for the whole batch
+            if forget:
+                index.forget_all(agent_id, ids)  # one durable transaction
+                return
+            for sid in ids:
+                index.unforget(agent_id, sid)
+
+        await self._executor.run(run)
 
     def _forget(self, session_id: str) -> None:
         """A delete committed: nothing pending or confirmed for the session counts now."""
@@ -489,15 +503,38 @@ class MirrorLink:
         self._cursor.pop(session_id, None)
         self._bound.pop(session_id, None)
 
-    async def session_deleted(self, session_id: str) -> None:
-        """Remove the session's folder; returns once it is gone from ``sessions/``."""
-        self._forget(session_id)
-        self._active.discard(session_id)
-        if not self.enabled or not names_a_folder(session_id):
-            # An id that cannot name a folder was never mirrored: nothing to remove.
+    async def sessions_deleted(self, session_ids: Sequence[str]) -> None:
+        """Remove the sessions' folders; returns once they are gone from ``sessions/``."""
+        for sid in session_ids:
+            self._forget(sid)
+            self._active.discard(sid)
+        # An id that cannot name a folder was never mirrored: nothing to remove.
+        ids = [sid for sid in session_ids if names_a_folder(sid)]
+        if not self.enabled or not ids:
             return
-        self._later(lambda: self.writer.delete_session(session_id))
+        writer = self.writer
+        moved: list[Path] = []
+
+        def remove() -> None:  # one job on the mirror's thread for the whole batch
+            folder = writer.trash_sessions(ids)
+            if folder is not None:
+                moved.append(folder)
+
+        self._later(remove)
         await self.drain()
+        # Gone from ``sessions/``; their files are deleted on another worker thread,
+        # not awaited (what a crash leaves in the trash goes at the next activation).
+        for folder in moved:
+            remove_all = functools.partial(shutil.rmtree, folder, ignore_errors=True)
+            task = asyncio.ensure_future(self._executor.run(remove_all))
+            self._trash_tasks.add(task)
+            task.add_done_callback(self._trash_done)
+
+    def _trash_done(self, task: asyncio.Future[None]) -> None:
+        self._trash_tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:  # the pool shut down
+            log.warning("agent %r: trash not emptied (%s); the next activation does it",
+                        self.writer.agent_id, task.exception())  # fmt: skip
 
     def events_deleted(self, store: AgentStore, session_id: str) -> None:
         """Rewrite the session's files from what is left in SQLite (scheduled, streamed).

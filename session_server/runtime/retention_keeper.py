@@ -2,13 +2,18 @@
 ``values.retention``).
 
 Policies are stored in the session's row (``retention``) and, for the agent, in
-``agent_settings``. A sweep reads every session's times (one query), asks
-``plan_retention`` what goes, and erases it one step at a time through the actor's own
-``delete_session`` and ``delete_events``: the same transactions, secure delete, WAL
-truncation, mirror removal, cache eviction and ``session.deleted`` notification as a
-client's delete. Each step is one write in the actor's mailbox, so other clients' writes
-queue between steps and no step holds the event loop; a process killed during a sweep
-leaves each session erased whole or not at all, and the next sweep finishes the job.
+``agent_settings``. A sweep reads every session's times and asks ``plan_retention`` what
+goes, both on the read thread (one query, plus two per session only where a
+``max_raw_events`` policy applies), and erases it one step at a time through the actor's
+own ``delete_sessions`` and ``delete_events``: the same transactions, secure delete, WAL
+truncation, search-index purge, mirror removal, cache eviction and ``session.deleted``
+notification as a client's delete. A step deletes a batch of sessions in one transaction,
+sized from the last step's (``values.retention.next_batch``) so that its delete
+statements take about ``STEP_TARGET_MS`` (the search index's purge and the WAL's
+truncation are paid once per step whatever its size); each step is one write in the actor's mailbox, so
+other clients' writes queue between steps and no step holds the event loop. A process
+killed during a sweep leaves each batch erased whole or not at all, and the next sweep
+finishes the job.
 """
 
 from __future__ import annotations
@@ -24,7 +29,12 @@ import msgspec
 from ..process.usage_metrics import UsageMetrics
 from ..storage.lineage_sql import events_source
 from ..storage.store import AgentStore
-from ..storage.usage_rows import read_session_ages, read_session_column
+from ..storage.usage_rows import (
+    budget_of,
+    read_session_ages,
+    read_session_column,
+    read_usage_columns,
+)
 from ..values.errors import NotFoundError
 from ..values.retention import (
     RawCut,
@@ -32,30 +42,37 @@ from ..values.retention import (
     RetentionPolicy,
     effective_policy,
     expires_at,
+    next_batch,
     parse_policy,
     plan_retention,
+    policy_for,
     policy_json,
 )
+from ..values.usage import budget_json
+from .session_erasure import ErasureHost, erase_batch
 
-__all__ = ["AGENT_RETENTION_KEY", "ERASE_PAGE", "RetentionKeeper"]
+__all__ = ["AGENT_RETENTION_KEY", "ERASE_PAGE", "FIRST_BATCH", "RetentionKeeper"]
 
 T = TypeVar("T")
 
 AGENT_RETENTION_KEY: Final = "retention_policy"
 ERASE_PAGE: Final = 500
 """Raw events erased per transaction (one mailbox step)."""
+FIRST_BATCH: Final = 8
+"""Sessions deleted by a sweep's first step (later steps are sized by ``next_batch``)."""
 
 
-class RetentionHost(Protocol):
-    """What the keeper needs of its actor."""
+class RetentionHost(ErasureHost, Protocol):
+    """What the keeper needs of its actor (a sweep's batches go through
+    ``session_erasure.erase_batch``, the path of ``session.delete``)."""
 
     async def run_read(self, fn: Callable[[AgentStore], Awaitable[T]]) -> T: ...
 
     async def run_write(self, fn: Callable[[AgentStore], Awaitable[T]]) -> T: ...
 
-    async def delete_session(self, session_id: str) -> bool: ...
-
     async def delete_events(self, session_id: str, event_ids: Sequence[str]) -> int: ...
+
+    async def mirror_settled(self) -> None: ...
 
 
 _UNKNOWN: Final = object()
@@ -96,6 +113,7 @@ class RetentionKeeper:
         self.agent_id = agent_id
         self.metrics = metrics
         self._agent: Any = _UNKNOWN  # RetentionPolicy | None once read
+        self._batch = FIRST_BATCH  # sessions the next sweep step deletes
 
     def forget(self) -> None:
         """Drop the cached agent policy (the store was closed or replaced)."""
@@ -143,6 +161,20 @@ class RetentionKeeper:
             "expires_at": expires_at(effective, created, updated),
         }
 
+    async def annotate(self, host: RetentionHost, rows: list[dict[str, Any]]) -> None:
+        """Add ``budget`` and ``expires_at`` to session rows (``session.list``'s page), as
+        ``session.get`` shows them: one read of the page's two columns."""
+        ids = [str(r["id"]) for r in rows]
+        if not ids:
+            return
+        columns = await host.run_read(lambda s: s.query(lambda c: read_usage_columns(c, ids)))
+        agent = await self.agent_policy(host)
+        for row in rows:
+            budget, own = columns.get(str(row["id"]), (None, None))
+            row["budget"] = budget_json(budget_of(budget))
+            policy = effective_policy(agent, _decode(own))
+            row["expires_at"] = expires_at(policy, int(row["created_at"]), int(row["updated_at"]))
+
     async def set(
         self, host: RetentionHost, policy: object, session_id: str | None = None
     ) -> dict[str, Any]:
@@ -185,9 +217,17 @@ class RetentionKeeper:
         agent = await self.agent_policy(host)
         if session_id is not None:
             await self._session_row(host, session_id)  # NotFoundError for an unknown id
-        ages = await host.run_read(lambda s: s.query(lambda c: read_session_ages(c, True)))
         now = int(time.time() * 1000) if now_ms is None else now_ms
-        return plan_retention(ages, agent, now, override=override, only=session_id)
+
+        def raw_needed(own: RetentionPolicy | None) -> bool:
+            return policy_for(agent, own, override, session_id).max_raw_events is not None
+
+        def fn(conn: sqlite3.Connection) -> RetentionPlan:
+            # On the read thread: the rows (and the plan) are as many as the sessions.
+            ages = read_session_ages(conn, raw_needed)
+            return plan_retention(ages, agent, now, override=override, only=session_id)
+
+        return await host.run_read(lambda s: s.query(fn))
 
     async def preview(
         self, host: RetentionHost, *, policy: object = None, session_id: str | None = None
@@ -198,23 +238,35 @@ class RetentionKeeper:
     async def sweep(
         self, host: RetentionHost, *, now_ms: int | None = None, max_steps: int | None = None
     ) -> dict[str, Any]:
-        """Apply the stored policies: erase what ``plan`` says, one mailbox step per
-        session (or page of events). ``max_steps`` bounds the steps of this call (the
-        rest waits for the next sweep). Answers ``{sessions, events, more}``."""
+        """Apply the stored policies: erase what ``plan`` says, one mailbox step per batch
+        of sessions (``session_erasure.erase_batch``: one transaction whose statements
+        take about ``STEP_TARGET_MS``) or page of events. ``max_steps`` bounds the
+        steps of this call (the rest waits for the next sweep). Answers ``{sessions,
+        events, more}``."""
         plan = await self.plan(host, now_ms=now_ms)
         steps = 0
         sessions = 0
         events = 0
         more = False
-        for session_id, reason in plan.sessions:
+        queue = list(plan.sessions)
+        reasons = dict(queue)
+        while queue:
             if max_steps is not None and steps >= max_steps:
                 more = True
                 break
             steps += 1
-            if await host.delete_session(session_id):
-                sessions += 1
-                if self.metrics is not None:
-                    self.metrics.sessions_erased.labels(reason).inc()
+            # The mirror's backlog is written first, outside the write lock: a step's
+            # folder moves wait in the mirror's queue behind it, and other clients'
+            # writes would wait for the step meanwhile.
+            await host.mirror_settled()
+            batch = [sid for sid, _ in queue[: self._batch]]
+            del queue[: len(batch)]
+            deleted, seconds = await erase_batch(host, batch)
+            self._batch = next_batch(len(batch), seconds * 1000)
+            sessions += len(deleted)
+            if self.metrics is not None:
+                for sid in deleted:
+                    self.metrics.sessions_erased.labels(reasons[sid]).inc()
         for cut in plan.raw:
             while not more:
                 if max_steps is not None and steps >= max_steps:

@@ -252,12 +252,16 @@ class UsageLedger:
         )
         return [t for _, t in rows]
 
-    async def after_turn(self, host: LedgerHost, session_id: str, usage: UsageTotals) -> bool:
-        """After a committed turn with ``usage``: the metrics, and whether the session is
-        now past a budget (the answer's ``budget_exceeded``)."""
+    def committed(self, usage: UsageTotals) -> None:
+        """A turn with ``usage`` was committed (called by the group commit, once per
+        commit: an idempotent replay commits nothing and is not counted): the metrics."""
         metrics = self.settings.metrics
         if metrics is not None:
             metrics.turn(self.agent_id, usage, cost_of(usage, self.settings.prices))
+
+    async def after_turn(self, host: LedgerHost, session_id: str, usage: UsageTotals) -> bool:
+        """After a turn with ``usage`` was answered: whether the session is now past a
+        budget (the answer's ``budget_exceeded``)."""
         if self._agent_budget is None and self._budgets.get(session_id, _UNKNOWN) is None:
             self._over.pop(session_id, None)
             return False  # no budget applies: nothing to read

@@ -58,6 +58,7 @@ __all__ = ["check_agent_file", "file_shape", "invariant_problems", "reference_sh
 
 # Objects of older schema versions that the migrations remove.
 _OLD_INDEXES: Final = frozenset({"idx_events_session_created"})
+_OLD_TABLES: Final = frozenset({"turn_usage", "usage_totals"})  # versions 7-8
 # Tables a migration adds: the schema version that first has each (an older file lacks it
 # until its migration makes it; the shape comparison after the migrations requires it).
 _ADDED_TABLES: Final = {
@@ -65,9 +66,8 @@ _ADDED_TABLES: Final = {
     "stream_segments": 4,
     "memory_blocks": 5,
     "rewinds": 6,
-    "turn_usage": 7,
-    "usage_totals": 7,
     "usage_days": 7,
+    "session_days": 12,
     "recall_pending": 8,
     "events_fts_shards": 9,
     "events_fts_gone": 9,
@@ -141,7 +141,7 @@ def _known_objects(conn: sqlite3.Connection, version: int) -> list[str]:
     out = []
     for kind, name in conn.execute("SELECT type, name FROM main.sqlite_master"):
         if (
-            (kind == "table" and name in known_tables)
+            (kind == "table" and (name in known_tables or name in _OLD_TABLES))
             or (kind == "index" and name in known_indexes)
             or is_recall_object(kind, name)  # replaced whatever they are: rebuild_objects
         ):

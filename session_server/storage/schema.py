@@ -8,7 +8,7 @@ from pathlib import Path
 
 __all__ = ["READABLE_SCHEMA_VERSION", "SCHEMA_VERSION", "schema_sql"]
 
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 12
 
 # The oldest version a read-only store reads as it is (it cannot migrate): a session row
 # is read with its fork columns (version 6, ``MIGRATIONS[5]``).

@@ -187,6 +187,49 @@ MIGRATIONS: dict[int, Sequence[str]] = {
     9: tuple(s for s in _statements(schema_sql()) if "EXISTS lineage " in s or "ON lineage(" in s),
     # 10 -> 11: session.list's order as an index (a cursor page reads its own rows only).
     10: tuple(s for s in _statements(schema_sql()) if "idx_sessions_updated" in s),
+    # 11 -> 12: usage kept in the rows a turn writes anyway (``values.usage_state``): each
+    # turn's record on its last event, the running totals and the open UTC day in the
+    # session row, closed days in ``session_days`` (``usage_days`` made from them); the
+    # tables of one row per turn and per session and model go.
+    11: (
+        "ALTER TABLE events ADD COLUMN usage TEXT",
+        "ALTER TABLE sessions ADD COLUMN usage TEXT",
+        "CREATE TABLE IF NOT EXISTS session_days (session_id TEXT NOT NULL,"
+        " day INTEGER NOT NULL, model TEXT NOT NULL, input_tokens INTEGER NOT NULL,"
+        " output_tokens INTEGER NOT NULL, cached_input_tokens INTEGER NOT NULL,"
+        " cache_write_tokens INTEGER NOT NULL, reasoning_tokens INTEGER NOT NULL,"
+        " turns INTEGER NOT NULL, PRIMARY KEY (session_id, day, model)) WITHOUT ROWID",
+        "UPDATE events SET usage = json_array(u.input_tokens, u.output_tokens,"
+        " u.cached_input_tokens, u.cache_write_tokens, u.reasoning_tokens, u.model)"
+        " FROM turn_usage AS u"
+        " WHERE events.session_id = u.session_id AND events.seq = u.seq",
+        "CREATE TEMP TABLE usage_open AS SELECT t.session_id AS session_id,"
+        " t.created_at / 86400000 AS day FROM turn_usage AS t"
+        " WHERE t.seq = (SELECT max(seq) FROM turn_usage WHERE session_id = t.session_id)",
+        "INSERT INTO session_days SELECT u.session_id, u.created_at / 86400000,"
+        " COALESCE(u.model, ''), SUM(u.input_tokens), SUM(u.output_tokens),"
+        " SUM(u.cached_input_tokens), SUM(u.cache_write_tokens), SUM(u.reasoning_tokens),"
+        " COUNT(*) FROM turn_usage AS u JOIN usage_open AS o ON o.session_id = u.session_id"
+        " WHERE u.created_at / 86400000 != o.day GROUP BY 1, 2, 3",
+        "UPDATE sessions SET usage = json_object("
+        "'t', json((SELECT json_group_object(model, json_array(input_tokens, output_tokens,"
+        " cached_input_tokens, cache_write_tokens, reasoning_tokens, turns))"
+        " FROM usage_totals WHERE session_id = sessions.id)),"
+        " 'd', o.day,"
+        " 'p', json((SELECT json_group_object(m, json_array(a, b, c, d, e, n)) FROM ("
+        "SELECT COALESCE(model, '') AS m, SUM(input_tokens) AS a, SUM(output_tokens) AS b,"
+        " SUM(cached_input_tokens) AS c, SUM(cache_write_tokens) AS d,"
+        " SUM(reasoning_tokens) AS e, COUNT(*) AS n FROM turn_usage"
+        " WHERE session_id = sessions.id AND created_at / 86400000 = o.day GROUP BY 1))))"
+        " FROM usage_open AS o WHERE o.session_id = sessions.id",
+        "DELETE FROM usage_days",
+        "INSERT INTO usage_days SELECT day, model, SUM(input_tokens), SUM(output_tokens),"
+        " SUM(cached_input_tokens), SUM(cache_write_tokens), SUM(reasoning_tokens),"
+        " SUM(turns) FROM session_days GROUP BY day, model",
+        "DROP TABLE usage_open",
+        "DROP TABLE turn_usage",
+        "DROP TABLE usage_totals",
+    ),
 }
 
 

@@ -45,7 +45,7 @@ from .stored_rows import (
 )
 from .stream_rows import end_stream
 from .transactions import project_error
-from .usage_rows import record_usage
+from .usage_rows import turn_usage
 
 __all__ = [
     "STALE_MIRROR_SEQ",
@@ -118,7 +118,7 @@ def append(
     if batch.create is not None:
         insert_session(conn, batch.create.agent_id, session_id, batch.create.metadata)
     row = conn.execute(
-        "SELECT last_seq, last_turn, last_turn_start_seq, compaction_required"
+        "SELECT last_seq, last_turn, last_turn_start_seq, compaction_required, usage"
         " FROM sessions WHERE id = ?",
         (session_id,),
     ).fetchone()
@@ -178,6 +178,11 @@ def append(
         counts = batch.token_counts
     if counts is None:  # counted here, off the event loop (tiktoken releases the GIL)
         counts = count_events(events)
+    # The turn's usage rides on its last event and the session row (``usage_rows``).
+    turn_text = session_usage = None
+    if batch.usage is not None and events:
+        at = events[-1].timestamp or now  # the turn's time: its last event's
+        turn_text, session_usage = turn_usage(conn, session_id, row[4], batch.usage, at)
     rows = zip(events, metadata, counts, positions, strict=True)
     for ev_seq, (ev, meta, tokens, pos) in enumerate(rows, start=last_seq + 1):
         if ev.action == "user_message":
@@ -189,13 +194,14 @@ def append(
         )  # fmt: skip
         rows_out.append(
             (ev.id, session_id, ev_seq, ev.action, ev.content, meta, created,
-             pos.turn, pos.start_seq, tokens)
+             pos.turn, pos.start_seq, tokens, turn_text if ev_seq == seq else None)
         )  # fmt: skip
         stored.append(new)
     if rows_out:
         try:
             conn.executemany(
-                f"INSERT INTO events ({EVENT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                f"INSERT INTO events ({EVENT_COLUMNS}, usage)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 rows_out,
             )
         except sqlite3.IntegrityError as exc:
@@ -203,8 +209,6 @@ def append(
                 f"events: an event id already exists in this agent ({exc})",
                 data={"field": "events[].id", "last_seq": last_seq},
             ) from exc
-    if batch.usage is not None and stored:
-        record_usage(conn, session_id, seq, stored[-1].turn or 0, now, batch.usage)
     if added:
         # A reused id points at its latest call, as ``number_turns`` says: later results
         # join the latest call's turn.
@@ -214,10 +218,11 @@ def append(
     if rows_out or batch.compaction_required is not None:
         conn.execute(
             "UPDATE sessions SET last_seq = ?, last_turn = ?, last_turn_start_seq = ?,"
-            " updated_at = ?, compaction_required = ?, mirror_seq = COALESCE(?, mirror_seq)"
-            " WHERE id = ?",
-            (seq, last.turn, last.start_seq, now, int(flag), batch.mirror_seq, session_id),
-        )
+            " updated_at = ?, compaction_required = ?, mirror_seq = COALESCE(?, mirror_seq),"
+            " usage = COALESCE(?, usage) WHERE id = ?",
+            (seq, last.turn, last.start_seq, now, int(flag), batch.mirror_seq, session_usage,
+             session_id),
+        )  # fmt: skip
     if key is not None and seq // PRUNE_EVERY_SEQS != last_seq // PRUNE_EVERY_SEQS:
         prune_idempotency(conn, session_id, now, retention)
     return AppendOutcome(result, stored)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import sqlite3
+import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any, Final, TypeVar
 
@@ -96,27 +97,31 @@ class AgentStore(StoreConnections):
         return await self._read(fn)
 
     async def delete_session(self, session_id: str) -> bool:
-        def body(conn: sqlite3.Connection) -> tuple[bool, int]:
-            deleted = conn.execute("DELETE FROM sessions WHERE id = ?", (session_id,)).rowcount > 0
-            rows = delete_session_usage(conn, session_id)
-            rows += delete_session_rows(conn, session_id)  # what its forks read stays
-            for table in (
-                "tool_calls",
-                "idempotency",
-                "streams",
-                "stream_segments",
-                "memory_blocks",
-                "rewinds",
-            ):
-                rows += conn.execute(
-                    f"DELETE FROM {table} WHERE session_id = ?", (session_id,)
-                ).rowcount
-            return deleted, rows
-
-        deleted, rows = await self._write("delete_session", body)
+        deleted, rows = await self._write("delete_session", _delete_session_rows, session_id)
         if deleted or rows:
             await self._erase_after_delete()
         return deleted
+
+    async def delete_sessions(self, session_ids: Sequence[str]) -> tuple[list[str], float]:
+        """``delete_session`` of each of ``session_ids`` in one transaction (each with the
+        same statements), then the WAL erased once: the ids that existed, and the seconds
+        the statements took (what grows with the batch; a sweep sizes its batches by it)."""
+
+        def body(conn: sqlite3.Connection) -> tuple[list[str], int, float]:
+            started = time.perf_counter()
+            deleted: list[str] = []
+            total = 0
+            for sid in session_ids:
+                existed, rows = _delete_session_rows(conn, sid)
+                total += rows
+                if existed:
+                    deleted.append(sid)
+            return deleted, total, time.perf_counter() - started
+
+        deleted, rows, seconds = await self._write("delete_sessions", body)
+        if deleted or rows:
+            await self._erase_after_delete()
+        return deleted, seconds
 
     async def erase_wal(self) -> None:
         """Checkpoint and truncate the WAL, so text deleted (zeroed, ``secure_delete``)
@@ -488,6 +493,24 @@ class AgentStore(StoreConnections):
             conn.execute("DELETE FROM agent_settings WHERE key = ?", (key,))
 
         await self._write("delete_setting", body)
+
+
+def _delete_session_rows(conn: sqlite3.Connection, session_id: str) -> tuple[bool, int]:
+    """Inside a delete's transaction: the session row and every row of the session
+    (secure delete zeroes them); whether the row existed, and the other rows deleted."""
+    deleted = conn.execute("DELETE FROM sessions WHERE id = ?", (session_id,)).rowcount > 0
+    rows = delete_session_usage(conn, session_id)
+    rows += delete_session_rows(conn, session_id)  # what its forks read stays
+    for table in (
+        "tool_calls",
+        "idempotency",
+        "streams",
+        "stream_segments",
+        "memory_blocks",
+        "rewinds",
+    ):
+        rows += conn.execute(f"DELETE FROM {table} WHERE session_id = ?", (session_id,)).rowcount
+    return deleted, rows
 
 
 def _update_session(conn: sqlite3.Connection, session_id: str, column: str, value: Any) -> None:

@@ -33,8 +33,10 @@ __all__ = [
     "SessionAge",
     "effective_policy",
     "expires_at",
+    "next_batch",
     "parse_policy",
     "plan_retention",
+    "policy_for",
     "policy_json",
 ]
 
@@ -170,6 +172,49 @@ def expires_at(policy: RetentionPolicy, created_at: int, updated_at: int) -> int
     return min(times) if times else None
 
 
+_NO_POLICY: Final = RetentionPolicy()
+
+
+def policy_for(
+    agent: RetentionPolicy | None,
+    own: RetentionPolicy | None,
+    override: RetentionPolicy | None = None,
+    only: str | None = None,
+) -> RetentionPolicy:
+    """The policy ``plan_retention`` applies to a session whose own policy is ``own``
+    (``override``, ``only``: as there)."""
+    if override is not None and only is not None:
+        return effective_policy(agent, override)
+    if override is not None:
+        return effective_policy(override, own)
+    if own is None:
+        return _NO_POLICY if agent is None else agent
+    return effective_policy(agent, own)
+
+
+MIN_BATCH: Final = 1
+MAX_BATCH: Final = 256
+STEP_TARGET_MS: Final = 30.0
+"""A sweep's step (one transaction deleting a batch of sessions) aims at this much time
+for the parts that grow with the batch (tombstones, delete statements, the mirror
+folders' moves); the next batch is sized from the last one's. The rest of the step (the
+commit, the search index's purge, the WAL's truncation) is paid once per step whatever
+its size."""
+
+
+def next_batch(size: int, elapsed_ms: float, target_ms: float = STEP_TARGET_MS) -> int:
+    """The size of a sweep's next batch of sessions after one of ``size`` took
+    ``elapsed_ms``: scaled toward ``target_ms``, at most doubled, within
+    ``[MIN_BATCH, MAX_BATCH]``."""
+    if size < MIN_BATCH:
+        raise ValueError(f"size must be at least {MIN_BATCH}, got {size}")
+    if not math.isfinite(elapsed_ms) or elapsed_ms * 2 <= target_ms:
+        scaled = size * 2  # fast (or not measured): double, never more
+    else:
+        scaled = int(size * target_ms / elapsed_ms)
+    return max(MIN_BATCH, min(MAX_BATCH, scaled))
+
+
 def plan_retention(
     sessions: Sequence[SessionAge],
     agent: RetentionPolicy | None,
@@ -187,12 +232,7 @@ def plan_retention(
     for s in sessions:
         if only is not None and s.session_id != only:
             continue
-        if override is not None and only is not None:
-            policy = effective_policy(agent, override)
-        elif override is not None:
-            policy = effective_policy(override, s.policy)
-        else:
-            policy = effective_policy(agent, s.policy)
+        policy = policy_for(agent, s.policy, override, only)
         when = expires_at(policy, s.created_at, s.updated_at)
         if when is not None and when <= now_ms:
             age_due = policy.max_age_days is not None and (

@@ -96,6 +96,24 @@ UNDO: Final[dict[int, tuple[str, ...]]] = {
     10: ("DROP TABLE lineage",),
     # session.list's order as an index
     11: ("DROP INDEX idx_sessions_updated",),
+    # usage in the turn's own rows: the tables of version 7 back (empty), the columns and
+    # the closed days gone
+    12: (
+        "CREATE TABLE turn_usage (session_id TEXT NOT NULL, seq INTEGER NOT NULL,"
+        " turn INTEGER NOT NULL, created_at INTEGER NOT NULL, model TEXT,"
+        " input_tokens INTEGER NOT NULL, output_tokens INTEGER NOT NULL,"
+        " cached_input_tokens INTEGER NOT NULL, cache_write_tokens INTEGER NOT NULL,"
+        " reasoning_tokens INTEGER NOT NULL, PRIMARY KEY (session_id, seq)) WITHOUT ROWID",
+        "CREATE TABLE usage_totals (session_id TEXT NOT NULL, model TEXT NOT NULL,"
+        " input_tokens INTEGER NOT NULL, output_tokens INTEGER NOT NULL,"
+        " cached_input_tokens INTEGER NOT NULL, cache_write_tokens INTEGER NOT NULL,"
+        " reasoning_tokens INTEGER NOT NULL, turns INTEGER NOT NULL,"
+        " PRIMARY KEY (session_id, model)) WITHOUT ROWID",
+        "DROP TABLE session_days",
+        "DELETE FROM usage_days",
+        "ALTER TABLE events DROP COLUMN usage",
+        "ALTER TABLE sessions DROP COLUMN usage",
+    ),
 }
 
 

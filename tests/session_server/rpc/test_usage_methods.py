@@ -95,6 +95,24 @@ async def test_usage_and_budget_over_the_wire(server: RunningServer, client: Ses
     assert 'session_server_usage_tokens_total{group="usage",kind="input"} 90.0' in metrics
 
 
+async def test_session_list_shows_budget_and_expiry_as_session_get_does(
+    client: SessionClient,
+) -> None:
+    plain = await client.create_session()
+    capped = await client.create_session()
+    await client.set_session_budget(capped, {"max_cost": 2.5})
+    await client.call("retention.set", {"policy": {"max_idle_days": 2}})
+    await client.call("retention.set", {"policy": {"max_age_days": 1}, "session_id": plain})
+    listed = {s["id"]: s for s in await client.list_sessions()}
+    for sid in (plain, capped):
+        got = await client.get_session(sid) or {}
+        assert listed[sid]["budget"] == got["budget"]
+        assert listed[sid]["expires_at"] == got["expires_at"] is not None
+    assert listed[capped]["budget"] == {"max_cost": 2.5} and listed[plain]["budget"] is None
+    page = await client.call("session.list", {"limit": 1})
+    assert set(page["sessions"][0]) >= {"budget", "expires_at"}
+
+
 async def test_agent_budget_and_refusals(client: SessionClient) -> None:
     sid = await client.create_session()
     assert await client.set_budget({"max_cost": 0.5}) == {"budget": {"max_cost": 0.5}}

@@ -4,6 +4,7 @@ session, daily totals equal to the turns kept; the next sweep finishes the job."
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sqlite3
@@ -11,14 +12,17 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from session_server import ActorRegistry
+from session_server.runtime.retention_keeper import FIRST_BATCH
 from session_server.values.context import WorkingContext
 from session_server.values.events import ContextMessage
 from tests.support.waiting import until
 
 ROOT = Path(__file__).resolve().parents[3]
 AGENT = "swept"
-SESSIONS = 150
+SESSIONS = 400  # batches grow (8, 16, 32, ...): enough left to kill the sweep mid-way
 TURNS = 2
 
 
@@ -49,7 +53,7 @@ def check_whole_or_gone(db: Path, memory: Path) -> set[str]:
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     try:
         kept = {r[0] for r in conn.execute("SELECT id FROM sessions")}
-        for table in ("events", "turn_usage", "usage_totals", "tool_calls", "idempotency"):
+        for table in ("events", "session_days", "tool_calls", "idempotency"):
             orphans = conn.execute(
                 f"SELECT COUNT(*) FROM {table} WHERE session_id NOT IN (SELECT id FROM sessions)"
             ).fetchone()[0]
@@ -57,19 +61,35 @@ def check_whole_or_gone(db: Path, memory: Path) -> set[str]:
         for sid in kept:
             events = conn.execute("SELECT COUNT(*) FROM events WHERE session_id = ?", (sid,))
             assert events.fetchone()[0] == 2 * TURNS, sid
-            usage = conn.execute("SELECT COUNT(*) FROM turn_usage WHERE session_id = ?", (sid,))
+            usage = conn.execute(
+                "SELECT COUNT(*) FROM events WHERE session_id = ? AND usage IS NOT NULL", (sid,)
+            )
             assert usage.fetchone()[0] == TURNS, sid
-        days = conn.execute(
+        # the agent's days (closed days plus each session's open day) count exactly the
+        # turns of the sessions left
+        closed = conn.execute(
             "SELECT COALESCE(SUM(input_tokens), 0), COALESCE(SUM(turns), 0) FROM usage_days"
-        )
-        turns = conn.execute("SELECT COALESCE(SUM(input_tokens), 0), COUNT(*) FROM turn_usage")
-        assert days.fetchone() == turns.fetchone()
+        ).fetchone()
+        open_days = [0, 0]
+        for (text,) in conn.execute("SELECT usage FROM sessions WHERE usage IS NOT NULL"):
+            for counts in json.loads(text)["p"].values():
+                open_days[0] += counts[0]
+                open_days[1] += counts[5]
+        turns = conn.execute(
+            "SELECT COALESCE(SUM(json_extract(usage, '$[0]')), 0), COUNT(*) FROM events"
+            " WHERE usage IS NOT NULL"
+        ).fetchone()
+        assert (closed[0] + open_days[0], closed[1] + open_days[1]) == turns
     finally:
         conn.close()
     return kept
 
 
-async def test_sigkill_during_a_sweep_leaves_nothing_half_erased(tmp_path: Path) -> None:
+# Killed once the first batch committed, or once a later (larger) batch did.
+@pytest.mark.parametrize("erased", [1, FIRST_BATCH + 1])
+async def test_sigkill_during_a_sweep_leaves_nothing_half_erased(
+    tmp_path: Path, erased: int
+) -> None:
     memory = tmp_path / "memory"
     await fill(memory)
     db = memory / "agents" / AGENT / "agent.sqlite"
@@ -84,9 +104,10 @@ async def test_sigkill_during_a_sweep_leaves_nothing_half_erased(tmp_path: Path)
     try:
         await until(
             lambda: (
-                count(db, "SELECT COUNT(*) FROM sessions") < SESSIONS or proc.poll() is not None
+                count(db, "SELECT COUNT(*) FROM sessions") <= SESSIONS - erased
+                or proc.poll() is not None
             ),
-            "the server's sweep erasing a first session",
+            f"the server's sweep erasing {erased} sessions",
         )
         proc.send_signal(signal.SIGKILL)
         proc.wait()
@@ -104,6 +125,8 @@ async def test_sigkill_during_a_sweep_leaves_nothing_half_erased(tmp_path: Path)
         await actor.mirror_settled()  # activation repaired the mirror
         folders = {p.name for p in (memory / "agents" / AGENT / "sessions").iterdir()}
         assert folders <= kept
+        trash = memory / "agents" / AGENT / ".trash"  # folders moved, not yet deleted
+        assert not trash.exists() or not any(trash.iterdir())
         done = await actor.sweep_retention()
         assert done["sessions"] == len(kept) and not done["more"]
         assert (await actor.memory_usage())["totals"]["turns"] == 0

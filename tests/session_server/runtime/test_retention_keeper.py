@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from session_server import ActorRegistry
+from session_server.runtime.retention_keeper import FIRST_BATCH
 from session_server.values.context import WorkingContext
 from session_server.values.errors import InvalidParamsError, NotFoundError
 from session_server.values.events import ContextMessage
@@ -89,7 +90,7 @@ async def test_sweep_erases_expired_sessions_as_delete_does(
     assert await actor.get_session(keep) is not None
     assert not (tmp_path / "agents" / AGENT / "sessions" / old).exists()
     db = sqlite3.connect(tmp_path / "agents" / AGENT / "agent.sqlite")
-    for table in ("events", "turn_usage", "usage_totals", "tool_calls", "idempotency"):
+    for table in ("events", "session_days", "tool_calls", "idempotency"):
         assert (
             db.execute(f"SELECT COUNT(*) FROM {table} WHERE session_id = ?", (old,)).fetchone()[0]
             == 0
@@ -105,17 +106,20 @@ async def test_max_sessions_goes_oldest_idle_first_in_bounded_steps(
     registry: ActorRegistry,
 ) -> None:
     actor = await registry.get(AGENT)
-    sids = [await actor.create_session(session_id=f"s{i}") for i in range(5)]
+    sids = [await actor.create_session(session_id=f"s{i:02d}") for i in range(20)]
     for sid in sids:
         await fill(actor, sid, 1)
     await actor.retention_set({"max_sessions": 2})
     preview = await actor.retention_preview()
-    assert [s["session_id"] for s in preview["sessions"]] == ["s0", "s1", "s2"]
-    first = await actor.sweep_retention(max_steps=2)
-    assert first == {"sessions": 2, "events": 0, "more": True}
-    second = await actor.sweep_retention(max_steps=2)
-    assert second == {"sessions": 1, "events": 0, "more": False}
-    assert sorted(s["id"] for s in await actor.list_sessions()) == ["s3", "s4"]
+    assert [s["session_id"] for s in preview["sessions"]] == sids[:18]
+    # a step is one batch of sessions (one transaction); the first is FIRST_BATCH
+    first = await actor.sweep_retention(max_steps=1)
+    assert first == {"sessions": FIRST_BATCH, "events": 0, "more": True}
+    left = sorted(s["id"] for s in await actor.list_sessions())
+    assert left == sids[FIRST_BATCH:]  # the oldest idle went first
+    second = await actor.sweep_retention()
+    assert second == {"sessions": 18 - FIRST_BATCH, "events": 0, "more": False}
+    assert sorted(s["id"] for s in await actor.list_sessions()) == sids[18:]
 
 
 async def test_preview_of_a_policy_not_set(registry: ActorRegistry) -> None:

@@ -3,13 +3,16 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from session_server import ActorRegistry
+from session_server.process.usage_metrics import UsageMetrics
 from session_server.runtime.usage_ledger import UsageSettings
 from session_server.values.context import WorkingContext
 from session_server.values.errors import BudgetExceededError, InvalidParamsError, NotFoundError
@@ -60,10 +63,18 @@ async def test_usage_is_stored_with_its_turn_and_summed(
     await actor.persist_working_context(b, turn(4))  # no usage: no row
     db = sqlite3.connect(tmp_path / "agents" / AGENT / "agent.sqlite")
     rows = db.execute(
-        "SELECT session_id, seq, turn, model, input_tokens FROM turn_usage ORDER BY 1, 2"
+        "SELECT session_id, seq, turn, json_extract(usage, '$[5]'),"
+        " json_extract(usage, '$[0]') FROM events WHERE usage IS NOT NULL ORDER BY 1, 2"
     ).fetchall()
+    totals = dict(db.execute("SELECT id, json_extract(usage, '$.t') FROM sessions").fetchall())
     db.close()
+    # the turn's usage is on its last event, the totals in the session row
     assert rows == [("a", 2, 1, "gpt", 1000), ("a", 4, 2, "claude", 30), ("b", 2, 1, "gpt", 50)]
+    assert json.loads(totals["a"]) == {
+        "gpt": [1000, 100, 600, 0, 0, 1],
+        "claude": [30, 5, 20, 0, 0, 1],
+    }
+    assert json.loads(totals["b"]) == {"gpt": [50, 5, 0, 0, 0, 1]}
 
     whole = await actor.memory_usage()
     assert whole["totals"]["input_tokens"] == 1080
@@ -155,3 +166,22 @@ async def test_budgets_survive_a_restart(tmp_path: Path) -> None:
         with pytest.raises(BudgetExceededError):
             await actor.build_working_context(sid)
         assert (await actor.memory_usage())["totals"]["total_tokens"] == 11
+
+
+async def test_an_idempotent_replay_is_counted_once_in_the_metrics(tmp_path: Path) -> None:
+    metrics = UsageMetrics(CollectorRegistry())
+    settings = UsageSettings(prices=PRICES, metrics=metrics)
+    async with ActorRegistry(tmp_path, idle_timeout=None, usage=settings) as reg:
+        actor = await reg.get(AGENT)
+        sid = await actor.create_session()
+        first = await actor.persist_working_context(
+            sid, turn(1), usage=chat(1000, 100), model="gpt", idempotency_key="k1"
+        )
+        again = await actor.persist_working_context(
+            sid, turn(1), usage=chat(1000, 100), model="gpt", idempotency_key="k1"
+        )
+        assert again == first  # the first answer, replayed: nothing written, nothing counted
+        tokens, cost = metrics.snapshot()
+        assert tokens == {"all": [1000, 100, 0, 0, 0]}
+        assert cost == {"all": pytest.approx((1000 * 2 + 100 * 8) / 1e6)}
+        assert (await actor.memory_usage())["totals"]["turns"] == 1  # stored once too

@@ -9,12 +9,17 @@ from hypothesis import strategies as st
 from session_server.values.errors import InvalidParamsError
 from session_server.values.retention import (
     DAY_MS,
+    MAX_BATCH,
+    MIN_BATCH,
+    STEP_TARGET_MS,
     RetentionPolicy,
     SessionAge,
     effective_policy,
     expires_at,
+    next_batch,
     parse_policy,
     plan_retention,
+    policy_for,
     policy_json,
 )
 
@@ -136,3 +141,44 @@ def test_the_cap_keeps_exactly_the_most_recent(times: list[tuple[int, int]], cap
         )
         oldest_kept = min((s.updated_at, s.created_at, s.session_id) for s in kept)
         assert newest_gone < oldest_kept
+
+
+@given(st.integers(1, MAX_BATCH), st.floats(0, 10_000, allow_nan=False))
+def test_next_batch_stays_in_bounds_and_moves_toward_the_target(size: int, elapsed: float) -> None:
+    nxt = next_batch(size, elapsed)
+    assert MIN_BATCH <= nxt <= MAX_BATCH
+    assert nxt <= 2 * size  # grows at most twofold
+    if elapsed > STEP_TARGET_MS and size > MIN_BATCH:
+        assert nxt <= size  # a slow step shrinks the next one
+    if 0 < elapsed < STEP_TARGET_MS / 2 and size < MAX_BATCH:
+        assert nxt > size  # a fast one grows it
+
+
+def test_next_batch_refuses_an_empty_batch() -> None:
+    with pytest.raises(ValueError, match="size"):
+        next_batch(0, 1.0)
+
+
+POLICIES = st.none() | st.builds(
+    RetentionPolicy,
+    max_age_days=st.none() | st.floats(0.5, 30),
+    max_idle_days=st.none() | st.floats(0.5, 30),
+    max_raw_events=st.none() | st.integers(1, 50),
+)
+
+
+@given(POLICIES, POLICIES, POLICIES, st.booleans())
+def test_policy_for_is_the_effective_policy_plan_retention_applies(
+    agent: RetentionPolicy | None,
+    own: RetentionPolicy | None,
+    override: RetentionPolicy | None,
+    only: bool,
+) -> None:
+    sid = "s" if only else None
+    got = policy_for(agent, own, override, sid)
+    if override is not None and sid is not None:
+        assert got == effective_policy(agent, override)
+    elif override is not None:
+        assert got == effective_policy(override, own)
+    else:
+        assert got == effective_policy(agent, own)
