@@ -58,7 +58,7 @@ __all__ = ["check_agent_file", "file_shape", "invariant_problems", "reference_sh
 
 # Objects of older schema versions that the migrations remove.
 _OLD_INDEXES: Final = frozenset({"idx_events_session_created"})
-_OLD_TABLES: Final = frozenset({"turn_usage", "usage_totals"})  # versions 7-8
+_OLD_TABLES: Final = frozenset({"turn_usage", "usage_totals"})  # versions 7-11
 # Tables a migration adds: the schema version that first has each (an older file lacks it
 # until its migration makes it; the shape comparison after the migrations requires it).
 _ADDED_TABLES: Final = {
