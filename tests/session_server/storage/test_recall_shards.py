@@ -17,6 +17,7 @@ from session_server import ActorRegistry, AgentActor
 from session_server.storage import recall_shards
 from session_server.storage.file_check import check_agent_file
 from session_server.storage.recall_shards import list_shards, shard_table
+from session_server.storage.schema import SCHEMA_VERSION
 from session_server.values.events import SessionEvent
 from tests.support.old_schema import undo_to
 from tests.support.recall_index import indexed_rowids
@@ -228,7 +229,7 @@ async def test_a_version_8_file_gets_shards_in_the_background(tmp_path: Path) ->
     names = names_now(db)
     assert "events_fts" not in names and "events_fts_data" not in names
     assert _read(db, "SELECT key FROM agent_settings WHERE key LIKE 'recall%'") == []
-    assert _read(db, "PRAGMA user_version") == [(9,)]
+    assert _read(db, "PRAGMA user_version") == [(SCHEMA_VERSION,)]
     _agree(db)
 
 
