@@ -30,6 +30,7 @@ from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from ..core.decisions import LARGE_WINDOW_EVENTS
+from ..values.cluster_view import ClusterMember
 from ..values.context import WorkingContext
 from ..values.errors import ConflictError, InvalidParamsError, NotFoundError, TooLargeError
 from .method_spec import (
@@ -262,10 +263,14 @@ async def events_unsubscribe(ctx: CallContext, p: SessionParams) -> dict[str, An
 
 
 async def agents_list(ctx: CallContext, p: AgentsListParams) -> dict[str, Any]:
-    """A page of agent ids with a folder on disk, sorted: those after ``after`` (a cursor:
+    """A page of agent ids with a folder on disk (in cluster mode, also every agent some
+    node claimed), sorted: those after ``after`` (a cursor:
     any string), at most ``limit``; ``next_after`` (the last id) only when more follow. A
     restricted token sees only its agents. The folder listing runs on a worker thread."""
     agents = await ctx.registry.list_agents_async()
+    member = ctx.registry.turn_logs
+    if isinstance(member, ClusterMember):  # cluster mode: every node's agents
+        agents = sorted(set(agents).union(await member.agent_ids()))
     visible = [a for a in agents if (p.after is None or a > p.after) and ctx.permits(a)]
     page = visible[: p.limit]
     answer: dict[str, Any] = {"agents": page}

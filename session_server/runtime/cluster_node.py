@@ -55,6 +55,7 @@ from ..values.turn_records import (
     OwnerEntry,
     OwnerMarker,
     TurnRecord,
+    agent_from_token,
     agent_token,
     decode_entry,
     decode_owner,
@@ -377,6 +378,20 @@ class ClusterNode:
                 beat = msgspec.json.decode(got.value, type=_Heartbeat)
                 out.append({"node_id": beat.node_id, "url": beat.url, "alive": True})
         return out
+
+    async def agent_ids(self) -> list[str]:
+        """Every agent with an owner entry (claimed by some node), sorted."""
+        try:
+            keys = await self._kv(self._owners).keys()
+        except Exception:  # nats-py raises NoKeysError for an empty bucket
+            return []
+        out: list[str] = []
+        for key in keys:
+            try:
+                out.append(agent_from_token(key))
+            except (ValueError, UnicodeDecodeError):  # not a key this program wrote
+                continue
+        return sorted(out)
 
     # -- claims and the fence ------------------------------------------------------------
 

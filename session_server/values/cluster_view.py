@@ -37,6 +37,11 @@ class ClusterMember(Protocol):
         failovers, rebuilds, fenced_refusals}``."""
         ...
 
+    async def agent_ids(self) -> list[str]:
+        """Every agent some node of the cluster claimed (the Memory Inspector's list and
+        ``agents.list`` show the whole cluster's agents)."""
+        ...
+
     async def locate(self, agent_id: str) -> OwnerLocation | None: ...
 
     def generation(self, agent_id: str) -> int | None:

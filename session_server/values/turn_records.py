@@ -31,6 +31,7 @@ __all__ = [
     "OwnerMarker",
     "Statement",
     "TurnRecord",
+    "agent_from_token",
     "agent_token",
     "decode_entry",
     "decode_owner",
@@ -47,6 +48,7 @@ APPLIED_SEQ_KEY: Final = "cluster_applied_seq"
 _RECORD: Final = b"R"
 _MARKER: Final = b"M"
 _SAFE: Final = re.compile(r"[A-Za-z0-9_-]")
+_HEX: Final = frozenset("0123456789ABCDEF")
 _READ_ONLY: Final = re.compile(r"\s*(?:--[^\n]*\n\s*)*(SELECT|PRAGMA|EXPLAIN)\b", re.IGNORECASE)
 
 
@@ -127,6 +129,27 @@ def decode_owner(data: bytes) -> OwnerEntry:
         return _owner_decoder.decode(data)
     except msgspec.DecodeError as exc:
         raise ValueError(f"unreadable owner entry: {exc}") from None
+
+
+def agent_from_token(token: str) -> str:
+    """The agent id ``agent_token`` made ``token`` from (``ValueError`` for a token it
+    cannot have made)."""
+    out = bytearray()
+    i = 0
+    while i < len(token):
+        char = token[i]
+        if char == "=":
+            byte = token[i + 1 : i + 3]
+            if len(byte) != 2 or byte.upper() != byte or not all(c in _HEX for c in byte):
+                raise ValueError(f"not an agent token: {token!r}")
+            out.append(int(byte, 16))
+            i += 3
+        elif _SAFE.match(char):
+            out += char.encode("ascii")
+            i += 1
+        else:
+            raise ValueError(f"not an agent token: {token!r}")
+    return out.decode("utf-8")
 
 
 def agent_token(agent_id: str) -> str:

@@ -52,6 +52,8 @@ async def test_sigkill_of_the_owner_node_loses_no_acknowledged_turn(
     await writer.close()
     for node_id in cluster.alive():  # every node serves it (the others forward)
         assert await writer.stored_through(node_id) == writer.expected(), node_id
+        async with SessionClient(cluster.url(node_id), None) as client:
+            assert "agent-kill" in await client.list_agents(), node_id  # the whole cluster's
 
 
 async def test_a_frozen_owner_that_wakes_acknowledges_nothing(cluster: ClusterNodes) -> None:

@@ -13,6 +13,7 @@ from session_server.values.turn_records import (
     OwnerMarker,
     Statement,
     TurnRecord,
+    agent_from_token,
     agent_token,
     decode_entry,
     decode_owner,
@@ -35,6 +36,17 @@ def test_plain_ids_stay_readable() -> None:
     assert agent_token("agent-7_x") == "agent-7_x"
     assert agent_token("a.b c") == "a=2Eb=20c"
     assert agent_token("=") == "=3D"
+
+
+@given(st.text(min_size=1, max_size=64))
+def test_an_agent_token_gives_back_its_agent_id(agent_id: str) -> None:
+    assert agent_from_token(agent_token(agent_id)) == agent_id
+
+
+@pytest.mark.parametrize("token", ["a=2", "a=2e", "a=ZZ", "a.b", "a b", "=FF"])
+def test_a_token_agent_token_cannot_have_made_is_refused(token: str) -> None:
+    with pytest.raises((ValueError, UnicodeDecodeError)):
+        agent_from_token(token)
 
 
 params = st.one_of(
