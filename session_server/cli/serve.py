@@ -18,6 +18,7 @@ from ..auth.token_files import AuthSources
 from ..auth.tokens import Authenticator, parse_token_spec, split_env_specs
 from ..server.origins import parse_allowed_origin
 from ..values.cache_budget import DEFAULT_CACHE_BYTES
+from ..values.streams import StreamLimits
 from ..values.usage import ModelPrice, parse_prices
 
 if TYPE_CHECKING:
@@ -242,6 +243,19 @@ def serve_arguments(p: argparse.ArgumentParser) -> None:
         "abandoned and its chunks erased (env SESSION_SERVER_STREAM_IDLE_SECONDS; "
         "default 600)",
     )
+    defaults = StreamLimits()
+    for flag, name, what in _STREAM_BOUNDS:
+        default = getattr(defaults, name)
+        key = flag.removeprefix("--").replace("-", "_").upper()
+        p.add_argument(
+            flag,
+            dest=name,
+            metavar=key,
+            type=positive_int,
+            default=positive_int(env(key, str(default)) or str(default)),
+            help=f"{what}; more is refused with -32004 (env SESSION_SERVER_{key}; "
+            f"default {default})",
+        )
     p.add_argument(
         "--loop",
         choices=("auto", "asyncio", "uvloop"),
@@ -397,7 +411,6 @@ async def _serve(args: argparse.Namespace, sources: AuthSources, auth: Authentic
     from ..server.server import SessionServer
     from ..storage.idempotency import IdempotencyRetention
     from ..values.errors import MemoryDirInUseError
-    from ..values.streams import StreamLimits
 
     # Descriptors bound both open agents and connections: take what the system allows.
     limits = derive_limits(raise_nofile_limit())
@@ -455,7 +468,7 @@ async def _serve(args: argparse.Namespace, sources: AuthSources, auth: Authentic
         max_agents=args.max_agents,
         idempotency=IdempotencyRetention(args.idempotency_retention, args.idempotency_keys),
         recent_cache_bytes=args.recent_cache_bytes,
-        stream_limits=StreamLimits(idle_seconds=args.stream_idle_seconds),
+        stream_limits=stream_limits(args),
         usage=args.usage,
         retention_interval=args.retention_interval,
     ) as registry:
@@ -501,3 +514,25 @@ async def _serve(args: argparse.Namespace, sources: AuthSources, auth: Authentic
         await server.stop()
     print("session-server: stopped", file=sys.stderr, flush=True)
     return 0
+
+
+_STREAM_BOUNDS = (
+    ("--stream-max-chunk-bytes", "max_chunk_bytes", "bytes of one live-turn chunk (its JSON)"),
+    ("--stream-max-append-chunks", "max_chunks_per_append", "chunks in one stream.append"),
+    ("--stream-max-chunks", "max_stream_chunks", "chunks one live turn holds"),
+    ("--stream-max-bytes", "max_stream_bytes", "bytes of chunk JSON one live turn holds"),
+    (
+        "--stream-max-per-connection",
+        "max_streams_per_connection",
+        "live turns one connection has open (opened or taken over by it)",
+    ),
+)
+"""The live-turn bounds given as ``serve`` options: (flag, ``StreamLimits`` field, help)."""
+
+
+def stream_limits(args: argparse.Namespace) -> StreamLimits:
+    """The live-turn bounds of ``serve``'s options (``values.streams.StreamLimits``)."""
+    return StreamLimits(
+        idle_seconds=args.stream_idle_seconds,
+        **{name: getattr(args, name) for _flag, name, _what in _STREAM_BOUNDS},
+    )
