@@ -19,6 +19,7 @@ from ..auth.token_files import AuthSources
 from ..auth.tokens import Authenticator, parse_token_spec, split_env_specs
 from ..server.origins import parse_allowed_origin
 from ..values.cache_budget import DEFAULT_CACHE_BYTES
+from ..values.streams import StreamLimits
 from ..values.usage import ModelPrice, parse_prices
 
 if TYPE_CHECKING:
@@ -255,6 +256,19 @@ def serve_arguments(p: argparse.ArgumentParser) -> None:
         "abandoned and its chunks erased (env SESSION_SERVER_STREAM_IDLE_SECONDS; "
         "default 600)",
     )
+    defaults = StreamLimits()
+    for flag, name, what in _STREAM_BOUNDS:
+        default = getattr(defaults, name)
+        key = flag.removeprefix("--").replace("-", "_").upper()
+        p.add_argument(
+            flag,
+            dest=name,
+            metavar=key,
+            type=positive_int,
+            default=positive_int(env(key, str(default)) or str(default)),
+            help=f"{what}; more is refused with -32004 (env SESSION_SERVER_{key}; "
+            f"default {default})",
+        )
     p.add_argument(
         "--loop",
         choices=("auto", "asyncio", "uvloop"),
@@ -478,7 +492,6 @@ async def _serve_registry(
     from ..server.server import SessionServer
     from ..storage.idempotency import IdempotencyRetention
     from ..values.errors import MemoryDirInUseError
-    from ..values.streams import StreamLimits
 
     memory_dir = args.memory_dir.resolve()
     loop = asyncio.get_running_loop()
@@ -493,7 +506,7 @@ async def _serve_registry(
         max_agents=args.max_agents,
         idempotency=IdempotencyRetention(args.idempotency_retention, args.idempotency_keys),
         recent_cache_bytes=args.recent_cache_bytes,
-        stream_limits=StreamLimits(idle_seconds=args.stream_idle_seconds),
+        stream_limits=stream_limits(args),
         usage=args.usage,
         retention_interval=args.retention_interval,
         turn_logs=cluster,
@@ -555,3 +568,25 @@ async def _serve_registry(
         await server.stop()
     print("session-server: stopped", file=sys.stderr, flush=True)
     return 0
+
+
+_STREAM_BOUNDS = (
+    ("--stream-max-chunk-bytes", "max_chunk_bytes", "bytes of one live-turn chunk (its JSON)"),
+    ("--stream-max-append-chunks", "max_chunks_per_append", "chunks in one stream.append"),
+    ("--stream-max-chunks", "max_stream_chunks", "chunks one live turn holds"),
+    ("--stream-max-bytes", "max_stream_bytes", "bytes of chunk JSON one live turn holds"),
+    (
+        "--stream-max-per-connection",
+        "max_streams_per_connection",
+        "live turns one connection has open (opened or taken over by it)",
+    ),
+)
+"""The live-turn bounds given as ``serve`` options: (flag, ``StreamLimits`` field, help)."""
+
+
+def stream_limits(args: argparse.Namespace) -> StreamLimits:
+    """The live-turn bounds of ``serve``'s options (``values.streams.StreamLimits``)."""
+    return StreamLimits(
+        idle_seconds=args.stream_idle_seconds,
+        **{name: getattr(args, name) for _flag, name, _what in _STREAM_BOUNDS},
+    )

@@ -5,7 +5,9 @@ async iterator, across reconnects) and ``StreamWriter`` (a producer's stream).
 (stored events, as ``Subscription`` does), ``StreamChunk`` (chunks of the turn in
 progress, each once: a resumed subscription asks for the chunks after the last cursor it
 received) and ``StreamClosed`` (the stream ended; with ``persisted`` the turn's stored
-events came before it).
+events came before it). A subscription resumed after its stream ended gets that stream's
+``StreamClosed`` (its remaining chunks are erased: the stored turn holds the reply), and
+each stream's ``StreamClosed`` comes once.
 
 ``StreamWriter`` keeps at most one ``stream.append`` in flight and sends the chunks
 written meanwhile together in the next one (so a fast model costs a few appends, not one
@@ -62,6 +64,7 @@ class LiveSubscription(Subscription):
     ) -> None:
         super().__init__(client, session_id)
         self.stream_cursor = stream_cursor
+        self.closed_stream: str | None = None  # the last stream whose end was delivered
 
     def deliver_chunks(self, params: dict[str, Any]) -> None:
         """Queue a ``stream.chunk`` notification's chunks not received before."""
@@ -77,7 +80,13 @@ class LiveSubscription(Subscription):
         self._queue.put_nowait([chunk])
 
     def deliver_closed(self, params: dict[str, Any]) -> None:
-        self._queue.put_nowait([msgspec.convert(params, StreamClosed)])
+        """Queue a ``stream.closed``, unless this stream's end was delivered already (a
+        resumed subscription is told again of the stream it last followed)."""
+        closed = msgspec.convert(params, StreamClosed)
+        if closed.stream_id == self.closed_stream:
+            return
+        self.closed_stream = closed.stream_id
+        self._queue.put_nowait([closed])
 
     def __aiter__(self) -> AsyncIterator[LiveItem]:  # type: ignore[override]
         return self

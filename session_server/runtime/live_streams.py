@@ -41,6 +41,7 @@ from ..values.context import WorkingContext
 from ..values.errors import InvalidParamsError, NotFoundError, SessionServerError, TooLargeError
 from ..values.events import ContextMessage, SessionEvent
 from ..values.plans import AppendResult
+from ..values.stream_resume import EndedStream
 from ..values.streams import (
     OpenSegment,
     SegmentWrite,
@@ -147,12 +148,19 @@ class LiveStreams:
         self._flushing = False
         self._timer: asyncio.TimerHandle | None = None
         self._recent: dict[tuple[str, int], AppendResult | None] = {}
+        # The last stream that ended, by session (the last ``RECENT_CLOSES`` sessions): a
+        # subscription resumed after it owes its subscriber the ``stream.closed``.
+        self._ended: dict[str, EndedStream] = {}
 
     # -- reads ---------------------------------------------------------------------------
 
     def current(self, session_id: str) -> LiveStream | None:
         """The session's open stream, if any (as loaded: call ``load`` first)."""
         return self._by_session.get(session_id)
+
+    def ended(self, session_id: str) -> EndedStream | None:
+        """The session's last stream that ended while this actor ran, if remembered."""
+        return self._ended.get(session_id)
 
     def session_of(self, stream_id: str) -> str | None:
         """The session of an open stream (``None``: no such stream)."""
@@ -216,6 +224,7 @@ class LiveStreams:
 
     def _deleted(self, session_id: str) -> None:
         """The session was deleted (its stream rows went in the same transaction)."""
+        self._ended.pop(session_id, None)
         stream = self._by_session.get(session_id)
         if stream is not None:
             self._untrack(stream)
@@ -453,6 +462,12 @@ class LiveStreams:
         self._recent[stream_id, generation] = result
         while len(self._recent) > RECENT_CLOSES:
             del self._recent[next(iter(self._recent))]
+        self._ended.pop(stream.session_id, None)  # re-inserted last: the newest
+        self._ended[stream.session_id] = EndedStream(
+            stream_id, stream.first_cursor, stream.last_cursor, result is not None
+        )
+        while len(self._ended) > RECENT_CLOSES:
+            del self._ended[next(iter(self._ended))]
         self._closed(stream, persisted=result is not None)
         return result
 
@@ -522,6 +537,7 @@ class LiveStreams:
             self._timer = None
         for stream in list(self._by_id.values()):
             self._untrack(stream)
+        self._ended.clear()
         self._loaded = False
 
 

@@ -81,6 +81,11 @@ class ConnectionSubscriptions(Mapping[str, Subscription]):
             # the seq floor below drops what the reads already hold (no gap, no duplicate).
             sub.topic = self._server.topic_for(actor, session_id)
             sub.topic.subs.append(sub)
+            # The live turn's feed listens from now on too: a stream that ends during the
+            # reads below still sends its ``stream.closed``.
+            sub.feed = StreamFeed(
+                self._connection, session_id, actor.streams, stream_cursor, sub.topic
+            )
             row = await actor.get_session(session_id)
             if row is None:
                 raise NotFoundError.session(session_id)
@@ -93,11 +98,8 @@ class ConnectionSubscriptions(Mapping[str, Subscription]):
             raise
         sub.floor = last_seq
         ctx.after_response(sub.go_live)
-        if self._by_session.get(session_id) is sub:
-            sub.feed = feed = StreamFeed(
-                self._connection, session_id, actor.streams, stream_cursor, sub.topic
-            )
-            ctx.after_response(feed.start)
+        if sub.feed is not None:
+            ctx.after_response(sub.feed.start)
         return last_seq
 
     def unsubscribe(self, session_id: str) -> bool:

@@ -94,6 +94,10 @@ class StreamFeedLike(Protocol):
 
     def rewind(self, cursor: int | None) -> None: ...
 
+    def caught_up(self) -> None:
+        """The subscription sent its replay of stored events (it is live now)."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -347,6 +351,8 @@ class Subscription:
         held, self.buffer = self.buffer, []
         self.live = True
         self.deliver_events(held)
+        if self.feed is not None:
+            self.feed.caught_up()
         if self.deleted:
             self._end()
 

@@ -10,9 +10,10 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
 from session_server.cli import build_parser, main
-from session_server.cli.serve import allowed_origins
+from session_server.cli.serve import allowed_origins, stream_limits
 from session_server.client import SessionClient
 from session_server.values.errors import ForbiddenError
+from session_server.values.streams import StreamLimits
 from tests.support.server import ServerProcess
 
 SERVE_OPTIONS = (
@@ -149,3 +150,36 @@ def test_unread_answer_bounds_from_options_and_environment(monkeypatch: pytest.M
     assert args.write_timeout == 5.0
     args = build_parser().parse_args(["serve", "--max-connection-answer-bytes", "400000"])
     assert args.max_connection_answer_bytes == 400000
+
+
+def test_live_turn_bounds_from_options_and_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert stream_limits(build_parser().parse_args(["serve"])) == StreamLimits()
+    monkeypatch.setenv("SESSION_SERVER_STREAM_MAX_CHUNKS", "500")
+    monkeypatch.setenv("SESSION_SERVER_STREAM_IDLE_SECONDS", "30")
+    args = build_parser().parse_args(
+        [
+            "serve",
+            "--stream-max-chunk-bytes", "2048",
+            "--stream-max-append-chunks", "50",
+            "--stream-max-bytes", "100000",
+            "--stream-max-per-connection", "2",
+        ]
+    )  # fmt: skip
+    assert stream_limits(args) == StreamLimits(
+        max_chunk_bytes=2048,
+        max_chunks_per_append=50,
+        max_stream_chunks=500,
+        max_stream_bytes=100000,
+        max_streams_per_connection=2,
+        idle_seconds=30.0,
+    )
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "many"])
+def test_a_live_turn_bound_must_be_a_positive_int(
+    value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        build_parser().parse_args(["serve", "--stream-max-chunks", value])
+    assert exit_info.value.code == 2
+    assert "--stream-max-chunks" in capsys.readouterr().err

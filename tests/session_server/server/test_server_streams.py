@@ -113,6 +113,33 @@ async def test_resubscribe_with_stream_cursor_gets_the_rest_without_duplicates(
         assert cursors[-1] == 13
 
 
+async def test_a_subscriber_back_after_the_turn_was_stored_gets_it_and_the_close(
+    tmp_path: Path,
+) -> None:
+    """The order a server restart often gives: the producer reconnects first and stores
+    the turn; the subscriber comes back after it, from the last seq and cursor it had."""
+    async with running_server(tmp_path) as server, SessionClient(server.url, AGENT) as client:
+        sid = await client.create_session()
+        writer = await client.stream(sid, base_seq=0)
+        await writer.write(*(text(str(i)) for i in range(5)))
+        assert await writer.flush() == 5
+        turn = [{"role": "user", "content": "n"}, {"role": "assistant", "content": "01234"}]
+        await writer.close(turn)
+        back = await client.subscribe_live(sid, after_seq=0, stream_cursor=3)
+        items = await collect(back)
+        # The chunks are erased; the stored turn comes, then the stream's end.
+        assert chunk_texts(items) == []
+        assert [e.seq for e in items if isinstance(e, SessionEvent)] == [1, 2]
+        assert items[-1] == StreamClosed(sid, writer.stream_id, True)
+        # A new subscriber (no cursor) is not told of an earlier stream's end.
+        fresh = await client.subscribe_live(sid, after_seq=0)
+        writer2 = await client.stream(sid)
+        await writer2.abandon()
+        items = await collect(fresh)
+        assert items[-1] == StreamClosed(sid, writer2.stream_id, False)
+        assert [i for i in items if isinstance(i, StreamClosed)] == [items[-1]]
+
+
 async def test_a_second_open_fences_the_first_producer(tmp_path: Path) -> None:
     async with running_server(tmp_path) as server, SessionClient(server.url, AGENT) as client:
         sid = await client.create_session()
