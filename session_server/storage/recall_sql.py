@@ -26,6 +26,7 @@ from ..values.recall import (
     unsegment,
 )
 from ..values.records import CompactionRecord
+from .recall_levels import needs_rebuild
 from .stored_rows import EVENT_COLUMNS, SKIPPED_RECORDS, hydrate_or_skip
 
 __all__ = [
@@ -104,10 +105,15 @@ def purge_pending(conn: sqlite3.Connection) -> bool:
 def purge(conn: sqlite3.Connection) -> bool:
     """After deletes (the body of one write transaction): merge the index's segments, so
     no posting of a deleted event's text is left (FTS5 only marks deleted rows until its
-    segments merge; ``secure_delete`` then zeroes the freed pages). True when it ran."""
+    segments merge; ``secure_delete`` then zeroes the freed pages). True when it ran.
+
+    An index whose structure grew too many levels is rebuilt from its content instead:
+    the FTS5 of SQLite 3.40 adds two levels with each ``'optimize'`` and reads more than
+    2000 as a corrupt index (``recall_levels``)."""
     if not purge_pending(conn):
         return False
-    conn.execute("INSERT INTO events_fts(events_fts) VALUES ('optimize')")
+    command = "rebuild" if needs_rebuild(conn) else "optimize"
+    conn.execute(f"INSERT INTO events_fts(events_fts) VALUES ('{command}')")
     conn.execute("DELETE FROM agent_settings WHERE key = ?", (PURGE_KEY,))
     return True
 

@@ -1,0 +1,82 @@
+"""How many levels the recall index's FTS5 structure has, and the bound past which a
+purge rebuilds the index instead of merging it (I/O: reads one row).
+
+FTS5 keeps an index as segments on levels, described by its structure record (rowid 10
+of ``events_fts_data``). Its ``'optimize'`` merges every segment into one, on a level
+above the highest. The FTS5 of SQLite 3.40 (Debian 12's, the Python 3.11/3.12 builds
+that link the system library) adds that level, and one more for the merge's output,
+each time, and never drops the empty levels below: a purge after every delete grows the
+structure by two levels per delete. Past 2000 levels (``FTS5_MAX_SEGMENT``) FTS5 reads
+its own structure as corrupt: ``database disk image is malformed`` in the next write
+that touches the index (an append's indexing, a delete's trigger), and no connection
+can open the table again (``vtable constructor failed``), so the agent takes no more
+writes. About 1000 deletes did it, in any order, with or without other writers. Later
+SQLite versions bound the levels (about 65); there the bound below is never reached.
+
+``purge`` (``recall_sql``) asks ``needs_rebuild`` first: past ``REBUILD_LEVELS`` it
+runs FTS5's ``'rebuild'`` (the index made again from the table's own content, one
+level, no posting of a deleted row left) instead of ``'optimize'``. The bound is half of
+FTS5's limit, so a file keeps its margin whatever merges its writes start meanwhile.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Final
+
+__all__ = ["FTS5_MAX_LEVELS", "REBUILD_LEVELS", "index_levels", "needs_rebuild"]
+
+FTS5_MAX_LEVELS: Final = 2000
+"""Past this many levels FTS5 reads its structure record as corrupt."""
+
+REBUILD_LEVELS: Final = 1000
+"""A purge on an index with at least this many levels rebuilds it instead of merging."""
+
+_STRUCTURE_ROWID: Final = 10
+_V2_MARKER: Final = b"\xff\x00\x00\x01"  # newer FTS5 writes it after the cookie
+
+
+def _varint(data: bytes, at: int) -> tuple[int, int]:
+    """SQLite's big-endian varint at ``at``: ``(value, next offset)``."""
+    value = 0
+    for i in range(9):
+        byte = data[at]
+        at += 1
+        if i == 8:
+            return (value << 8) | byte, at
+        value = (value << 7) | (byte & 0x7F)
+        if not byte & 0x80:
+            return value, at
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def structure_levels(record: bytes) -> int | None:
+    """The level count of an FTS5 structure record (a 4-byte cookie, FTS5's v2 marker
+    in newer versions, then the level count as a varint); ``None`` when the record is
+    too short to hold one."""
+    at = 4
+    if record[at : at + 4] == _V2_MARKER:
+        at += 4
+    if len(record) <= at:
+        return None
+    try:
+        return _varint(record, at)[0]
+    except IndexError:
+        return None
+
+
+def index_levels(conn: sqlite3.Connection, table: str = "events_fts") -> int | None:
+    """The level count of the FTS5 table ``table``'s structure; ``None`` when the table
+    has no structure record yet (FTS5 writes it with the first change)."""
+    row = conn.execute(
+        f"SELECT block FROM {table}_data WHERE id = ?", (_STRUCTURE_ROWID,)
+    ).fetchone()
+    if row is None or not isinstance(row[0], bytes):
+        return None
+    return structure_levels(row[0])
+
+
+def needs_rebuild(conn: sqlite3.Connection, table: str = "events_fts") -> bool:
+    """Whether the next merge of ``table`` must be a rebuild (``REBUILD_LEVELS``)."""
+    levels = index_levels(conn, table)
+    return levels is not None and levels >= REBUILD_LEVELS

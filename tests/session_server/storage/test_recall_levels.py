@@ -1,0 +1,137 @@
+"""The recall index's structure levels: read from FTS5's structure record, and bounded
+by the purge after deletes (a rebuild past ``REBUILD_LEVELS``), so that a thousand
+deletes never leave an index FTS5 reads as corrupt (SQLite 3.40's FTS5 adds two levels
+with each 'optimize')."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from session_server.storage import recall_sql
+from session_server.storage.recall_levels import (
+    FTS5_MAX_LEVELS,
+    REBUILD_LEVELS,
+    index_levels,
+    structure_levels,
+)
+from session_server.storage.sqlite_open import connect, migrate
+from session_server.storage.store import AgentStore
+from session_server.storage.transactions import write_txn
+
+COOKIE = b"\x00\x00\x00\x07"
+
+
+def _varint(value: int) -> bytes:
+    """SQLite's varint (big-endian groups of 7 bits, high bit: more follow)."""
+    groups = [value & 0x7F]
+    value >>= 7
+    while value:
+        groups.append((value & 0x7F) | 0x80)
+        value >>= 7
+    return bytes(reversed(groups))
+
+
+@given(st.integers(min_value=0, max_value=2**35), st.booleans())
+def test_structure_levels_reads_the_level_count_of_either_format(levels: int, v2: bool) -> None:
+    record = COOKIE + (b"\xff\x00\x00\x01" if v2 else b"") + _varint(levels) + b"\x01\x02"
+    assert structure_levels(record) == levels
+
+
+def test_structure_levels_of_a_record_too_short_is_none() -> None:
+    assert structure_levels(COOKIE) is None
+    assert structure_levels(COOKIE + b"\x81") is None  # a varint cut short
+
+
+def _fts_check(path: Path) -> None:
+    """FTS5's own check of the index, on a connection of its own (a fresh connection
+    reads the structure record again: a corrupt one fails to open the table)."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute("INSERT INTO events_fts(events_fts) VALUES ('integrity-check')")
+        assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+    finally:
+        conn.close()
+
+
+def _add(conn: sqlite3.Connection, n: int) -> None:
+    conn.execute(
+        "INSERT INTO events(id, session_id, seq, action, content, created_at)"
+        " VALUES (?, ?, 1, 'user_message', ?, 1)",
+        (f"e{n}", f"s{n}", f"question {n} about the weather"),
+    )
+
+
+def _delete(conn: sqlite3.Connection, n: int) -> None:
+    conn.execute("DELETE FROM events WHERE id = ?", (f"e{n}",))
+
+
+def test_a_thousand_deletes_with_a_writer_between_them_keep_the_index_readable(
+    tmp_path: Path,
+) -> None:
+    """Each cycle is what a retention sweep beside a writing client does: a turn indexed
+    (its own transaction), a delete, the purge. Before the bound, the 1001st purge left
+    a structure of 2002 levels: 'database disk image is malformed'."""
+    path = tmp_path / "agent.sqlite"
+    conn = connect(path, synchronous="NORMAL", busy_timeout_ms=5000, readonly=False)
+    try:
+        migrate(conn)
+        write_txn(conn, "seed", lambda c: [_add(c, n) for n in range(200)])
+        levels: list[int] = []
+        for n in range(1100):
+            write_txn(conn, "turn", _add, 200 + n)
+            write_txn(conn, "delete", _delete, n)
+            assert write_txn(conn, "recall purge", recall_sql.purge) is True
+            levels.append(index_levels(conn) or 0)
+        # The levels grew (the old FTS5) or stayed bounded (a later one), never past the
+        # bound and the two levels of one merge.
+        assert max(levels) <= REBUILD_LEVELS + 2 < FTS5_MAX_LEVELS
+        alive = conn.execute(
+            "SELECT count(*) FROM events_fts WHERE events_fts MATCH 'weather'"
+        ).fetchone()[0]
+        assert alive == 200
+        gone = conn.execute(
+            "SELECT count(*) FROM events_fts WHERE events_fts MATCH '\"question 5 about\"'"
+        ).fetchone()[0]
+        assert gone == 0
+    finally:
+        conn.close()
+    _fts_check(path)
+
+
+async def test_a_sweep_sized_run_of_session_deletes_leaves_a_readable_index(
+    tmp_path: Path,
+) -> None:
+    """The same through the store, as the actor runs it: each delete on the store's
+    worker threads with its purge and WAL truncation after it, a writer's turn between
+    every two deletes."""
+    path = tmp_path / "agent.sqlite"
+    store = await AgentStore.open(path, "agent", synchronous="NORMAL")
+    try:
+        sessions = [await store.create_session(None, f"s{n}") for n in range(1050)]
+        writer = await store.create_session(None, "writer")
+        await store.transact("seed", lambda c: [_add(c, n) for n in range(len(sessions))])
+
+        def turn(conn: sqlite3.Connection, seq: int) -> None:
+            conn.execute(
+                "INSERT INTO events(id, session_id, seq, action, content, created_at)"
+                " VALUES (?, ?, ?, 'user_message', ?, 1)",
+                (f"w{seq}", writer, seq, f"turn {seq} of the writer"),
+            )
+
+        for n, sid in enumerate(sessions):
+            if n % 2:
+                await store.transact("turn", turn, n)
+            assert await store.delete_session(sid) is True
+        levels = await store.query(index_levels)
+        assert levels is not None and levels <= REBUILD_LEVELS + 2
+        weather = recall_sql.RecallFilter(expr="weather", limit=5)
+        assert (await store.recall_search(weather))[0] == []
+        writer_turns = recall_sql.RecallFilter(expr="writer", limit=1000)
+        assert len((await store.recall_search(writer_turns))[0]) == len(sessions) // 2
+    finally:
+        await store.close()
+    _fts_check(path)
