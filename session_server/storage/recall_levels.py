@@ -17,6 +17,13 @@ SQLite versions bound the levels (about 65); there the bound below is never reac
 runs FTS5's ``'rebuild'`` (the index made again from the table's own content, one
 level, no posting of a deleted row left) instead of ``'optimize'``. The bound is half of
 FTS5's limit, so a file keeps its margin whatever merges its writes start meanwhile.
+
+``repair_levels`` (the store's open) rebuilds the index of a file that an older version
+of this server left past the bound, and makes one it left past FTS5's limit readable
+again: FTS5 cannot open such a table at all (not to rebuild, not to drop it), so its
+structure record is first replaced by an empty one (a plain row of the shadow table
+``events_fts_data``, the record FTS5 itself writes for a new table), then the rebuild
+indexes every row of the table's content again.
 """
 
 from __future__ import annotations
@@ -24,7 +31,14 @@ from __future__ import annotations
 import sqlite3
 from typing import Final
 
-__all__ = ["FTS5_MAX_LEVELS", "REBUILD_LEVELS", "index_levels", "needs_rebuild"]
+__all__ = [
+    "FTS5_MAX_LEVELS",
+    "REBUILD_LEVELS",
+    "index_levels",
+    "needs_rebuild",
+    "repair_levels",
+    "structure_levels",
+]
 
 FTS5_MAX_LEVELS: Final = 2000
 """Past this many levels FTS5 reads its structure record as corrupt."""
@@ -80,3 +94,36 @@ def needs_rebuild(conn: sqlite3.Connection, table: str = "events_fts") -> bool:
     """Whether the next merge of ``table`` must be a rebuild (``REBUILD_LEVELS``)."""
     levels = index_levels(conn, table)
     return levels is not None and levels >= REBUILD_LEVELS
+
+
+def _empty_structure(record: bytes) -> bytes:
+    """An empty structure record (no level, no segment, no write) with the next cookie,
+    so that a connection holding the old structure in its cache reads it again."""
+    cookie = (int.from_bytes(record[:4], "big") + 1) & 0xFFFFFFFF
+    return cookie.to_bytes(4, "big") + b"\x00\x00\x00"
+
+
+def repair_levels(conn: sqlite3.Connection, table: str = "events_fts") -> int | None:
+    """At a writer's open (no transaction open): rebuild ``table``'s index when its
+    structure has ``REBUILD_LEVELS`` levels or more, in one transaction; past FTS5's
+    limit its structure record is emptied first (module docstring). Returns the level
+    count found when it rebuilt, else ``None``."""
+    levels = index_levels(conn, table)
+    if levels is None or levels < REBUILD_LEVELS:
+        return None
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        if levels > FTS5_MAX_LEVELS:
+            record = conn.execute(
+                f"SELECT block FROM {table}_data WHERE id = ?", (_STRUCTURE_ROWID,)
+            ).fetchone()[0]
+            conn.execute(
+                f"UPDATE {table}_data SET block = ? WHERE id = ?",
+                (_empty_structure(record), _STRUCTURE_ROWID),
+            )
+        conn.execute(f"INSERT INTO {table}({table}) VALUES ('rebuild')")
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    return levels

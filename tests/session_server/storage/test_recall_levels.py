@@ -135,3 +135,68 @@ async def test_a_sweep_sized_run_of_session_deletes_leaves_a_readable_index(
     finally:
         await store.close()
     _fts_check(path)
+
+
+async def _file_an_older_server_left(tmp_path: Path, past: int) -> Path:
+    """An agent file whose index structure has more than ``past`` levels: deletes each
+    followed by 'optimize' alone, as the purge of an older server ran them (a plain
+    SQLite client here, and on the FTS5 of any SQLite version the levels then come
+    from the record: a later FTS5 bounds them, and the file is then left as it is)."""
+    path = tmp_path / "agent.sqlite"
+    store = await AgentStore.open(path, "agent", synchronous="NORMAL")
+    await store.create_session(None, "s")
+    await store.transact("seed", lambda c: [_add(c, n) for n in range(1200)])
+    await store.close()
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        for n in range(1100):
+            levels = index_levels(conn) or 0
+            if levels > past:
+                break
+            _delete(conn, n)
+            conn.execute("INSERT INTO events_fts(events_fts) VALUES ('optimize')")
+    finally:
+        conn.close()
+    return path
+
+
+async def test_opening_a_file_left_past_fts5s_limit_makes_its_index_readable(
+    tmp_path: Path,
+) -> None:
+    path = await _file_an_older_server_left(tmp_path, FTS5_MAX_LEVELS)
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        levels = index_levels(conn)
+        assert levels is not None
+        try:
+            conn.execute("SELECT count(*) FROM events_fts").fetchone()
+            readable = True
+        except sqlite3.DatabaseError:  # 'vtable constructor failed'
+            readable = False
+    finally:
+        conn.close()
+    # SQLite 3.40's FTS5: past 2000 levels no connection opens the table any more.
+    assert readable == (levels <= FTS5_MAX_LEVELS)
+    store = await AgentStore.open(path, "agent", synchronous="NORMAL")
+    try:
+        left = await store.query(
+            lambda c: int(c.execute("SELECT count(*) FROM events").fetchone()[0])
+        )
+        assert (await store.query(index_levels) or 0) < REBUILD_LEVELS
+        await store.transact("turn", _add, 5000)  # indexed in its transaction
+        assert await store.delete_events("s1150", ["e1150"]) == 1
+        hits, _ = await store.recall_search(recall_sql.RecallFilter(expr="weather", limit=2000))
+        assert len(hits) == left  # every event still stored, the new one in, the deleted out
+    finally:
+        await store.close()
+    _fts_check(path)
+
+
+async def test_opening_a_file_near_the_limit_rebuilds_its_index(tmp_path: Path) -> None:
+    path = await _file_an_older_server_left(tmp_path, REBUILD_LEVELS)
+    store = await AgentStore.open(path, "agent", synchronous="NORMAL")
+    try:
+        assert (await store.query(index_levels) or 0) < REBUILD_LEVELS
+    finally:
+        await store.close()
+    _fts_check(path)
