@@ -34,6 +34,7 @@ from typing import Final
 __all__ = [
     "FTS5_MAX_LEVELS",
     "REBUILD_LEVELS",
+    "fts5_tables",
     "index_levels",
     "needs_rebuild",
     "repair_levels",
@@ -127,3 +128,14 @@ def repair_levels(conn: sqlite3.Connection, table: str = "events_fts") -> int | 
         conn.execute("ROLLBACK")
         raise
     return levels
+
+
+def fts5_tables(conn: sqlite3.Connection) -> list[str]:
+    """The FTS5 tables of the file (the recall index: one, or one per shard)."""
+    return [
+        str(r[0])
+        for r in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table'"
+            " AND sql LIKE 'CREATE VIRTUAL TABLE%USING fts5%' ORDER BY name"
+        )
+    ]
