@@ -36,6 +36,7 @@ __all__ = [
     "REBUILD_LEVELS",
     "fts5_tables",
     "index_levels",
+    "make_openable",
     "needs_rebuild",
     "repair_levels",
     "structure_levels",
@@ -104,24 +105,43 @@ def _empty_structure(record: bytes) -> bytes:
     return cookie.to_bytes(4, "big") + b"\x00\x00\x00"
 
 
+def make_openable(conn: sqlite3.Connection, table: str = "events_fts") -> int | None:
+    """Inside the caller's write transaction: when ``table``'s structure is past FTS5's
+    limit (no connection can open the table, not even to drop it), replace its record
+    by an empty one, so that FTS5 opens it again (to rebuild or drop it: the postings
+    are left unreachable until then). Returns the level count it found past the limit,
+    else ``None``. A file without the table's shadow tables is left alone."""
+    shadow = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (f"{table}_data",)
+    ).fetchone()
+    if shadow is None:
+        return None
+    row = conn.execute(
+        f"SELECT block FROM {table}_data WHERE id = ?", (_STRUCTURE_ROWID,)
+    ).fetchone()
+    if row is None or not isinstance(row[0], bytes):
+        return None
+    levels = structure_levels(row[0])
+    if levels is None or levels <= FTS5_MAX_LEVELS:
+        return None
+    conn.execute(
+        f"UPDATE {table}_data SET block = ? WHERE id = ?",
+        (_empty_structure(row[0]), _STRUCTURE_ROWID),
+    )
+    return levels
+
+
 def repair_levels(conn: sqlite3.Connection, table: str = "events_fts") -> int | None:
     """At a writer's open (no transaction open): rebuild ``table``'s index when its
     structure has ``REBUILD_LEVELS`` levels or more, in one transaction; past FTS5's
-    limit its structure record is emptied first (module docstring). Returns the level
+    limit its structure record is emptied first (``make_openable``). Returns the level
     count found when it rebuilt, else ``None``."""
     levels = index_levels(conn, table)
     if levels is None or levels < REBUILD_LEVELS:
         return None
     conn.execute("BEGIN IMMEDIATE")
     try:
-        if levels > FTS5_MAX_LEVELS:
-            record = conn.execute(
-                f"SELECT block FROM {table}_data WHERE id = ?", (_STRUCTURE_ROWID,)
-            ).fetchone()[0]
-            conn.execute(
-                f"UPDATE {table}_data SET block = ? WHERE id = ?",
-                (_empty_structure(record), _STRUCTURE_ROWID),
-            )
+        make_openable(conn, table)
         conn.execute(f"INSERT INTO {table}({table}) VALUES ('rebuild')")
         conn.execute("COMMIT")
     except BaseException:

@@ -26,7 +26,7 @@ from ..values.recall import (
     unsegment,
 )
 from ..values.records import CompactionRecord
-from .recall_levels import needs_rebuild
+from .recall_levels import make_openable, needs_rebuild
 from .stored_rows import EVENT_COLUMNS, SKIPPED_RECORDS, hydrate_or_skip
 
 __all__ = [
@@ -283,6 +283,7 @@ def rebuild_objects(conn: sqlite3.Connection, statements: Sequence[str]) -> None
     its triggers could do anything, its rowids could have moved (``VACUUM``)."""
     conn.execute("BEGIN IMMEDIATE")
     try:
+        make_openable(conn)  # an index FTS5 reads as corrupt cannot be dropped
         objects = conn.execute(
             "SELECT type, name FROM main.sqlite_master WHERE name LIKE 'events_fts%'"
         ).fetchall()

@@ -12,6 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from session_server.storage import recall_sql
+from session_server.storage.file_check import check_agent_file
 from session_server.storage.recall_levels import (
     FTS5_MAX_LEVELS,
     REBUILD_LEVELS,
@@ -57,11 +58,18 @@ def _fts_check(path: Path) -> None:
         conn.close()
 
 
-def _add(conn: sqlite3.Connection, n: int) -> None:
+def _add(conn: sqlite3.Connection, n: int, session: str | None = None) -> None:
+    """Event ``e<n>``: the only one of session ``s<n>``, or the ``n + 1``-th of
+    ``session``."""
     conn.execute(
         "INSERT INTO events(id, session_id, seq, action, content, created_at)"
-        " VALUES (?, ?, 1, 'user_message', ?, 1)",
-        (f"e{n}", f"s{n}", f"question {n} about the weather"),
+        " VALUES (?, ?, ?, 'user_message', ?, 1)",
+        (
+            f"e{n}",
+            session or f"s{n}",
+            1 if session is None else n + 1,
+            f"question {n} about the weather",
+        ),
     )
 
 
@@ -145,7 +153,10 @@ async def _file_an_older_server_left(tmp_path: Path, past: int) -> Path:
     path = tmp_path / "agent.sqlite"
     store = await AgentStore.open(path, "agent", synchronous="NORMAL")
     await store.create_session(None, "s")
-    await store.transact("seed", lambda c: [_add(c, n) for n in range(1200)])
+    await store.transact("seed", lambda c: [_add(c, n, "s") for n in range(1200)])
+    await store.transact(
+        "last seq", lambda c: c.execute("UPDATE sessions SET last_seq = 1200 WHERE id = 's'")
+    )
     await store.close()
     conn = sqlite3.connect(path, isolation_level=None)
     try:
@@ -183,8 +194,8 @@ async def test_opening_a_file_left_past_fts5s_limit_makes_its_index_readable(
             lambda c: int(c.execute("SELECT count(*) FROM events").fetchone()[0])
         )
         assert (await store.query(index_levels) or 0) < REBUILD_LEVELS
-        await store.transact("turn", _add, 5000)  # indexed in its transaction
-        assert await store.delete_events("s1150", ["e1150"]) == 1
+        await store.transact("turn", _add, 1200, "s")  # indexed in its transaction
+        assert await store.delete_events("s", ["e1150"]) == 1
         hits, _ = await store.recall_search(recall_sql.RecallFilter(expr="weather", limit=2000))
         assert len(hits) == left  # every event still stored, the new one in, the deleted out
     finally:
@@ -200,3 +211,18 @@ async def test_opening_a_file_near_the_limit_rebuilds_its_index(tmp_path: Path) 
     finally:
         await store.close()
     _fts_check(path)
+
+
+async def test_a_backup_of_a_file_left_past_the_limit_passes_the_staged_file_check(
+    tmp_path: Path,
+) -> None:
+    """A restore or import replaces the recall objects of the staged copy: FTS5 must
+    open the table to drop it."""
+    path = await _file_an_older_server_left(tmp_path, FTS5_MAX_LEVELS)
+    assert check_agent_file(path) == 1
+    _fts_check(path)
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        assert (index_levels(conn) or 0) < REBUILD_LEVELS
+    finally:
+        conn.close()
