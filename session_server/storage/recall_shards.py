@@ -21,6 +21,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any, Final
 
 from ..values.recall_shards import SHARD_CHARS, Shard, grown, place
+from .recall_levels import needs_rebuild
 
 __all__ = [
     "TOKENIZE",
@@ -127,7 +128,10 @@ def erase_rows(conn: sqlite3.Connection, rowids: Iterable[int]) -> int:
             conn.execute(f"DROP TABLE {table}")
             conn.execute("DELETE FROM events_fts_shards WHERE shard = ?", (shard,))
         else:
-            conn.execute(f"INSERT INTO {table}({table}) VALUES ('optimize')")
+            # SQLite 3.40's FTS5 adds structure levels with each merge and reads more
+            # than 2000 as corruption: a deep shard is rebuilt instead (``recall_levels``).
+            command = "rebuild" if needs_rebuild(conn, table) else "optimize"
+            conn.execute(f"INSERT INTO {table}({table}) VALUES ('{command}')")
     return len(touched)
 
 

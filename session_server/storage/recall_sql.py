@@ -30,6 +30,7 @@ from ..values.recall_pacing import STEP_CHARS
 from ..values.recall_shards import Shard
 from ..values.records import CompactionRecord
 from .lineage_sql import SearchScope, events_source, search_scope
+from .recall_levels import fts5_tables, make_openable
 from .recall_shards import drop_all, index_rows, list_shards, shard_table
 from .stored_rows import EVENT_COLUMNS, SKIPPED_RECORDS, hydrate_or_skip
 
@@ -333,6 +334,8 @@ def rebuild_objects(conn: sqlite3.Connection, statements: Sequence[str]) -> None
     its triggers could do anything, its rowids could have moved (``VACUUM``)."""
     conn.execute("BEGIN IMMEDIATE")
     try:
+        for table in fts5_tables(conn):  # an index FTS5 reads as corrupt cannot be dropped
+            make_openable(conn, table)
         objects = conn.execute(
             "SELECT type, name, sql FROM main.sqlite_master WHERE name LIKE 'events_fts%'"
         ).fetchall()

@@ -29,6 +29,7 @@ from ..values.errors import AgentUnavailableError
 from .file_lock import try_exclusive_lock
 from .file_modes import make_dir
 from .idempotency import DEFAULT_RETENTION, IdempotencyRetention
+from .recall_levels import fts5_tables, repair_levels
 from .recall_pending import erase_queued
 from .schema import READABLE_SCHEMA_VERSION, SCHEMA_VERSION
 from .sqlite_open import connect, migrate
@@ -226,6 +227,8 @@ class StoreConnections:
                     path, synchronous=synchronous, busy_timeout_ms=busy_timeout_ms, readonly=False
                 )
                 try:
+                    # before the migrations: one may drop an index FTS5 cannot open
+                    _repair_index_levels(conn, agent_id)
                     migrate(conn)
                     if erase_queued(conn):  # deletes of a plain SQLite client
                         left = True
@@ -317,6 +320,21 @@ def _wal_left(path: Path) -> bool:
         return path.with_name(path.name + "-wal").stat().st_size > 0
     except FileNotFoundError:
         return False
+
+
+def _repair_index_levels(conn: sqlite3.Connection, agent_id: str) -> None:
+    """Rebuild a recall index whose FTS5 structure an older server let grow too deep
+    (``recall_levels``; every FTS5 table of the file): past 2000 levels FTS5 reads it as
+    corrupt and no write of the agent's events succeeds."""
+    for table in fts5_tables(conn):
+        levels = repair_levels(conn, table)
+        if levels is not None:
+            log.warning(
+                "agent %r: recall index %s rebuilt (its structure had %d levels)",
+                agent_id,
+                table,
+                levels,
+            )
 
 
 def _erase_left_wal(conn: sqlite3.Connection, agent_id: str) -> None:
