@@ -73,6 +73,8 @@ CLIENT_METHODS = {
     "memory.tools": "memory_tools",
     "memory.tool_call": "tool_call",
     "memory.reindex": "reindex",
+    "cluster.status": "cluster_status",
+    "cluster.owner": "cluster_owner",
 }
 
 

@@ -22,6 +22,7 @@ from session_server.storage.schema import SCHEMA_VERSION
 from session_server.values.errors import AgentUnavailableError
 from session_server.values.events import ContextMessage, SessionEvent
 from tests.support.mirror_check import expected_mirror, mirror_files
+from tests.support.old_schema import undo_to
 
 AGENT = "agent"
 # The sessions table of schema version 1, with the rows of the current one.
@@ -150,6 +151,8 @@ async def test_files_written_by_schema_1_are_migrated(tmp_path: Path) -> None:
     async with ActorRegistry(tmp_path, idle_timeout=None) as reg:
         sid = await two_turns(reg)
     with sqlite3.connect(db(tmp_path)) as conn:  # as version 1 left it
+        for statement in undo_to(3):  # what versions 4 and later added
+            conn.execute(statement)
         conn.executescript(V1_SESSIONS)
         conn.execute("PRAGMA user_version=1")
     async with ActorRegistry(tmp_path, idle_timeout=None) as reg:
@@ -170,6 +173,8 @@ async def test_the_cli_exports_a_file_of_schema_1(tmp_path: Path) -> None:
     async with ActorRegistry(tmp_path, idle_timeout=None) as reg:
         sid = await two_turns(reg)
     with sqlite3.connect(db(tmp_path)) as conn:
+        for statement in undo_to(3):  # what versions 4 and later added
+            conn.execute(statement)
         conn.executescript(V1_SESSIONS)
         conn.execute("PRAGMA user_version=1")
     async with ActorRegistry(tmp_path, idle_timeout=None, readonly=True) as reg:
