@@ -26,7 +26,7 @@ from tests.support.server import ServerProcess
 __all__ = ["ClusterNodes", "TurnWriter"]
 
 LEASE_S: Final = 1.5
-RETRY_DEADLINE_S: Final = 40.0
+RETRY_DEADLINE_S: Final = 90.0
 # A turn not answered within this is taken for lost (a frozen node keeps its sockets
 # open): the writer looks for the owner again and resends the same key.
 TURN_TIMEOUT_S: Final = 3.0
