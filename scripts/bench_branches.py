@@ -3,9 +3,26 @@
 build of a fork 10 levels deep against the same history unforked, and rewind time.
 
     .venv/bin/python scripts/bench_branches.py [--events 1000 100000] [--forks 5]
+        [--fill actor|store] [--skip-deep]
 
 Through the local API (``AgentActor``) on real files at ``synchronous=FULL``. A session
 of N events is N/2 turns (a user message and an answer, about 60 bytes of text each).
+
+``--fill`` says how the sessions are filled:
+
+- ``actor`` (default): appends of ``BATCH`` events through a registry that keeps the
+  JSONL mirror, as a server does; every measurement runs with the mirror on.
+- ``store``: the fast fill for large N. The same ``AgentActor.append_events`` (so the
+  core plans the events: the same ids, seqs, turn numbers and token counts, written by
+  the store's own append transaction, recall index and all) in batches of
+  ``STORE_BATCH``, through a registry with ``mirror=False``: no mirror file is rendered,
+  which is what makes an actor fill of a million events take hours. Every measurement of
+  the run then uses ``mirror=False`` too (a registry with the mirror on would first
+  re-render the whole unmirrored session in the background). The figures are the same
+  costs: the SQLite rows are those an actor fill writes, a fork and a rewind answer after
+  their one transaction commits (the mirror of the changed sessions is rendered after
+  the answer, and each measurement here waits for it before starting), and a cold build
+  reads SQLite only.
 
 - fork: the median of ``--forks`` forks at the head, how much the agent file (main
   file + WAL, after a checkpoint) grew per fork, in bytes and per parent event, and the
@@ -25,6 +42,7 @@ import argparse
 import asyncio
 import sqlite3
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -34,7 +52,14 @@ from session_server.values.events import SessionEvent
 
 AGENT = "bench"
 BATCH = 10_000
+STORE_BATCH = 50_000
 BUILDS = 9
+MIRROR = True
+"""Set by ``--fill``: whether every registry of the run keeps the mirror."""
+
+
+def registry(memory_dir: Path) -> ActorRegistry:
+    return ActorRegistry(memory_dir, idle_timeout=None, synchronous="FULL", mirror=MIRROR)
 
 
 def turn_events(start: int, count: int) -> list[SessionEvent]:
@@ -46,8 +71,12 @@ def turn_events(start: int, count: int) -> list[SessionEvent]:
 
 
 async def fill(actor: AgentActor, sid: str, events: int, start: int = 0) -> None:
-    for first in range(start, start + events, BATCH):
-        await actor.append_events(sid, turn_events(first, min(BATCH, start + events - first)))
+    batch = BATCH if MIRROR else STORE_BATCH
+    started = time.perf_counter()
+    for first in range(start, start + events, batch):
+        await actor.append_events(sid, turn_events(first, min(batch, start + events - first)))
+    if events >= batch:
+        print(f"filled {events:,} events in {time.perf_counter() - started:.0f} s", file=sys.stderr)
 
 
 def event_rows(memory_dir: Path) -> int:
@@ -72,7 +101,7 @@ def file_bytes(memory_dir: Path) -> int:
 
 
 async def bench_fork(memory_dir: Path, events: int, forks: int) -> dict[str, float]:
-    async with ActorRegistry(memory_dir, idle_timeout=None, synchronous="FULL") as reg:
+    async with registry(memory_dir) as reg:
         actor = await reg.get(AGENT)
         sid = await actor.create_session(session_id=f"src-{events}")
         await fill(actor, sid, events)
@@ -98,7 +127,7 @@ async def bench_fork(memory_dir: Path, events: int, forks: int) -> dict[str, flo
 
 
 async def cold_build(memory_dir: Path, sid: str) -> float:
-    async with ActorRegistry(memory_dir, idle_timeout=None, synchronous="FULL") as reg:
+    async with registry(memory_dir) as reg:
         actor = await reg.get(AGENT)
         await actor.get_session(sid)  # activation is not part of the build
         started = time.perf_counter()
@@ -107,7 +136,7 @@ async def cold_build(memory_dir: Path, sid: str) -> float:
 
 
 async def bench_deep_build(memory_dir: Path, events: int, depth: int = 10) -> dict[str, float]:
-    async with ActorRegistry(memory_dir, idle_timeout=None, synchronous="FULL") as reg:
+    async with registry(memory_dir) as reg:
         actor = await reg.get(AGENT)
         base = await actor.create_session(session_id=f"deep-0-{events}")
         flat = await actor.create_session(session_id=f"flat-{events}")
@@ -131,7 +160,7 @@ async def bench_deep_build(memory_dir: Path, events: int, depth: int = 10) -> di
 
 
 async def bench_rewind(memory_dir: Path, events: int) -> dict[str, float]:
-    async with ActorRegistry(memory_dir, idle_timeout=None, synchronous="FULL") as reg:
+    async with registry(memory_dir) as reg:
         actor = await reg.get(AGENT)
         sid = await actor.create_session(session_id=f"rw-{events}")
         await fill(actor, sid, events)
@@ -154,7 +183,11 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--events", type=int, nargs="+", default=[1000, 100_000])
     parser.add_argument("--forks", type=int, default=5)
+    parser.add_argument("--fill", choices=["actor", "store"], default="actor")
     args = parser.parse_args()
+    global MIRROR
+    MIRROR = args.fill == "actor"
+    print(f"fill: {args.fill} (mirror {'on' if MIRROR else 'off'})")
     print("| events | fork (median) | file growth per fork | per event | event rows per fork "
           "| 10-deep fork build | unforked build | ratio | rewind of a fork (branch) "
           "| rewind of a fork (erase) | rewind of the root (branch) |")  # fmt: skip
