@@ -199,8 +199,8 @@ async def main() -> None:
             deep = await bench_deep_build(root / "deep", events)
             rewind = await bench_rewind(root / "rewind", events)
         print(
-            f"| {events:,} | {fork['fork_ms']:.1f} ms | {fork['growth_bytes'] / 1e6:.2f} MB "
-            f"| {fork['growth_per_event']:.2f} B | {fork['rows']:.0f} "
+            f"| {events:,} | {fork['fork_ms']:.1f} ms | {fork['growth_bytes']:,.0f} B "
+            f"| {fork['growth_per_event']:.4f} B | {fork['rows']:.0f} "
             f"| {deep['deep_ms']:.1f} ms | {deep['flat_ms']:.1f} ms | {deep['ratio']:.2f}x "
             f"| {rewind['branch_ms']:.1f} ms | {rewind['erase_ms']:.1f} ms "
             f"| {rewind['root_ms']:.1f} ms |",
