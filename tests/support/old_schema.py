@@ -5,11 +5,15 @@ the sessions table of the first files, itself)."""
 
 from __future__ import annotations
 
+import sqlite3
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Final
 
-from session_server.storage.schema import SCHEMA_VERSION
+from session_server.storage.schema import SCHEMA_VERSION, schema_sql
+from session_server.storage.sqlite_open import _statements
 
-__all__ = ["UNDO", "undo_to"]
+__all__ = ["UNDO", "old_agent_file", "undo_to"]
 
 _V3_COLUMNS: Final = (
     "id, agent_id, created_at, updated_at, metadata, last_seq, last_turn,"
@@ -121,3 +125,29 @@ def undo_to(version: int) -> list[str]:
     """The statements that turn a current file into one of ``version`` (at least 3)."""
     assert max(UNDO) == SCHEMA_VERSION, "a migration was added without its undo here"
     return [s for v in sorted(UNDO, reverse=True) if v > version for s in UNDO[v]]
+
+
+def old_agent_file(db: Path, version: int, texts: Sequence[str]) -> sqlite3.Connection:
+    """An agent file at ``db`` as ``version`` (at least 3) wrote it, with one session
+    ``s`` of agent ``agent`` holding a user message per text (seqs and turns from 1).
+    Returns its connection (autocommit, WAL) for what the caller adds; the caller closes
+    it."""
+    db.parent.mkdir(parents=True, exist_ok=True)
+    conn = sqlite3.connect(db, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    for statement in [*_statements(schema_sql()), *undo_to(version)]:
+        conn.execute(statement)
+    conn.execute(f"PRAGMA user_version={version}")
+    conn.execute("BEGIN")
+    conn.execute(
+        "INSERT INTO sessions(id, agent_id, created_at, updated_at, last_seq, last_turn)"
+        " VALUES ('s', 'agent', 1, 1, ?, ?)",
+        (len(texts), len(texts)),
+    )
+    conn.executemany(
+        "INSERT INTO events(id, session_id, seq, action, content, created_at, turn,"
+        " turn_start_seq) VALUES (?, 's', ?, 'user_message', ?, 1, ?, ?)",
+        [(f"e{i}", i, text, i, i) for i, text in enumerate(texts, start=1)],
+    )
+    conn.execute("COMMIT")
+    return conn

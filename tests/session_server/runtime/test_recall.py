@@ -15,7 +15,7 @@ from session_server.storage.sqlite_open import MIGRATIONS
 from session_server.values.errors import InvalidParamsError, NotFoundError
 from session_server.values.events import ContextMessage, SessionEvent, ToolCall
 from session_server.values.recall import SNIPPET_CLOSE, SNIPPET_OPEN
-from tests.support.old_schema import undo_to
+from tests.support.old_schema import old_agent_file
 from tests.support.recall_index import indexed_rowids
 
 
@@ -203,30 +203,8 @@ def _make_v7_file(tmp_path: Path, events: int) -> Path:
     """An agent file as version 7 wrote it (the last without the index), with ``events``
     stored events."""
     db = _db(tmp_path)
-    db.parent.mkdir(parents=True)
-    conn = sqlite3.connect(db, isolation_level=None)
-    conn.execute("PRAGMA journal_mode=WAL")
-    from session_server.storage.schema import schema_sql
-    from session_server.storage.sqlite_open import _statements
-
-    for statement in _statements(schema_sql()):
-        conn.execute(statement)
-    for statement in undo_to(7):
-        conn.execute(statement)
-    conn.execute("PRAGMA user_version=7")
-    conn.execute("BEGIN")
-    conn.execute(
-        "INSERT INTO sessions(id, agent_id, created_at, updated_at, last_seq, last_turn)"
-        " VALUES ('s', 'agent', 1, 1, ?, ?)",
-        (events, events),
-    )
-    conn.executemany(
-        "INSERT INTO events(id, session_id, seq, action, content, created_at, turn,"
-        " turn_start_seq) VALUES (?, 's', ?, 'user_message', ?, 1, ?, ?)",
-        [(f"e{i}", i, f"message {i} word{i % 97} lorem", i, i) for i in range(1, events + 1)],
-    )
-    conn.execute("COMMIT")
-    conn.close()
+    texts = [f"message {i} word{i % 97} lorem" for i in range(1, events + 1)]
+    old_agent_file(db, 7, texts).close()
     return db
 
 

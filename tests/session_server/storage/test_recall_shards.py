@@ -19,7 +19,7 @@ from session_server.storage.file_check import check_agent_file
 from session_server.storage.recall_shards import list_shards, shard_table
 from session_server.storage.schema import SCHEMA_VERSION
 from session_server.values.events import SessionEvent
-from tests.support.old_schema import undo_to
+from tests.support.old_schema import old_agent_file
 from tests.support.recall_index import indexed_rowids
 
 SHARD_CHARS = 400  # a shard of a few events: many shards from few turns
@@ -186,28 +186,8 @@ def _make_v8_file(tmp_path: Path, events: int) -> Path:
     """An agent file as version 8 wrote it: the single index ``events_fts``, holding every
     event, and a delete's merge still to do (``recall_purge``)."""
     db = _db(tmp_path)
-    db.parent.mkdir(parents=True)
-    conn = sqlite3.connect(db, isolation_level=None)
-    conn.execute("PRAGMA journal_mode=WAL")
-    from session_server.storage.schema import schema_sql
-    from session_server.storage.sqlite_open import _statements
-
-    for statement in _statements(schema_sql()):
-        conn.execute(statement)
-    for statement in undo_to(8):
-        conn.execute(statement)
-    conn.execute("PRAGMA user_version=8")
+    conn = old_agent_file(db, 8, [_text(i) for i in range(1, events + 1)])
     conn.execute("BEGIN")
-    conn.execute(
-        "INSERT INTO sessions(id, agent_id, created_at, updated_at, last_seq, last_turn)"
-        " VALUES ('s', 'agent', 1, 1, ?, ?)",
-        (events, events),
-    )
-    conn.executemany(
-        "INSERT INTO events(id, session_id, seq, action, content, created_at, turn,"
-        " turn_start_seq) VALUES (?, 's', ?, 'user_message', ?, 1, ?, ?)",
-        [(f"e{i}", i, _text(i), i, i) for i in range(1, events + 1)],
-    )
     conn.execute("INSERT INTO events_fts(rowid, text) SELECT rowid, content FROM events")
     conn.execute("DELETE FROM recall_pending")
     conn.execute("DELETE FROM agent_settings WHERE key = 'recall_backfill'")
