@@ -5,11 +5,16 @@ the way a cluster's claim would (``owners[agent] = ...``)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
+import msgspec
+from websockets.asyncio.server import ServerConnection
+
+from session_server.rpc.protocol import error_response
+from session_server.values.errors import NotOwnerError
 from session_server.values.ownership import OwnerLocation
 
-__all__ = ["SECRET", "OwnerMap", "at"]
+__all__ = ["SECRET", "OwnerMap", "at", "not_owner_node"]
 
 SECRET = b"front-door-tests-cluster-secret-32+bytes"
 
@@ -37,3 +42,19 @@ class OwnerMap:
         self.forgotten.append(agent_id)
         if self.on_forget is not None:
             self.on_forget(self, agent_id)
+
+
+def not_owner_node(agent_id: str) -> Callable[[ServerConnection], Awaitable[None]]:
+    """A WebSocket handler for a node that lost ``agent_id``'s fence: every request is
+    refused as the cluster's ``NotOwnerError`` is (-32005, ``reason: "not_owner"``)."""
+
+    async def handler(ws: ServerConnection) -> None:
+        async for data in ws:
+            request = msgspec.json.decode(data)
+            error = NotOwnerError(
+                "not the owner of this agent",
+                data={"reason": "not_owner", "retryable": True, "agent_id": agent_id},
+            )
+            await ws.send(msgspec.json.encode(error_response(request["id"], error)), text=True)
+
+    return handler

@@ -11,13 +11,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import msgspec
-from websockets.asyncio.server import ServerConnection, serve
+from websockets.asyncio.server import serve
 
 from session_server.client import SessionClient
 from session_server.client.sync_client import SyncSessionClient
-from session_server.rpc.protocol import error_response
-from session_server.values.errors import NotOwnerError
+from tests.support.owner_map import not_owner_node
 from tests.support.server import ServerProcess, free_port, running_server
 from tests.support.waiting import until
 
@@ -84,21 +82,10 @@ async def test_the_first_node_that_answers_is_used(tmp_path: Path) -> None:
             await asyncio.to_thread(sync.close)
 
 
-async def _not_owner(ws: ServerConnection) -> None:
-    """A node that lost the agent: every request refused as ``NotOwnerError``."""
-    async for data in ws:
-        request = msgspec.json.decode(data)
-        error = NotOwnerError(
-            "not the owner of this agent",
-            data={"reason": "not_owner", "retryable": True, "agent_id": AGENT},
-        )
-        await ws.send(msgspec.json.encode(error_response(request["id"], error)), text=True)
-
-
 async def test_a_not_owner_refusal_moves_the_client_to_the_next_node(tmp_path: Path) -> None:
     async with (
         running_server(tmp_path) as live,
-        serve(_not_owner, "127.0.0.1", 0) as stale,
+        serve(not_owner_node(AGENT), "127.0.0.1", 0) as stale,
     ):
         stale_url = f"ws://127.0.0.1:{stale.sockets[0].getsockname()[1]}"
         async with SessionClient([stale_url, live.url], AGENT, reconnect_budget=5) as client:

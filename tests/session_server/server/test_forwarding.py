@@ -16,19 +16,18 @@ from typing import Any
 import msgspec
 import pytest
 from websockets.asyncio.client import ClientConnection, connect
-from websockets.asyncio.server import ServerConnection, serve
+from websockets.asyncio.server import serve
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from session_server.client import SessionClient
 from session_server.client.live import StreamChunk, StreamClosed
 from session_server.rpc.method_spec import CallContext, MethodSpec, RpcParams
-from session_server.rpc.protocol import error_response
 from session_server.rpc.table import BUILTIN_METHODS
 from session_server.values.errors import NotFoundError, NotOwnerError
 from session_server.values.events import SessionEvent
 from session_server.values.forwarding import FORWARD_HEADER, forward_credential
 from session_server.values.ownership import OwnerLocation
-from tests.support.owner_map import SECRET, OwnerMap, at
+from tests.support.owner_map import SECRET, OwnerMap, at, not_owner_node
 from tests.support.restartable_process import RestartableProcess
 from tests.support.server import RestartableServer, RunningServer, running_server
 from tests.support.waiting import until
@@ -260,22 +259,10 @@ async def test_an_owner_going_away_ends_the_connection_and_the_client_resumes(
         await owner.stop()
 
 
-async def _not_owner_server(ws: ServerConnection) -> None:
-    """A node that lost the agent's fence: every request is refused as the cluster's
-    ``NotOwnerError`` is (-32005, ``reason: "not_owner"``)."""
-    async for data in ws:
-        request = msgspec.json.decode(data)
-        error = NotOwnerError(
-            "not the owner of this agent",
-            data={"reason": "not_owner", "retryable": True, "agent_id": AGENT},
-        )
-        await ws.send(msgspec.json.encode(error_response(request["id"], error)), text=True)
-
-
 async def test_a_not_owner_answer_makes_the_front_door_forget_the_owner(tmp_path: Path) -> None:
     async with (
         two_nodes(tmp_path) as (a, _b, directory),
-        serve(_not_owner_server, "127.0.0.1", 0) as stale,
+        serve(not_owner_node(AGENT), "127.0.0.1", 0) as stale,
     ):
         port = stale.sockets[0].getsockname()[1]
         directory.owners[AGENT] = at("stale", f"ws://127.0.0.1:{port}")
